@@ -1,0 +1,35 @@
+"""One small hierarchy of errors. Each names the file and what is wrong.
+
+The CLI prints ``str(error)`` on one or two lines and exits with code 2.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class MsdiagError(Exception):
+    """Base of every error msdiag reports to the user (exit code 2)."""
+
+
+class InputError(MsdiagError):
+    """The path the user gave cannot be analyzed (missing, empty, not a capture, mixed ranks)."""
+
+    def __init__(self, path: str | Path, problem: str):
+        self.path = str(path)
+        self.problem = problem
+        super().__init__(f"{self.path}: {problem}")
+
+
+class ParseError(InputError):
+    """A file exists but is truncated, empty or malformed."""
+
+
+class RuleError(MsdiagError):
+    """A rule file fails to load or validate."""
+
+    def __init__(self, path: str | Path, problem: str, line: int | None = None):
+        self.path = str(path)
+        self.line = line
+        where = f"{self.path}:{line}" if line is not None else self.path
+        super().__init__(f"{where}: {problem}")

@@ -1,0 +1,372 @@
+"""The canonical model of a profiler capture.
+
+Every table msdiag works on is defined here once: its columns, their dtypes and
+their units (units live in the column name: ``_us`` microseconds, ``_bytes``,
+``_mb`` mebibytes as the profiler writes them, ``_gbps`` GB/s). Readers in
+``msdiag.ingest`` translate raw headers such as ``Duration(us)`` into these
+columns at the boundary; nothing downstream sees a raw header.
+
+This module imports nothing from msdiag.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import pandas as pd
+
+SCHEMA_VERSION = "1.0"
+
+# dtypes used below
+INT = "Int64"  # nullable integer
+FLOAT = "float64"
+STR = "string"
+BOOL = "boolean"
+
+
+@dataclass(frozen=True)
+class Table:
+    """One canonical table: name, ordered columns -> dtype, and a one-line doc per column."""
+
+    name: str
+    doc: str
+    columns: Mapping[str, str]
+    column_docs: Mapping[str, str] = field(default_factory=dict)
+
+    def empty(self) -> pd.DataFrame:
+        """An empty frame with this table's columns and dtypes."""
+        return pd.DataFrame({c: pd.Series(dtype=t) for c, t in self.columns.items()})
+
+    def frame(self, data: Mapping[str, Any] | pd.DataFrame) -> pd.DataFrame:
+        """Build a frame of this table from column data; missing columns become null.
+
+        Extra columns are an error: a reader must not leak raw columns downstream.
+        """
+        df = data if isinstance(data, pd.DataFrame) else pd.DataFrame(dict(data))
+        extra = set(df.columns) - set(self.columns)
+        if extra:
+            raise ValueError(f"table {self.name}: unknown columns {sorted(extra)}")
+        n = len(df)
+        out = {}
+        for col, dtype in self.columns.items():
+            if col in df.columns:
+                out[col] = df[col].astype(dtype) if str(df[col].dtype) != dtype else df[col]
+            else:
+                out[col] = pd.Series([pd.NA] * n, dtype=dtype) if dtype != FLOAT else pd.Series(
+                    [float("nan")] * n, dtype=FLOAT
+                )
+        res = pd.DataFrame(out)
+        res.index = pd.RangeIndex(n)
+        return res
+
+
+def _t(name: str, doc: str, cols: list[tuple[str, str, str]]) -> Table:
+    return Table(name, doc, {c: t for c, t, _ in cols}, {c: d for c, _, d in cols})
+
+
+RANKS = _t(
+    "ranks",
+    "One row per rank found in the capture.",
+    [
+        ("rank", INT, "global rank id"),
+        ("device_id", INT, "device id on its host, where known"),
+        ("host", STR, "host name, where known"),
+        ("family", STR, "format family: ascend_ms, ascend_pt, mindspore_cpu"),
+        ("path", STR, "the rank's capture folder"),
+    ],
+)
+
+STEPS = _t(
+    "steps",
+    "One row per rank and step: the step-time breakdown.",
+    [
+        ("rank", INT, "global rank id"),
+        ("step", INT, "the profiler's own step id; null for a capture without step markers"),
+        ("start_us", FLOAT, "step start (absolute, us)"),
+        ("end_us", FLOAT, "step end (absolute, us)"),
+        ("total_us", FLOAT, "wall-clock span of the step"),
+        ("computing_us", FLOAT, "device time computing"),
+        ("communication_us", FLOAT, "device time communicating (union of collectives)"),
+        ("communication_exposed_us", FLOAT, "communication not overlapped by compute"),
+        ("overlapped_us", FLOAT, "communication overlapped by compute"),
+        ("free_us", FLOAT, "device neither computing nor communicating"),
+        ("bubble_us", FLOAT, "pipeline receive time (hcom_receive)"),
+        ("preparing_us", FLOAT, "host time before the first device task of the step"),
+        ("stage_us", FLOAT, "step span minus bubble"),
+        ("source", STR, "where the row comes from (file name or 'timeline')"),
+    ],
+)
+
+KERNELS = _t(
+    "kernels",
+    "Device kernels (Ascend) or host ops (MindSpore CPU), one row per launch.",
+    [
+        ("rank", INT, "global rank id"),
+        ("step", INT, "step id, where known"),
+        ("stream", INT, "device stream id (null for host ops)"),
+        ("name", STR, "kernel or op name"),
+        ("type", STR, "op type"),
+        ("core", STR, "accelerator core: AI_CORE, AI_VECTOR_CORE, MIX_AIC, AI_CPU, HCCL, CPU, ..."),
+        ("kind", STR, "compute | communication | other"),
+        ("start_us", FLOAT, "start (absolute, us)"),
+        ("dur_us", FLOAT, "duration"),
+        ("wait_us", FLOAT, "wait before the task on its stream"),
+        ("block_dim", INT, "block dim / block num"),
+        ("input_shapes", STR, "input shapes as written: '\"a,b;c\"' -> 'a,b;c'"),
+        ("input_dtypes", STR, "input data types"),
+        ("input_formats", STR, "input formats (NCHW, NC1HWC0, FRACTAL_Z, ND, ...)"),
+        ("output_shapes", STR, "output shapes"),
+        ("output_dtypes", STR, "output data types"),
+        ("aicore_time_us", FLOAT, "AI Core busy time (PMU)"),
+        ("aic_mac_ratio", FLOAT, "cube (MAC) pipe ratio (PMU, PipeUtilization)"),
+        ("aiv_vec_ratio", FLOAT, "vector pipe ratio (PMU, PipeUtilization)"),
+        ("aic_mte2_ratio", FLOAT, "MTE2 pipe ratio (PMU, PipeUtilization)"),
+        ("cube_fops", FLOAT, "cube FLOPs of the kernel (PMU, ArithmeticUtilization)"),
+        ("vector_fops", FLOAT, "vector FLOPs of the kernel (PMU, ArithmeticUtilization)"),
+    ],
+)
+
+COMM_OPS = _t(
+    "comm_ops",
+    "Communication ops with HCCL's time analysis (communication.json), one row per rank, step and op.",
+    [
+        ("rank", INT, "global rank id"),
+        ("step", INT, "step id, where known"),
+        ("category", STR, "collective | p2p"),
+        ("op_name", STR, "op name without the group suffix, e.g. hcom_allReduce__586_0_1"),
+        ("op_type", STR, "op type, e.g. hcom_allReduce"),
+        ("group", STR, "group hash from the '@<hash>' suffix"),
+        ("start_us", FLOAT, "op start (absolute, us)"),
+        ("elapse_us", FLOAT, "op elapse time"),
+        ("transit_us", FLOAT, "time moving data"),
+        ("wait_us", FLOAT, "time waiting (notify waits)"),
+        ("sync_us", FLOAT, "synchronization time: waiting for a late rank"),
+        ("idle_us", FLOAT, "elapse minus transit minus wait"),
+    ],
+)
+
+COMM_TRANSPORT = _t(
+    "comm_transport",
+    "Per communication op and transport: size and time moved (communication.json bandwidth info).",
+    [
+        ("rank", INT, "global rank id"),
+        ("step", INT, "step id, where known"),
+        ("op_name", STR, "op name (joins comm_ops)"),
+        ("group", STR, "group hash"),
+        ("transport", STR, "HCCS | RDMA | PCIE | SDMA | SIO"),
+        ("size_mb", FLOAT, "transit size (MB as the profiler writes it)"),
+        ("time_us", FLOAT, "transit time"),
+        ("bandwidth_gbps", FLOAT, "bandwidth (GB/s) = size / time"),
+        ("large_packet_ratio", FLOAT, "share of packets above the transport's large-packet size"),
+        ("packets", INT, "number of packets (from Size Distribution)"),
+    ],
+)
+
+COMM_LINKS = _t(
+    "comm_links",
+    "Point-to-point links (communication_matrix.json), group-local rank numbers.",
+    [
+        ("rank", INT, "global rank id of the capture that recorded it"),
+        ("step", INT, "step id, where known"),
+        ("category", STR, "collective | p2p"),
+        ("op_type", STR, "op type, e.g. hcom_allReduce"),
+        ("variant", STR, "top1 | middle | bottom1..3 | total | an op name"),
+        ("group", STR, "group hash"),
+        ("src", INT, "source rank (group-local)"),
+        ("dst", INT, "destination rank (group-local)"),
+        ("transport", STR, "HCCS | RDMA | PCIE | SDMA | SIO | LOCAL"),
+        ("size_mb", FLOAT, "transit size"),
+        ("time_us", FLOAT, "transit time"),
+        ("bandwidth_gbps", FLOAT, "bandwidth (GB/s)"),
+    ],
+)
+
+TIMELINE = _t(
+    "timeline",
+    "Intervals from the timeline: device tasks, HCCL ops, overlap lanes, host ops and step markers.",
+    [
+        ("rank", INT, "global rank id"),
+        ("lane", STR, "device | hccl | overlap | host | step | scope"),
+        ("track", STR, "stream, HCCL group, overlap lane name, host thread, scope depth"),
+        ("name", STR, "event name"),
+        ("start_us", FLOAT, "start (absolute, us)"),
+        ("dur_us", FLOAT, "duration"),
+    ],
+)
+
+COUNTERS = _t(
+    "counters",
+    "Counter samples from the timeline (AI Core Freq, HBM, NPU MEM, ...).",
+    [
+        ("rank", INT, "global rank id"),
+        ("track", STR, "counter process, e.g. 'AI Core Freq'"),
+        ("name", STR, "counter name, e.g. 'APP/HBM'"),
+        ("unit", STR, "unit from the args key, e.g. MHz, KB"),
+        ("ts_us", FLOAT, "sample time (absolute, us)"),
+        ("value", FLOAT, "sample value"),
+    ],
+)
+
+MEMORY = _t(
+    "memory",
+    "Memory samples over time (memory_record.csv, cpu_ms_memory_record, npu_module_mem.csv).",
+    [
+        ("rank", INT, "global rank id"),
+        ("component", STR, "APP, PTA, MindSpore, GE, a module name, ..."),
+        ("source", STR, "memory_record | npu_module_mem | cpu_ms_memory_record"),
+        ("ts_us", FLOAT, "sample time (absolute, us)"),
+        ("allocated_mb", FLOAT, "total allocated (MB)"),
+        ("reserved_mb", FLOAT, "total reserved (MB)"),
+        ("active_mb", FLOAT, "total active (MB)"),
+        ("device", STR, "device label, e.g. NPU:0"),
+    ],
+)
+
+MEMORY_ALLOCS = _t(
+    "memory_allocs",
+    "Operator allocations (operator_memory.csv) and static graph memory (static_op_mem.csv).",
+    [
+        ("rank", INT, "global rank id"),
+        ("name", STR, "operator or tensor name"),
+        ("kind", STR, "dynamic | static"),
+        ("size_kb", FLOAT, "size (KB)"),
+        ("alloc_us", FLOAT, "allocation time (absolute, us)"),
+        ("release_us", FLOAT, "release time (absolute, us); null when never released in the capture"),
+        ("dur_us", FLOAT, "lifetime"),
+        ("device", STR, "device label"),
+    ],
+)
+
+OP_STATS = _t(
+    "op_stats",
+    "Per op type statistics as the profiler summarised them (op_statistic.csv, cpu_op_type_info).",
+    [
+        ("rank", INT, "global rank id"),
+        ("op_type", STR, "op type"),
+        ("core", STR, "core type"),
+        ("count", INT, "number of launches"),
+        ("total_us", FLOAT, "total time"),
+        ("min_us", FLOAT, "shortest"),
+        ("avg_us", FLOAT, "mean"),
+        ("max_us", FLOAT, "longest"),
+        ("ratio", FLOAT, "share of total time, 0..1"),
+    ],
+)
+
+DATA_PIPELINE = _t(
+    "data_pipeline",
+    "MindData pipeline ops (minddata_pipeline_raw / summary) and dataset stages (dataset.csv).",
+    [
+        ("rank", INT, "global rank id"),
+        ("op_id", INT, "pipeline op id (-1 for the device queue / iterator)"),
+        ("op_type", STR, "op type: Batch, Map, Generator, DeviceQueue, ..."),
+        ("num_workers", INT, "num_parallel_workers"),
+        ("queue_capacity", FLOAT, "output queue capacity"),
+        ("queue_avg_size", FLOAT, "average output queue size"),
+        ("queue_usage", FLOAT, "average queue usage, 0..1"),
+        ("queue_empty_share", FLOAT, "share of samples with an empty queue, 0..1"),
+        ("per_batch_us", FLOAT, "time per batch"),
+        ("avg_cpu_pct", FLOAT, "average CPU utilisation of the op (%)"),
+        ("parent_id", INT, "parent op id"),
+    ],
+)
+
+HOST_SHAPES = _t(
+    "host_shapes",
+    "Op input shapes recorded by the MindSpore CPU backend (cpu_framework_N.txt).",
+    [
+        ("rank", INT, "global rank id"),
+        ("op_type", STR, "op type"),
+        ("op_name", STR, "op name, e.g. MatMul-op3"),
+        ("input_shapes", STR, "';'-separated shapes, each 'a,b,c' ('' for NoShape)"),
+    ],
+)
+
+TABLES: dict[str, Table] = {
+    t.name: t
+    for t in (
+        RANKS,
+        STEPS,
+        KERNELS,
+        COMM_OPS,
+        COMM_TRANSPORT,
+        COMM_LINKS,
+        TIMELINE,
+        COUNTERS,
+        MEMORY,
+        MEMORY_ALLOCS,
+        OP_STATS,
+        DATA_PIPELINE,
+        HOST_SHAPES,
+    )
+}
+
+# Source status values
+PRESENT = "present"
+ABSENT = "absent"
+FAILED = "failed"
+
+
+@dataclass
+class Source:
+    """One input file or table, present or absent, with the reason."""
+
+    rank: int | None
+    name: str  # canonical source name, e.g. "kernel_details.csv"
+    status: str  # present | absent | failed
+    path: str | None = None
+    reason: str | None = None
+    rows: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rank": self.rank,
+            "name": self.name,
+            "status": self.status,
+            "path": self.path,
+            "reason": self.reason,
+            "rows": self.rows,
+        }
+
+
+@dataclass
+class RankData:
+    """Everything read from one rank's capture folder."""
+
+    rank: int
+    family: str
+    path: str
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
+    sources: list[Source] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def table(self, name: str) -> pd.DataFrame:
+        t = self.tables.get(name)
+        return TABLES[name].empty() if t is None else t
+
+
+@dataclass
+class Capture:
+    """A whole capture: every rank's tables concatenated, plus metadata and provenance."""
+
+    path: str
+    ranks: list[RankData]
+    notes: list[str] = field(default_factory=list)
+
+    def table(self, name: str) -> pd.DataFrame:
+        """The named canonical table over all ranks (empty with the right columns if none)."""
+        parts = [r.tables[name] for r in self.ranks if name in r.tables and len(r.tables[name])]
+        if not parts:
+            return TABLES[name].empty()
+        if len(parts) == 1:
+            return parts[0]
+        return pd.concat(parts, ignore_index=True)
+
+    @property
+    def sources(self) -> list[Source]:
+        return [s for r in self.ranks for s in r.sources]
+
+    def rank_ids(self) -> list[int]:
+        return [r.rank for r in self.ranks]
