@@ -20,6 +20,10 @@ class InputError(MsdiagError):
         self.problem = problem
         super().__init__(f"{self.path}: {problem}")
 
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        # errors cross process boundaries when ranks are read by a pool
+        return (type(self), (self.path, self.problem))
+
 
 class ParseError(InputError):
     """A file exists but is truncated, empty or malformed."""
@@ -31,5 +35,9 @@ class RuleError(MsdiagError):
     def __init__(self, path: str | Path, problem: str, line: int | None = None):
         self.path = str(path)
         self.line = line
+        self.problem = problem
         where = f"{self.path}:{line}" if line is not None else self.path
         super().__init__(f"{where}: {problem}")
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (type(self), (self.path, self.problem, self.line))

@@ -2,7 +2,8 @@
 
 Every table msdiag works on is defined here once: its columns, their dtypes and
 their units (units live in the column name: ``_us`` microseconds, ``_bytes``,
-``_mb`` mebibytes as the profiler writes them, ``_gbps`` GB/s). Readers in
+``_mb`` megabytes as the profiler writes them (10^6 bytes in the communication files, which
+match the traces' byte counts exactly; 2^20 bytes in memory files), ``_gbps`` GB/s = MB/ms). Readers in
 ``msdiag.ingest`` translate raw headers such as ``Duration(us)`` into these
 columns at the boundary; nothing downstream sees a raw header.
 

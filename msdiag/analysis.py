@@ -1,0 +1,157 @@
+"""The analysis pipeline: capture -> ingest -> canonical model -> metrics -> (rules) -> report object.
+
+``analyze`` is what every command that analyzes calls; renderers (text, JSON, HTML) only read
+the ``Analysis`` it returns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from msdiag.ingest.loader import describe, load
+from msdiag.metrics.breakdown import step_breakdown
+from msdiag.metrics.registry import Context, Value, compute_all
+from msdiag.model import STEPS, Capture
+
+# Agreement required between msdiag's own breakdown and the profiler's step_trace_time.csv.
+AGREEMENT_TOLERANCE = 0.01
+
+
+@dataclass
+class Options:
+    """Analysis options shared by analyze, report and diff."""
+
+    jobs: int | None = None
+    peak_tflops: float | None = None
+    device: str | None = None
+    model_config: str | None = None
+    ranks_per_node: int | None = None
+    rules_dirs: tuple[str, ...] = ()
+    overrides: dict[str, str] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "jobs": self.jobs,
+            "peak_tflops": self.peak_tflops,
+            "device": self.device,
+            "model_config": self.model_config,
+            "ranks_per_node": self.ranks_per_node,
+            "rules": list(self.rules_dirs),
+            "set": dict(self.overrides),
+        }
+
+
+@dataclass
+class Analysis:
+    capture: Capture
+    identity: dict[str, Any]
+    steps: pd.DataFrame
+    profiler_steps: pd.DataFrame  # the profiler's own step_trace_time.csv rows, where present
+    checks: list[dict[str, Any]]
+    metrics: dict[str, Value]
+    options: Options
+    verdict: dict[str, Any] = field(default_factory=dict)
+    findings: list[dict[str, Any]] = field(default_factory=list)
+
+
+# Beyond this disagreement with step_trace_time.csv the kernel table is taken as incomplete
+# (e.g. a trimmed kernel_details.csv without trace_view.json) and the profiler's rows are used.
+INCOMPLETE_TIMELINE = 0.05
+
+
+def _steps_for(cap: Capture) -> tuple[pd.DataFrame, pd.DataFrame, list[dict[str, Any]], list[str]]:
+    """Steps from each rank's timeline, cross-checked against the profiler's own rows."""
+    ours: list[pd.DataFrame] = []
+    theirs: list[pd.DataFrame] = []
+    checks: list[dict[str, Any]] = []
+    notes: list[str] = []
+    for rd in cap.ranks:
+        prof = rd.tables.get("profiler_steps")
+        has_prof = prof is not None and len(prof) > 0
+        if has_prof:
+            theirs.append(prof)
+        mine = step_breakdown(rd)
+        rank_checks = _agreement(mine, prof) if has_prof and len(mine) else []
+        checks.extend(rank_checks)
+        worst = max(
+            (c["relative_difference"] for c in rank_checks if c["column"] == "total_us"), default=0.0
+        )
+        if len(mine) and worst <= INCOMPLETE_TIMELINE:
+            ours.append(mine)
+        elif has_prof:
+            ours.append(prof)
+            if len(mine):
+                notes.append(
+                    f"rank {rd.rank}: the kernel timeline spans {100 * (1 - worst):.0f}% or less of the step the "
+                    "profiler measured (kernel_details.csv incomplete, trace_view.json absent?): "
+                    "step rows are step_trace_time.csv's"
+                )
+            else:
+                notes.append(f"rank {rd.rank}: no kernel timeline; step rows are step_trace_time.csv's")
+        else:
+            notes.append(f"rank {rd.rank}: no timeline and no step_trace_time.csv: no step rows")
+    steps = pd.concat(ours, ignore_index=True) if ours else STEPS.empty()
+    prof_all = pd.concat(theirs, ignore_index=True) if theirs else STEPS.empty()
+    return steps, prof_all, checks, notes
+
+
+def _agreement(steps: pd.DataFrame, prof: pd.DataFrame) -> list[dict[str, Any]]:
+    """Compare msdiag's breakdown with step_trace_time.csv, column by column."""
+    m = steps.merge(prof, on=["rank", "step"], suffixes=("", "_prof"))
+    out = []
+    for _, row in m.iterrows():
+        for col in ("computing_us", "communication_us", "communication_exposed_us", "free_us", "total_us"):
+            a, b = row[col], row[f"{col}_prof"]
+            if pd.isna(a) or pd.isna(b):
+                continue
+            rel = abs(a - b) / abs(b) if b else (0.0 if abs(a) < 1e-6 else float("inf"))
+            # a part that is tiny against the step is compared against the step's span instead
+            rel_step = abs(a - b) / max(float(row["total_us_prof"]), 1e-9)
+            out.append(
+                {
+                    "check": "step_trace_time.csv",
+                    "rank": int(row["rank"]),
+                    "step": int(row["step"]),
+                    "column": col,
+                    "msdiag": float(a),
+                    "profiler": float(b),
+                    "relative_difference": float(rel),
+                    "ok": bool(rel <= AGREEMENT_TOLERANCE or rel_step <= AGREEMENT_TOLERANCE / 10),
+                }
+            )
+    return out
+
+
+def analyze(path: str | Path, options: Options | None = None) -> Analysis:
+    """Read the capture at ``path`` and compute its step breakdown and metrics."""
+    opts = options or Options()
+    cap = load(path, jobs=opts.jobs)
+    steps, prof, checks, notes = _steps_for(cap)
+    cap.notes.extend(notes)
+    ctx = Context(capture=cap, steps=steps, options=opts.as_dict())
+    metrics = compute_all(ctx)
+    return Analysis(
+        capture=cap,
+        identity=describe(cap),
+        steps=steps,
+        profiler_steps=prof,
+        checks=checks,
+        metrics=metrics,
+        options=opts,
+    )
+
+
+def finite_or_none(x: Any) -> Any:
+    """JSON-safe numbers: NaN/inf and pandas NA become None; numpy scalars become Python."""
+    if x is None or x is pd.NA:
+        return None
+    if isinstance(x, (np.integer,)):
+        return int(x)
+    if isinstance(x, (float, np.floating)):
+        return float(x) if np.isfinite(x) else None
+    return x

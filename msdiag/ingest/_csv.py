@@ -1,0 +1,136 @@
+"""Reading the profiler's CSV files: the real-world dirt handled once, for every reader.
+
+- timestamps written as strings with a trailing TAB (``1736412474730135.222\\t``);
+- spreadsheet-mangled numbers (``1.69512E+15``): parsed, and flagged since precision is lost;
+- ``N/A`` and empty cells: null, never 0;
+- CRLF line endings and a trailing comma at the end of the header.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+import pandas as pd
+
+from msdiag.errors import ParseError
+
+NA_VALUES = ["N/A", "NA", "n/a", "", "-", "None", "null", "NaN", "nan"]
+
+
+def read_csv(path: Path, required: Iterable[str] = (), any_of: Iterable[Iterable[str]] = ()) -> pd.DataFrame:
+    """Read a profiler CSV as strings, check its header, and name the file in every error.
+
+    ``required`` columns must all be present; for each group in ``any_of`` at least one column
+    must be present (e.g. ``Block Dim`` or ``Block Num``).
+    """
+    try:
+        if path.stat().st_size == 0:
+            raise ParseError(path, "the file is empty (0 bytes)")
+        df = pd.read_csv(
+            path,
+            dtype=str,
+            keep_default_na=False,
+            na_values=NA_VALUES,
+            skipinitialspace=False,
+            encoding="utf-8",
+            encoding_errors="replace",
+            quoting=csv.QUOTE_MINIMAL,
+        )
+    except ParseError:
+        raise
+    except pd.errors.EmptyDataError:
+        raise ParseError(path, "the file is empty: no CSV header") from None
+    except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ParseError(path, f"not a readable CSV file ({first})") from None
+    except OSError as e:
+        raise ParseError(path, f"cannot be read ({e.strerror or e})") from None
+    # A trailing comma in the header gives an unnamed empty column.
+    df = df[[c for c in df.columns if not str(c).startswith("Unnamed:")]]
+    df.columns = [str(c).strip() for c in df.columns]
+    missing = [c for c in required if c not in df.columns]
+    for group in any_of:
+        group = list(group)
+        if not any(c in df.columns for c in group):
+            missing.append(" or ".join(group))
+    if missing:
+        found = ", ".join(df.columns[:12]) + (", ..." if len(df.columns) > 12 else "")
+        raise ParseError(path, f"missing column(s) {', '.join(missing)}; found: {found}")
+    return df
+
+
+def to_float(s: pd.Series, path: Path | None = None, column: str = "") -> pd.Series:
+    """Numbers written as text (trailing tabs, blanks, N/A) -> float64, null where absent.
+
+    A cell that is present but not a number is an error naming the file and column.
+    """
+    if s.dtype.kind in "fiu":
+        return s.astype("float64")
+    t = s.astype("string").str.strip()
+    t = t.mask(t.isin(NA_VALUES))
+    out = pd.to_numeric(t, errors="coerce")
+    bad = out.isna() & t.notna()
+    if bad.any() and path is not None:
+        first = t[bad].iloc[0]
+        raise ParseError(path, f"column '{column}' holds a non-number ({first!r}) in row {int(bad.idxmax()) + 2}")
+    return out.astype("float64")
+
+
+def to_int(s: pd.Series, path: Path | None = None, column: str = "") -> pd.Series:
+    """Integers written as text -> nullable Int64 (null where absent)."""
+    f = to_float(s, path, column)
+    return f.round().astype("Int64")
+
+
+def strip_quotes(s: pd.Series) -> pd.Series:
+    """Shapes are written as '"32,3,224,224"' (quoted twice in the CSV): keep the text inside."""
+    t = s.astype("string").str.strip()
+    return t.str.strip('"').str.strip()
+
+
+def mangled_timestamps(ts: pd.Series) -> bool:
+    """True when timestamps lost their precision (spreadsheet round-trip, e.g. 1.69512E+15)."""
+    t = ts.astype("string").str.strip()
+    return bool(t.str.contains(r"[eE]\+", regex=True, na=False).any())
+
+
+def finite(x: pd.Series) -> pd.Series:
+    return x.where(np.isfinite(x))
+
+
+def check_last_row(path: Path) -> None:
+    """Raise when the file's last row has fewer fields than its header (a file cut off mid-row).
+
+    pandas pads a short last row with nulls without a word, so a truncated file would read as
+    valid data with missing values. Profiler CSVs are rectangular (empty cells keep their commas),
+    so a short last row means the file was cut. Only the tail of the file is read.
+    """
+    try:
+        with open(path, "rb") as f:
+            head = f.readline()
+            f.seek(0, 2)
+            size = f.tell()
+            n = min(size, 1 << 16)
+            f.seek(size - n)
+            tail = f.read(n)
+    except OSError as e:
+        raise ParseError(path, f"cannot be read ({e.strerror or e})") from None
+    header = next(csv.reader([head.decode("utf-8", "replace").rstrip("\r\n")]), [])
+    while header and not header[-1].strip():
+        header.pop()  # a trailing comma at the end of the header
+    lines = tail.decode("utf-8", "replace").rstrip("\r\n").split("\n")
+    if len(lines) < 2 and size > len(head):
+        return  # the tail holds one very long line: nothing reliable to compare
+    last = lines[-1].rstrip("\r")
+    if not last.strip() or last.encode("utf-8", "replace") == head.rstrip(b"\r\n"):
+        return  # header only
+    fields = next(csv.reader([last]), [])
+    if len(fields) < len(header):
+        shown = last if len(last) <= 60 else last[:57] + "..."
+        raise ParseError(
+            path,
+            f"the file is truncated: its last row has {len(fields)} of the header's {len(header)} fields ({shown!r})",
+        )

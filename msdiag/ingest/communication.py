@@ -1,0 +1,289 @@
+"""HCCL communication analysis: communication.json and communication_matrix.json.
+
+Both files are split by step (``"step<N>"``, or ``"step"`` when the capture has no step markers) and
+by category (``"p2p"`` | ``"collective"``). Times are written in ms and become us here.
+
+Units, checked on the corpus: "MB" is 10^6 bytes (the Size Distribution packet sizes times 10^6 are
+whole byte counts, and the Transit Size of each op equals the sum of the trace's ``size(Byte)`` HCCS
+tasks / 10^6), and "GB/s" is Transit Size(MB) / Transit Time(ms), i.e. 10^9 bytes per second.
+
+The ``SDMA`` transport of communication.json aggregates the on-node transports (in the corpus it
+repeats HCCS exactly): summing size over transports counts the same bytes twice.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Any, Iterator
+
+import pandas as pd
+
+from msdiag import model
+from msdiag.errors import ParseError
+from msdiag.ingest.metadata import load_json
+
+CATEGORIES = ("p2p", "collective")
+TOTAL_KEY = "Total Op Info"
+US_PER_MS = 1000.0
+
+_STEP_RE = re.compile(r"step(\d*)")
+# communication_matrix.json (torch_npu 2.1+/MindSpore 2.3+): "<optype>-<variant>@<group>"
+_MATRIX_KEY_RE = re.compile(r"(?P<optype>[^@]+?)-(?P<variant>top\d+|middle|bottom\d+|total)@(?P<group>[^@]*)")
+_LINK_RE = re.compile(r"\s*(\d+)\s*-\s*(\d+)\s*")
+
+# "Communication Time Info" keys; Idle is misspelled "Idel" in MindSpore's docs.
+_ELAPSE = "Elapse Time(ms)"
+_TRANSIT = "Transit Time(ms)"
+_WAIT = "Wait Time(ms)"
+_SYNC = "Synchronization Time(ms)"
+_IDLE = ("Idle Time(ms)", "Idel Time(ms)")
+_START = "Start Timestamp(us)"
+_SIZE = "Transit Size(MB)"
+_BW = "Bandwidth(GB/s)"
+_LPR = "Large Packet Ratio"
+_DIST = "Size Distribution"
+
+
+def _kind(x: Any) -> str:
+    if isinstance(x, dict):
+        return "an object"
+    if isinstance(x, list):
+        return "a list"
+    if isinstance(x, str):
+        return "a string"
+    if x is None:
+        return "null"
+    return "a number"
+
+
+def _num(path: Path, where: str, d: dict[str, Any], key: str) -> float:
+    """A number from the file; NaN when the key is absent or null (never 0)."""
+    v = d.get(key)
+    if v is None:
+        return math.nan
+    if isinstance(v, bool):
+        raise ParseError(path, f"{where}: '{key}' should be a number, found a boolean")
+    if isinstance(v, (int, float)):
+        return float(v)
+    if isinstance(v, str):
+        try:
+            return float(v.strip())
+        except ValueError:
+            pass
+    raise ParseError(path, f"{where}: '{key}' should be a number, found {v!r}")
+
+
+def _obj(path: Path, where: str, x: Any) -> dict[str, Any]:
+    if not isinstance(x, dict):
+        raise ParseError(path, f"{where} should be a JSON object, found {_kind(x)}")
+    return x
+
+
+def _steps(path: Path, doc: Any, what: str) -> Iterator[tuple[str, int | None, str, dict[str, Any]]]:
+    """Yield (step, category, ops dict) after checking the step/category levels."""
+    if not isinstance(doc, dict):
+        raise ParseError(path, f"expected a JSON object keyed by step ('step<N>') for {what}, found {_kind(doc)}")
+    for step_key, cats in doc.items():
+        m = _STEP_RE.fullmatch(step_key)
+        if not m:
+            raise ParseError(path, f"unexpected top-level key '{step_key}': expected 'step' or 'step<N>'")
+        step = int(m.group(1)) if m.group(1) else None
+        cats = _obj(path, f"'{step_key}'", cats)
+        for cat, ops in cats.items():
+            if cat not in CATEGORIES:
+                raise ParseError(path, f"'{step_key}' has an unexpected key '{cat}': expected 'p2p' or 'collective'")
+            yield step_key, step, cat, _obj(path, f"'{step_key}'.'{cat}'", ops)
+
+
+def split_op_key(key: str) -> tuple[str, str | None]:
+    """'hcom_allReduce__586_0_1@1752...' -> ('hcom_allReduce__586_0_1', '1752...'); group None without '@'."""
+    name, sep, group = key.rpartition("@")
+    if not sep:
+        return key, None
+    return name, group
+
+
+def op_type_of(op_name: str) -> str:
+    """'hcom_allReduce__586_0_1' -> 'hcom_allReduce' (the name up to the first '__')."""
+    return op_name.split("__", 1)[0]
+
+
+def read_communication(path: Path, rank: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """communication.json -> (model.COMM_OPS, model.COMM_TRANSPORT) for one rank.
+
+    One COMM_OPS row per step, category and op (the "Total Op Info" sums are skipped); times in us.
+    idle_us is the file's Idle (or "Idel") Time, or elapse - transit - wait when the file lacks it.
+    One COMM_TRANSPORT row per op and transport that moved something (non-zero size or time);
+    bandwidth_gbps = size_mb / time_ms, packets = sum of the Size Distribution counts (null when the
+    file gives no distribution, as for SDMA).
+    """
+    doc = load_json(path)
+    ops_rows: list[tuple[Any, ...]] = []
+    tr_rows: list[tuple[Any, ...]] = []
+    for step_key, step, cat, ops in _steps(path, doc, "communication ops"):
+        for key, op in ops.items():
+            if key == TOTAL_KEY:
+                continue
+            where = f"'{step_key}'.'{cat}'.'{key}'"
+            op = _obj(path, where, op)
+            if "Communication Time Info" not in op:
+                raise ParseError(path, f"{where} has no 'Communication Time Info'")
+            t = _obj(path, f"{where}.'Communication Time Info'", op["Communication Time Info"])
+            name, group = split_op_key(key)
+            elapse = _num(path, where, t, _ELAPSE)
+            transit = _num(path, where, t, _TRANSIT)
+            wait = _num(path, where, t, _WAIT)
+            sync = _num(path, where, t, _SYNC)
+            idle_key = next((k for k in _IDLE if t.get(k) is not None), None)
+            idle = _num(path, where, t, idle_key) if idle_key else elapse - transit - wait
+            ops_rows.append(
+                (
+                    step,
+                    cat,
+                    name,
+                    op_type_of(name),
+                    group,
+                    _num(path, where, t, _START),
+                    elapse * US_PER_MS,
+                    transit * US_PER_MS,
+                    wait * US_PER_MS,
+                    sync * US_PER_MS,
+                    idle * US_PER_MS,
+                )
+            )
+            bw_info = op.get("Communication Bandwidth Info")
+            if bw_info is None:
+                continue
+            bw_info = _obj(path, f"{where}.'Communication Bandwidth Info'", bw_info)
+            for transport, b in bw_info.items():
+                bwhere = f"{where}.'{transport}'"
+                b = _obj(path, bwhere, b)
+                size = _num(path, bwhere, b, _SIZE)
+                time_ms = _num(path, bwhere, b, _TRANSIT)
+                if not (size > 0 or time_ms > 0):  # nothing moved (NaN compares False too)
+                    continue
+                bw = size / time_ms if time_ms > 0 and not math.isnan(size) else math.nan
+                tr_rows.append(
+                    (
+                        step,
+                        name,
+                        group,
+                        transport,
+                        size,
+                        time_ms * US_PER_MS,
+                        bw,
+                        _num(path, bwhere, b, _LPR),
+                        _packets(path, bwhere, b.get(_DIST)),
+                    )
+                )
+    ops_cols = ["step", "category", "op_name", "op_type", "group", "start_us", "elapse_us", "transit_us",
+                "wait_us", "sync_us", "idle_us"]
+    tr_cols = ["step", "op_name", "group", "transport", "size_mb", "time_us", "bandwidth_gbps",
+               "large_packet_ratio", "packets"]
+    return _frame(model.COMM_OPS, ops_cols, ops_rows, rank), _frame(model.COMM_TRANSPORT, tr_cols, tr_rows, rank)
+
+
+def _packets(path: Path, where: str, dist: Any) -> int | None:
+    """Sum of packet counts in {"<size MB>": [count, time_ms]}; None when there is no distribution."""
+    if dist is None:
+        return None
+    dist = _obj(path, f"{where}.'{_DIST}'", dist)
+    if not dist:
+        return None
+    total = 0
+    for size, v in dist.items():
+        count = v[0] if isinstance(v, list) and v else v
+        if isinstance(count, bool) or not isinstance(count, (int, float)):
+            raise ParseError(path, f"{where}.'{_DIST}'.'{size}' should be [count, time], found {v!r}")
+        total += int(count)
+    return total
+
+
+def _frame(table: model.Table, cols: list[str], rows: list[tuple[Any, ...]], rank: int) -> pd.DataFrame:
+    if not rows:
+        return table.empty()
+    df = pd.DataFrame.from_records(rows, columns=cols)
+    df.insert(0, "rank", rank)
+    return table.frame(df)
+
+
+def read_communication_matrix(path: Path, rank: int) -> pd.DataFrame:
+    """communication_matrix.json -> model.COMM_LINKS for one rank.
+
+    Two key styles exist. Newer files key by "<optype>-<variant>@<group>" with variant top1 | middle |
+    bottom1..3 | total (instances ranked by bandwidth; total is their sum). Older files (torch_npu
+    2023/2024) key by "<op name>@<group>", one entry per op, plus a "Total Op Info" that sums links
+    across all groups of the category: it is skipped; variant then holds the op name.
+    op_type uses the communication.json spelling (hcom_allReduce): newer keys write it lower-cased
+    without "hcom_" ("allreduce"), so it is mapped back through the "Op Name" values found in the file,
+    and kept as written when the file has none. src and dst are group-local rank numbers; times in us;
+    bandwidth_gbps = size_mb / time_ms (null when the time is 0).
+    """
+    doc = load_json(path)
+    spelled = _op_type_spellings(doc)
+    rows: list[tuple[Any, ...]] = []
+    for step_key, step, cat, entries in _steps(path, doc, "communication links"):
+        for key, links in entries.items():
+            if key == TOTAL_KEY:
+                continue
+            where = f"'{step_key}'.'{cat}'.'{key}'"
+            m = _MATRIX_KEY_RE.fullmatch(key)
+            if m:
+                raw_type = m.group("optype")
+                op_type = spelled.get(raw_type.lower(), raw_type)
+                variant, group = m.group("variant"), m.group("group")
+            else:
+                name, group = split_op_key(key)
+                op_type, variant = op_type_of(name), name
+            for link, d in _obj(path, where, links).items():
+                lm = _LINK_RE.fullmatch(link)
+                if not lm:
+                    raise ParseError(path, f"{where}: link key '{link}' is not '<src>-<dst>'")
+                lwhere = f"{where}.'{link}'"
+                d = _obj(path, lwhere, d)
+                size = _num(path, lwhere, d, _SIZE)
+                time_ms = _num(path, lwhere, d, _TRANSIT)
+                bw = size / time_ms if time_ms > 0 and not math.isnan(size) else math.nan
+                transport = d.get("Transport Type")
+                rows.append(
+                    (
+                        step,
+                        cat,
+                        op_type,
+                        variant,
+                        group,
+                        int(lm.group(1)),
+                        int(lm.group(2)),
+                        None if transport is None else str(transport),
+                        size,
+                        time_ms * US_PER_MS,
+                        bw,
+                    )
+                )
+    cols = ["step", "category", "op_type", "variant", "group", "src", "dst", "transport", "size_mb", "time_us",
+            "bandwidth_gbps"]
+    return _frame(model.COMM_LINKS, cols, rows, rank)
+
+
+def _op_type_spellings(doc: Any) -> dict[str, str]:
+    """'allreduce' -> 'hcom_allReduce', from every "Op Name" in a communication_matrix.json."""
+    out: dict[str, str] = {}
+    if not isinstance(doc, dict):
+        return out
+    for cats in doc.values():
+        if not isinstance(cats, dict):
+            continue
+        for entries in cats.values():
+            if not isinstance(entries, dict):
+                continue
+            for links in entries.values():
+                if not isinstance(links, dict):
+                    continue
+                for d in links.values():
+                    name = d.get("Op Name") if isinstance(d, dict) else None
+                    if isinstance(name, str) and name:
+                        full = op_type_of(name)
+                        out.setdefault(full.rsplit("_", 1)[-1].lower(), full)
+    return out

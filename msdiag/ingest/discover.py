@@ -1,0 +1,240 @@
+"""Find every rank in a path and tell which profiler format wrote it.
+
+A user gives a rank's folder (``*_ascend_ms``, ``*_ascend_pt``), a parent folder holding many
+ranks, or a capture folder written by ``msdiag capture``. Ranks come from ``profiler_info_N.json``,
+from file-name suffixes (``cpu_framework_N.txt``) or from folder names (``rank_N``); when a rank
+appears twice the newest capture is kept and the choice is reported.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from msdiag.errors import InputError
+
+# Format families msdiag reads today.
+ASCEND_MS = "ascend_ms"  # MindSpore 2.3+ Ascend text output
+ASCEND_PT = "ascend_pt"  # torch_npu, same text formats
+MINDSPORE_CPU = "mindspore_cpu"  # MindSpore on CPU (trace_view.json + FRAMEWORK/cpu_*)
+
+FAMILY_LABEL = {
+    ASCEND_MS: "MindSpore Ascend profiler output (2.3+)",
+    ASCEND_PT: "torch_npu Ascend profiler output",
+    MINDSPORE_CPU: "MindSpore CPU profiler output",
+}
+
+_PROFILER_INFO = re.compile(r"^profiler_info_(\d+)\.json$")
+_CPU_RANK_FILE = re.compile(r"^cpu_(?:framework|op_execute_timestamp|ms_memory_record|op_detail_info)_(\d+)\.(?:txt|csv)$")
+_RANK_DIR = re.compile(r"(?:^|[_-])rank[_-]?(\d+)(?:$|[_-])", re.IGNORECASE)
+_TS_DIR = re.compile(r"_(\d{13,17})_ascend_(?:ms|pt)$")
+_MAX_DEPTH = 6
+
+# Formats that exist in the wild and that this version does not read yet: recognise them so the
+# user gets a clear answer instead of "no capture found".
+_LEGACY_FILE = re.compile(r"^(step_trace_raw_\d+_detail_time\.csv|hccl_raw_\d+\.csv|framework_raw_\d+\.csv|aicore_intermediate_\d+_detail\.csv)$")
+_DB_FILE = re.compile(r"^(ascend_pytorch_profiler(_\d+)?|ascend_mindspore_profiler(_\d+)?|msprof_\d+|analysis|communication_analyzer)\.db$")
+
+
+@dataclass
+class RankDir:
+    """One rank's capture folder as found on disk."""
+
+    rank: int
+    path: Path
+    family: str
+    rank_from: str  # how the rank id was found
+    captured_ns: int | None  # capture time (folder name or profiler_info), for choosing the newest
+    text_files: list[str] = field(default_factory=list)  # names under ASCEND_PROFILER_OUTPUT/
+
+
+@dataclass
+class Discovery:
+    root: Path
+    ranks: list[RankDir]
+    notes: list[str]
+    family: str
+
+
+def _is_rank_dir(d: Path, names: set[str]) -> bool:
+    """A rank folder holds ASCEND_PROFILER_OUTPUT/ or MindSpore CPU FRAMEWORK/cpu_*_N files.
+
+    profiler_info_N.json alone is not enough: MindSpore 1.x-2.2 flat folders carry it too.
+    """
+    if "ASCEND_PROFILER_OUTPUT" in names and (d / "ASCEND_PROFILER_OUTPUT").is_dir():
+        return True
+    if "FRAMEWORK" in names and (d / "FRAMEWORK").is_dir():
+        try:
+            return any(_CPU_RANK_FILE.match(n) for n in os.listdir(d / "FRAMEWORK"))
+        except OSError:
+            return False
+    return False
+
+
+def _listdir(d: Path) -> set[str]:
+    try:
+        return set(os.listdir(d))
+    except OSError as e:
+        raise InputError(d, f"cannot be listed ({e.strerror or e})") from None
+
+
+def _rank_and_family(d: Path, names: set[str]) -> RankDir:
+    out = d / "ASCEND_PROFILER_OUTPUT"
+    text_files = sorted(os.listdir(out)) if out.is_dir() else []
+    fw = d / "FRAMEWORK"
+    fw_files = sorted(os.listdir(fw)) if fw.is_dir() else []
+
+    rank: int | None = None
+    rank_from = ""
+    for n in sorted(names):
+        m = _PROFILER_INFO.match(n)
+        if m:
+            rank, rank_from = int(m.group(1)), n
+            break
+    if rank is None:
+        for n in fw_files:
+            m = _CPU_RANK_FILE.match(n)
+            if m:
+                rank, rank_from = int(m.group(1)), f"FRAMEWORK/{n}"
+                break
+    if rank is None:
+        m = _RANK_DIR.search(d.name)
+        if m:
+            rank, rank_from = int(m.group(1)), f"folder name {d.name}"
+    if rank is None:
+        rank, rank_from = 0, "no rank id anywhere: taken as rank 0"
+
+    is_cpu = any(_CPU_RANK_FILE.match(n) for n in fw_files) and not any(
+        n.startswith("PROF_") for n in names
+    ) and "kernel_details.csv" not in text_files
+    if is_cpu:
+        family = MINDSPORE_CPU
+    elif d.name.endswith("_ascend_pt"):
+        family = ASCEND_PT
+    elif d.name.endswith("_ascend_ms"):
+        family = ASCEND_MS
+    else:
+        family = _family_from_info(d, names)
+
+    captured: int | None = None
+    m = _TS_DIR.search(d.name)
+    if m:
+        digits = m.group(1)
+        # the folder name carries a UTC timestamp in ms (13 digits) or us (16 digits)
+        captured = int(digits) * 10 ** (19 - len(digits))
+    return RankDir(rank, d, family, rank_from, captured, text_files)
+
+
+def _family_from_info(d: Path, names: set[str]) -> str:
+    """Tell torch_npu from MindSpore by profiler_info's keys when the folder name does not say."""
+    for n in names:
+        if _PROFILER_INFO.match(n):
+            try:
+                head = (d / n).read_text(encoding="utf-8", errors="replace")[:4096]
+            except OSError:
+                break
+            if "ms_profiler_info" in head or "ms_version" in head:
+                return ASCEND_MS
+            return ASCEND_PT
+    return ASCEND_MS
+
+
+def _walk(root: Path) -> tuple[list[Path], list[str]]:
+    """Rank folders under root, and hints of formats not read yet."""
+    found: list[Path] = []
+    hints: list[str] = []
+    stack = [(root, 0)]
+    while stack:
+        d, depth = stack.pop()
+        names = _listdir(d)
+        if _is_rank_dir(d, names):
+            found.append(d)
+            continue
+        for n in names:
+            if _LEGACY_FILE.match(n):
+                hints.append(f"{d / n}: MindSpore 1.x-2.2 (MindInsight-era) profiler files")
+            elif _DB_FILE.match(n):
+                hints.append(f"{d / n}: SQLite profiler export")
+            elif n.startswith("PROF_") and (d / n).is_dir():
+                hints.append(f"{d / n}: raw CANN msprof output")
+            elif _PROFILER_INFO.match(n):
+                hints.append(
+                    f"{d / n}: profiler_info without ASCEND_PROFILER_OUTPUT/ (a MindSpore 1.x-2.2 folder, "
+                    "or a capture whose offline analysis has not run)"
+                )
+        if depth < _MAX_DEPTH:
+            for n in sorted(names):
+                p = d / n
+                if p.is_dir() and not n.startswith("."):
+                    stack.append((p, depth + 1))
+    return sorted(found), hints
+
+
+def discover(path: str | Path) -> Discovery:
+    """Find the ranks of the capture at ``path``; raise InputError when there is none."""
+    root = Path(path)
+    if not root.exists():
+        raise InputError(root, "no such file or folder")
+    if root.is_file():
+        raise InputError(
+            root,
+            "is a file; give the capture folder (a *_ascend_ms / *_ascend_pt rank folder or the folder holding the ranks)",
+        )
+    if root.name in ("ASCEND_PROFILER_OUTPUT", "FRAMEWORK"):
+        root = root.parent
+    dirs, hints = _walk(root)
+    if not dirs:
+        if hints:
+            kinds = sorted({h.split(": ", 1)[1] for h in hints})
+            raise InputError(
+                root,
+                f"holds {', '.join(kinds)} (e.g. {hints[0].split(': ')[0]}), which this version of msdiag does not read yet; "
+                "it reads MindSpore 2.3+ / torch_npu ASCEND_PROFILER_OUTPUT text output and MindSpore CPU output",
+            )
+        raise InputError(
+            root,
+            "no profiler capture found: expected *_ascend_ms / *_ascend_pt folders with ASCEND_PROFILER_OUTPUT/, "
+            "profiler_info_N.json, or MindSpore CPU FRAMEWORK/cpu_*_N files",
+        )
+    rank_dirs = [_rank_and_family(d, _listdir(d)) for d in dirs]
+    notes: list[str] = []
+    for r in rank_dirs:
+        if r.rank_from.startswith("no rank id"):
+            notes.append(f"{r.path}: {r.rank_from}")
+
+    families = {r.family for r in rank_dirs}
+    cpu = {f for f in families if f == MINDSPORE_CPU}
+    if cpu and len(families) > 1:
+        listing = "; ".join(f"{r.path.name}: {FAMILY_LABEL[r.family]}" for r in rank_dirs[:4])
+        raise InputError(
+            root,
+            f"mixes captures of different devices ({listing}); analyze each capture folder on its own",
+        )
+    family = ASCEND_PT if families == {ASCEND_PT} else (MINDSPORE_CPU if cpu else ASCEND_MS)
+
+    by_rank: dict[int, list[RankDir]] = {}
+    for r in rank_dirs:
+        by_rank.setdefault(r.rank, []).append(r)
+    chosen: list[RankDir] = []
+    for rank in sorted(by_rank):
+        cands = by_rank[rank]
+        if len(cands) == 1:
+            chosen.append(cands[0])
+            continue
+        cands.sort(key=lambda r: (r.captured_ns or _mtime_ns(r.path), str(r.path)))
+        keep = cands[-1]
+        chosen.append(keep)
+        dropped = ", ".join(c.path.name for c in cands[:-1])
+        notes.append(
+            f"rank {rank} appears {len(cands)} times: kept the newest capture {keep.path.name}, ignored {dropped}"
+        )
+    return Discovery(root, chosen, notes + [f"not read: {h}" for h in hints], family)
+
+
+def _mtime_ns(p: Path) -> int:
+    try:
+        return p.stat().st_mtime_ns
+    except OSError:
+        return 0

@@ -1,0 +1,337 @@
+"""Load a capture: discover its ranks, read each rank's files into the canonical tables.
+
+Every file a format can carry is listed once in a source spec (file, reader, why it may be
+absent). A core source that is present but unreadable stops the analysis with a clear error;
+any other source that fails is recorded as failed with its reason, and the rest is analyzed.
+Ranks are read in parallel by a process pool; a single rank is read in-process.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import pandas as pd
+
+from msdiag.errors import InputError, ParseError
+from msdiag.ingest import ascend_csv, communication, metadata, mindspore_cpu
+from msdiag.ingest.discover import ASCEND_PT, MINDSPORE_CPU, Discovery, RankDir, discover
+from msdiag.ingest.trace_view import read_trace_view
+from msdiag.model import ABSENT, FAILED, PRESENT, Capture, RankData, Source
+
+Reader = Callable[[Path, RankData], None]
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One source a format can carry."""
+
+    name: str  # file name pattern; {rank} is replaced by the rank id
+    folder: str  # sub-folder of the rank folder
+    read: Reader
+    core: bool  # a core source that is present must parse, or the analysis stops
+    absent_reason: Callable[[RankData], str]
+
+
+def _put(rd: RankData, table: str, df: pd.DataFrame) -> None:
+    """Add rows to a rank's table (a table can be fed by several files)."""
+    if table in rd.tables and len(rd.tables[table]):
+        rd.tables[table] = pd.concat([rd.tables[table], df], ignore_index=True)
+    else:
+        rd.tables[table] = df
+
+
+# ---- readers adapted to one signature -------------------------------------------------------
+
+
+def _trace_view(p: Path, rd: RankData) -> None:
+    tv = read_trace_view(p, rd.rank)
+    _put(rd, "timeline", tv.timeline)
+    _put(rd, "counters", tv.counters)
+    if len(tv.host_ops):
+        _put(rd, "kernels", tv.host_ops)
+        rd.meta["kernels_from"] = "trace_view.json (CPU OP)"
+    rd.meta["trace_processes"] = tv.processes
+    rd.meta["step_source"] = tv.step_source
+
+
+def _kernel_details(p: Path, rd: RankData) -> None:
+    _put(rd, "kernels", ascend_csv.read_kernel_details(p, rd.rank))
+    rd.meta["kernels_from"] = p.name
+
+
+def _step_trace_time(p: Path, rd: RankData) -> None:
+    rd.tables["profiler_steps"] = ascend_csv.read_step_trace_time(p, rd.rank)
+
+
+def _communication(p: Path, rd: RankData) -> None:
+    ops, transport = communication.read_communication(p, rd.rank)
+    _put(rd, "comm_ops", ops)
+    _put(rd, "comm_transport", transport)
+
+
+def _communication_matrix(p: Path, rd: RankData) -> None:
+    _put(rd, "comm_links", communication.read_communication_matrix(p, rd.rank))
+
+
+def _op_statistic(p: Path, rd: RankData) -> None:
+    _put(rd, "op_stats", ascend_csv.read_op_statistic(p, rd.rank))
+
+
+def _memory_record(p: Path, rd: RankData) -> None:
+    df, notes = ascend_csv.read_memory_record(p, rd.rank)
+    _put(rd, "memory", df)
+    rd.notes.extend(notes)
+
+
+def _npu_module_mem(p: Path, rd: RankData) -> None:
+    _put(rd, "memory", ascend_csv.read_npu_module_mem(p, rd.rank))
+
+
+def _operator_memory(p: Path, rd: RankData) -> None:
+    _put(rd, "memory_allocs", ascend_csv.read_operator_memory(p, rd.rank))
+
+
+def _static_op_mem(p: Path, rd: RankData) -> None:
+    _put(rd, "memory_allocs", ascend_csv.read_static_op_mem(p, rd.rank))
+
+
+def _dataset_csv(p: Path, rd: RankData) -> None:
+    rd.tables["dataset_stages"] = ascend_csv.read_dataset_csv(p, rd.rank)
+
+
+def _minddata(p: Path, rd: RankData) -> None:
+    summary = p.with_name(p.name.replace("minddata_pipeline_raw_", "minddata_pipeline_summary_").replace(".csv", ".json"))
+    _put(rd, "data_pipeline", ascend_csv.read_minddata_pipeline(p, summary if summary.exists() else None, rd.rank))
+
+
+def _profiler_info(p: Path, rd: RankData) -> None:
+    rd.meta["profiler_info"] = metadata.read_profiler_info(p)
+
+
+def _profiler_metadata(p: Path, rd: RankData) -> None:
+    rd.meta["profiler_metadata"] = metadata.read_profiler_metadata(p)
+
+
+def _cpu_framework(p: Path, rd: RankData) -> None:
+    _put(rd, "host_shapes", mindspore_cpu.read_cpu_framework(p, rd.rank))
+
+
+def _cpu_memory(p: Path, rd: RankData) -> None:
+    _put(rd, "memory", mindspore_cpu.read_cpu_memory_record(p, rd.rank))
+
+
+def _cpu_op_type_info(p: Path, rd: RankData) -> None:
+    _put(rd, "op_stats", mindspore_cpu.read_cpu_op_type_info(p, rd.rank))
+
+
+def _cpu_op_timestamps(p: Path, rd: RankData) -> None:
+    if "kernels" in rd.tables and len(rd.tables["kernels"]):
+        return  # trace_view.json already gave the host ops; this file holds the same launches
+    _put(rd, "kernels", mindspore_cpu.read_cpu_op_timestamps(p, rd.rank))
+    rd.meta["kernels_from"] = p.name
+
+
+# ---- why a source may be absent -------------------------------------------------------------
+
+
+def _level(rd: RankData) -> str | None:
+    info = rd.meta.get("profiler_info") or {}
+    return info.get("profiler_level")
+
+
+def _flag(rd: RankData, key: str) -> bool | None:
+    info = rd.meta.get("profiler_info") or {}
+    v = info.get(key)
+    return None if v is None else bool(v)
+
+
+def _why_comm(rd: RankData) -> str:
+    if _level(rd) == "Level0":
+        return "profiler Level0 writes no communication analysis (use Level1 or higher)"
+    return "not written by this capture (no HCCL communication recorded, or Level0 profiling)"
+
+
+def _why_memory(rd: RankData) -> str:
+    if _flag(rd, "profile_memory") is False:
+        return "profile_memory was off in this capture"
+    return "not written by this capture (profile_memory off?)"
+
+
+def _why_statistic(rd: RankData) -> str:
+    if _level(rd) == "Level0":
+        return "profiler Level0 writes no op_statistic.csv"
+    return "not written by this capture"
+
+
+def _why_minddata(rd: RankData) -> str:
+    if rd.family == ASCEND_PT:
+        return "torch_npu writes no MindData pipeline files"
+    return "MindData pipeline profiling was off (data_process)"
+
+
+def _why_dataset(rd: RankData) -> str:
+    if rd.family == ASCEND_PT:
+        return "torch_npu writes no dataset.csv"
+    return "no dataset ops were recorded (data_process off, or no mindspore.dataset pipeline)"
+
+
+def _why(text: str) -> Callable[[RankData], str]:
+    return lambda rd: text
+
+
+ASCEND_SOURCES: list[Spec] = [
+    Spec("profiler_info_{rank}.json", ".", _profiler_info, False, _why(
+        "no profiler_info_N.json: framework, version and profiler settings unknown")),
+    Spec("profiler_metadata.json", ".", _profiler_metadata, False, _why(
+        "no profiler_metadata.json: parallel configuration unknown")),
+    Spec("kernel_details.csv", "ASCEND_PROFILER_OUTPUT", _kernel_details, True, _why(
+        "no kernel_details.csv: kernels come from trace_view.json only")),
+    Spec("trace_view.json", "ASCEND_PROFILER_OUTPUT", _trace_view, True, _why(
+        "no trace_view.json: no timeline of host, HCCL and overlap lanes")),
+    Spec("step_trace_time.csv", "ASCEND_PROFILER_OUTPUT", _step_trace_time, True, _why(
+        "no step_trace_time.csv: the profiler's own step breakdown is not there to cross-check")),
+    Spec("communication.json", "ASCEND_PROFILER_OUTPUT", _communication, False, _why_comm),
+    Spec("communication_matrix.json", "ASCEND_PROFILER_OUTPUT", _communication_matrix, False, _why_comm),
+    Spec("op_statistic.csv", "ASCEND_PROFILER_OUTPUT", _op_statistic, False, _why_statistic),
+    Spec("memory_record.csv", "ASCEND_PROFILER_OUTPUT", _memory_record, False, _why_memory),
+    Spec("operator_memory.csv", "ASCEND_PROFILER_OUTPUT", _operator_memory, False, _why_memory),
+    Spec("npu_module_mem.csv", "ASCEND_PROFILER_OUTPUT", _npu_module_mem, False, _why_memory),
+    Spec("static_op_mem.csv", "ASCEND_PROFILER_OUTPUT", _static_op_mem, False, _why(
+        "written only for static graphs compiled by GE (graph mode with memory profiling)")),
+    Spec("dataset.csv", "ASCEND_PROFILER_OUTPUT", _dataset_csv, False, _why_dataset),
+    Spec("minddata_pipeline_raw_{rank}.csv", "ASCEND_PROFILER_OUTPUT", _minddata, False, _why_minddata),
+]
+
+CPU_SOURCES: list[Spec] = [
+    Spec("profiler_metadata.json", ".", _profiler_metadata, False, _why(
+        "no profiler_metadata.json (written only when the job calls add_metadata)")),
+    Spec("trace_view.json", "ASCEND_PROFILER_OUTPUT", _trace_view, True, _why(
+        "no trace_view.json: host ops come from FRAMEWORK/cpu_op_execute_timestamp")),
+    Spec("cpu_op_execute_timestamp_{rank}.txt", "FRAMEWORK", _cpu_op_timestamps, False, _why(
+        "no cpu_op_execute_timestamp file")),
+    Spec("cpu_framework_{rank}.txt", "FRAMEWORK", _cpu_framework, False, _why(
+        "no cpu_framework file: op input shapes unknown (FLOPs from shapes unavailable)")),
+    Spec("cpu_op_type_info_{rank}.csv", "FRAMEWORK", _cpu_op_type_info, False, _why(
+        "no cpu_op_type_info file")),
+    Spec("cpu_ms_memory_record_{rank}.txt", "FRAMEWORK", _cpu_memory, False, _why(
+        "profile_memory was off in this capture")),
+]
+
+# MindSpore on CPU never writes these: say so once instead of leaving the reader to wonder.
+CPU_NEVER = {
+    "kernel_details.csv": "MindSpore on CPU runs no device kernels: ops are host ops",
+    "step_trace_time.csv": "MindSpore on CPU writes no step breakdown",
+    "communication.json": "MindSpore on CPU writes no HCCL communication analysis; collectives are host ops",
+    "profiler_info_{rank}.json": "MindSpore on CPU writes no profiler_info.json",
+    "dataset.csv": "data_process has no effect on CPU captures",
+}
+
+
+def load_rank(rd_dir: RankDir) -> RankData:
+    """Read one rank's folder into a RankData (raises ParseError on a broken core file)."""
+    rd = RankData(rank=rd_dir.rank, family=rd_dir.family, path=str(rd_dir.path))
+    rd.meta["rank_from"] = rd_dir.rank_from
+    if rd_dir.captured_ns:
+        rd.meta["captured_ns"] = rd_dir.captured_ns
+    specs = CPU_SOURCES if rd_dir.family == MINDSPORE_CPU else ASCEND_SOURCES
+    present_core = 0
+    for spec in specs:
+        fname = spec.name.format(rank=rd.rank)
+        p = rd_dir.path / spec.folder / fname if spec.folder != "." else rd_dir.path / fname
+        if spec.name.startswith("minddata_pipeline_raw_") and not p.exists():
+            alt = sorted((rd_dir.path / spec.folder).glob("minddata_pipeline_raw_*.csv"))
+            p = alt[0] if alt else p
+        if not p.exists():
+            rd.sources.append(Source(rd.rank, fname, ABSENT, None, spec.absent_reason(rd)))
+            continue
+        try:
+            spec.read(p, rd)
+        except ParseError as e:
+            if spec.core:
+                raise
+            rd.sources.append(Source(rd.rank, fname, FAILED, str(p), e.problem))
+            continue
+        if spec.core:
+            present_core += 1
+        rd.sources.append(Source(rd.rank, fname, PRESENT, str(p), None, _rows_of(spec, rd)))
+    if rd_dir.family == MINDSPORE_CPU:
+        for name, why in CPU_NEVER.items():
+            rd.sources.append(Source(rd.rank, name.format(rank=rd.rank), ABSENT, None, why))
+    if present_core == 0 and not len(rd.table("kernels")):
+        dbs = sorted(p.name for p in (rd_dir.path / "ASCEND_PROFILER_OUTPUT").glob("*.db"))
+        if dbs:
+            raise InputError(
+                rd_dir.path,
+                f"holds only the SQLite export ({', '.join(dbs)}), which this version of msdiag does not read yet; "
+                "capture with export_type text (the default) or keep the text files",
+            )
+        raise InputError(
+            rd_dir.path,
+            "holds none of trace_view.json, kernel_details.csv, step_trace_time.csv: nothing to analyze "
+            "(was the capture's offline analysis run? MindSpore writes ASCEND_PROFILER_OUTPUT/ when it finishes)",
+        )
+    _check_span(rd)
+    return rd
+
+
+def _rows_of(spec: Spec, rd: RankData) -> int | None:
+    table = {
+        _trace_view: "timeline", _kernel_details: "kernels", _step_trace_time: "profiler_steps",
+        _communication: "comm_ops", _communication_matrix: "comm_links", _op_statistic: "op_stats",
+        _cpu_framework: "host_shapes", _cpu_op_type_info: "op_stats", _cpu_op_timestamps: "kernels",
+        _operator_memory: "memory_allocs", _static_op_mem: "memory_allocs", _minddata: "data_pipeline",
+        _dataset_csv: "dataset_stages",
+    }.get(spec.read)
+    if table is None:
+        return None
+    t = rd.tables.get(table)
+    return None if t is None else len(t)
+
+
+def _check_span(rd: RankData) -> None:
+    """Record what could make the figures misleading (e.g. no kernels)."""
+    if not len(rd.table("kernels")) and not len(rd.table("timeline")):
+        rd.notes.append("no kernels and no timeline: the step breakdown comes from step_trace_time.csv only")
+
+
+def load(path: str | Path, jobs: int | None = None) -> Capture:
+    """Discover and read a capture. ``jobs``: worker processes for many ranks (default: CPUs)."""
+    disc: Discovery = discover(path)
+    ranks = _read_all(disc.ranks, jobs)
+    return Capture(path=str(disc.root), ranks=ranks, notes=list(disc.notes))
+
+
+def _read_all(dirs: list[RankDir], jobs: int | None) -> list[RankData]:
+    n = jobs if jobs is not None else (os.cpu_count() or 1)
+    if len(dirs) <= 1 or n <= 1:
+        return [load_rank(d) for d in dirs]
+    with ProcessPoolExecutor(max_workers=min(n, len(dirs))) as pool:
+        return list(pool.map(load_rank, dirs))
+
+
+def family_of(cap: Capture) -> str:
+    fams = {r.family for r in cap.ranks}
+    return fams.pop() if len(fams) == 1 else "mixed"
+
+
+def describe(cap: Capture) -> dict[str, Any]:
+    """The capture's identity: framework and versions, device, ranks, parallel configuration."""
+    info: dict[str, Any] = {}
+    for r in cap.ranks:
+        pi = r.meta.get("profiler_info") or {}
+        for k in ("framework", "framework_version", "cann_version", "profiler_level", "aic_metrics"):
+            if pi.get(k) is not None and k not in info:
+                info[k] = pi[k]
+        pm = r.meta.get("profiler_metadata") or {}
+        if pm.get("distributed_args") and "parallel" not in info:
+            info["parallel"] = metadata.parallel_config(pm["distributed_args"])
+    fam = family_of(cap)
+    info.setdefault("framework", {"ascend_pt": "torch_npu", "ascend_ms": "mindspore", "mindspore_cpu": "mindspore"}.get(fam))
+    info["family"] = fam
+    info["device"] = "CPU" if fam == MINDSPORE_CPU else "Ascend NPU"
+    info["ranks"] = len(cap.ranks)
+    return info

@@ -1,0 +1,576 @@
+"""Reading trace_view.json (Chrome trace format) into the canonical timeline, counter and host-op tables.
+
+Real trace_view.json files are hundreds of MB to GB per rank, so the reader decodes only what the model
+needs, with typed msgspec decoding straight into compact columns:
+
+1. the file is split into its events as ``msgspec.Raw`` slices (no event is materialised; the slices
+   point into the file's bytes);
+2. the events are decoded in chunks into a narrow struct (ph, name, pid, tid, ts, dur; ``args`` left as
+   raw bytes), each chunk turned into columns (names and (pid, tid) pairs interned to integer codes,
+   times as float64) and dropped before the next;
+3. only counter ('C') and metadata ('M') events ever have their ``args`` decoded.
+
+Real-world dirt handled here: ``ts``/``dur`` written as numbers or as strings (possibly with trailing
+whitespace), a JSON array or an object with ``traceEvents``, process and thread names that come after
+the events they name, a UTF-8 byte-order mark.
+
+Lanes of the timeline table (only complete 'X' events are kept; 'B'/'E' pairs, instants, flows and
+async events are not read):
+
+- ``device``: process "Ascend Hardware"; track = thread name ("Stream 2").
+- ``hccl``: process "HCCL", threads "Group <x> Communication" only (op-level rows such as
+  hcom_allReduce__586_0_1); the per-plane task rows ("Plane N") are skipped.
+- ``overlap``: process "Overlap Analysis"; track = Computing / Communication /
+  Communication(Not Overlapped) / Free.
+- ``step``: any event named ``ProfilerStep#<n>``, whatever its process; track = process name.
+- ``host``: the other events of the host processes (Python, python, python3, MindSpore, CANN);
+  track = "<process>/<thread name or tid>".
+- ``scope``: process "Scope Layer" (MindSpore); track = thread name (the scope depth).
+
+Events of the MindSpore CPU backend's "CPU OP" process are host ops: they go to ``host_ops`` (a
+KERNELS table, core "CPU") and NOT to the host lane, so that no op is counted twice.
+"""
+
+from __future__ import annotations
+
+import gc
+import re
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Union
+
+import msgspec
+import numpy as np
+import pandas as pd
+
+from msdiag import model
+from msdiag.errors import ParseError
+
+# Processes whose 'X' events are host activity (lane "host"). "CPU OP" is handled apart (host_ops).
+HOST_PROCESSES = frozenset({"Python", "python", "python3", "MindSpore", "CANN"})
+CPU_OP_PROCESS = "CPU OP"
+STEP_SOURCE = "ProfilerStep#N markers"
+STEP_NAME_RE = re.compile(r"^ProfilerStep#\d+$")
+HCCL_OP_THREAD_RE = re.compile(r"^Group .+ Communication$")
+
+# Collective and point-to-point op types of MindSpore (host ops of type X are communication).
+# The "Hcom"/"hcom_" prefixed forms are recognised by stripping the prefix (see _op_kind).
+COMMUNICATION_OP_TYPES = frozenset(
+    t.lower()
+    for t in (
+        "AllReduce",
+        "AllGather",
+        "AllGatherV",
+        "ReduceScatter",
+        "ReduceScatterV",
+        "Broadcast",
+        "AllToAll",
+        "AlltoAll",
+        "AlltoAllV",
+        "AlltoAllVC",
+        "NeighborExchange",
+        "NeighborExchangeV2",
+        "Send",
+        "Receive",
+        "Recv",
+        "Barrier",
+        "BatchISendIRecv",
+        "CollectiveScatter",
+        "CollectiveGather",
+    )
+)
+_COMM_PREFIXES = ("hcom_", "hcom", "distcomm")
+_OP_SUFFIX_RE = re.compile(r"-op\d+$")
+
+# Lane codes; the order is the order of the timeline table.
+_LANES = ("device", "hccl", "overlap", "step", "host", "scope")
+_DEVICE, _HCCL, _OVERLAP, _STEP, _HOST, _SCOPE = range(len(_LANES))
+_SKIP = -1
+_CPU_OP = -2
+
+_CHUNK_EVENTS = 65536  # events decoded at once: bounds the transient per-event objects
+
+
+@dataclass
+class TraceView:
+    """The tables read from one rank's trace_view.json."""
+
+    timeline: pd.DataFrame  # model.TIMELINE columns
+    counters: pd.DataFrame  # model.COUNTERS columns
+    host_ops: pd.DataFrame  # model.KERNELS columns; only for MindSpore CPU traces ("CPU OP"), else empty
+    processes: list[str] = field(default_factory=list)  # process names in the order they are named
+    step_source: str | None = None  # STEP_SOURCE when ProfilerStep#N markers were found, else None
+
+
+# --------------------------------------------------------------------------------------------------
+# decoding types
+
+
+class _Event(msgspec.Struct, gc=False):
+    """The fields of an event msdiag reads; everything else is skipped by the decoder."""
+
+    ph: str = ""
+    name: str = ""
+    pid: Union[int, str, None] = None
+    tid: Union[int, str, None] = None
+    ts: Union[float, None] = None  # decoded with strict=False: "123.4" -> 123.4
+    dur: Union[float, None] = None
+    args: msgspec.Raw = msgspec.Raw()
+
+
+class _LooseEvent(msgspec.Struct, gc=False):
+    """Fallback for a chunk the typed decoder rejects (e.g. ts "123.4\\t", a numeric name)."""
+
+    ph: Any = ""
+    name: Any = ""
+    pid: Any = None
+    tid: Any = None
+    ts: Any = None
+    dur: Any = None
+    args: msgspec.Raw = msgspec.Raw()
+
+
+class _Wrapped(msgspec.Struct):
+    traceEvents: list[msgspec.Raw]
+
+
+class _NameArgs(msgspec.Struct):
+    name: Any = None
+
+
+_TOP = msgspec.json.Decoder(Union[list[msgspec.Raw], _Wrapped])
+_EVENTS = msgspec.json.Decoder(list[_Event], strict=False)
+_LOOSE_EVENTS = msgspec.json.Decoder(list[_LooseEvent])
+_COUNTER_ARGS = msgspec.json.Decoder(list[Union[dict[str, Any], None]])
+_NAME_ARGS = msgspec.json.Decoder(_NameArgs)
+
+
+# --------------------------------------------------------------------------------------------------
+# public entry point
+
+
+def read_trace_view(path: Path, rank: int) -> TraceView:
+    """Read one rank's trace_view.json into timeline, counter and host-op tables.
+
+    Raises ParseError (naming the file and what is wrong) for an empty, truncated or malformed file,
+    or for JSON that is not a Chrome trace.
+    """
+    path = Path(path)
+    data = _read_bytes(path)
+    raws = _split_events(path, data)
+    acc = _Accumulator()
+    with _gc_paused():
+        first = 0
+        while raws:
+            chunk = raws[:_CHUNK_EVENTS]
+            del raws[:_CHUNK_EVENTS]
+            acc.add(_decode_chunk(path, chunk, first))
+            first += len(chunk)
+            del chunk
+    del raws, data  # the Raw slices pointed into data; both are gone now
+    if first and not acc.saw_phase:
+        raise ParseError(path, f"not a trace: none of its {first} JSON objects has a 'ph' (event phase) field")
+    return acc.finish(rank)
+
+
+# --------------------------------------------------------------------------------------------------
+# reading and splitting
+
+
+def _read_bytes(path: Path) -> bytes:
+    try:
+        data = path.read_bytes()
+    except IsADirectoryError:
+        raise ParseError(path, "is a folder, not a trace_view.json file") from None
+    except OSError as e:
+        raise ParseError(path, f"cannot be read ({e.strerror or e})") from None
+    if not data or data.isspace():
+        raise ParseError(path, "the file is empty (0 bytes)" if not data else "the file is empty (only whitespace)")
+    return data
+
+
+_KIND = {"int": "a number", "float": "a number", "str": "a string", "bool": "true/false", "null": "null",
+         "object": "an object", "array": "an array"}
+
+
+def _found(msg: str) -> str:
+    m = re.search(r"got `(\w+)`", msg)
+    return _KIND.get(m.group(1), m.group(1)) if m else "something else"
+
+
+def _split_events(path: Path, data: bytes) -> list[msgspec.Raw]:
+    """The events as Raw slices of ``data``; ParseError when the file is not a complete JSON trace."""
+    body: bytes | memoryview = data
+    offset = 0
+    if data.startswith(b"\xef\xbb\xbf"):  # UTF-8 byte-order mark
+        body, offset = memoryview(data)[3:], 3
+    try:
+        top = _TOP.decode(body)
+    except msgspec.ValidationError as e:
+        msg = str(e)
+        if "traceEvents" in msg and "missing" in msg:
+            problem = "not a trace: a JSON object without a 'traceEvents' array"
+        elif "$.traceEvents" in msg:
+            problem = f"not a trace: 'traceEvents' is {_found(msg)}, not an array of events"
+        else:
+            problem = f"not a trace: expected a JSON array of events or an object with 'traceEvents', found {_found(msg)}"
+        raise ParseError(path, problem) from None
+    except msgspec.DecodeError as e:
+        raise ParseError(path, _decode_problem(str(e), data, offset)) from None
+    return top.traceEvents if isinstance(top, _Wrapped) else top
+
+
+def _decode_problem(msg: str, data: bytes, offset: int) -> str:
+    size = len(data)
+    if "truncated" in msg:
+        return f"truncated JSON: the data ends at byte {size} before the trace is complete"
+    m = re.search(r"^JSON is malformed: (.*?) \(byte (\d+)\)", msg)
+    if m:
+        at = int(m.group(2)) + offset
+        near = data[max(0, at - 24) : at + 24].decode("utf-8", errors="replace")
+        return f"malformed JSON: {m.group(1)} at byte {at} of {size} (near {near!r})"
+    return f"malformed JSON: {msg}"
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """No cyclic GC passes while millions of short-lived acyclic objects are made (restored after)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def _decode_chunk(path: Path, raws: list[msgspec.Raw], first: int) -> list[Any]:
+    buf = b"".join((b"[", b",".join(raws), b"]"))
+    try:
+        return _EVENTS.decode(buf)
+    except msgspec.ValidationError:
+        pass
+    try:
+        loose = _LOOSE_EVENTS.decode(buf)
+    except msgspec.ValidationError as e:
+        m = re.search(r"\$\[(\d+)\]", str(e))
+        which = f"event {first + int(m.group(1))}" if m else f"an event among {first}..{first + len(raws) - 1}"
+        raise ParseError(path, f"not a trace: {which} is {_found(str(e))}, not a JSON object") from None
+    return [_clean(e) for e in loose]
+
+
+def _clean(e: _LooseEvent) -> _Event:
+    return _Event(
+        ph=e.ph if isinstance(e.ph, str) else "",
+        name=e.name if isinstance(e.name, str) else ("" if e.name is None else str(e.name)),
+        pid=_key_part(e.pid),
+        tid=_key_part(e.tid),
+        ts=_loose_float(e.ts),
+        dur=_loose_float(e.dur),
+        args=e.args,
+    )
+
+
+def _key_part(v: Any) -> int | str | None:
+    if v is None or isinstance(v, (int, str)):
+        return v  # type: ignore[no-any-return]
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    return str(v)
+
+
+def _loose_float(v: Any) -> float | None:
+    """A number written as a number or a string (trailing tab/space allowed); None when absent or bad."""
+    if isinstance(v, bool) or v is None:
+        return None
+    if isinstance(v, (int, float)):
+        return float(v)
+    if isinstance(v, str):
+        try:
+            return float(v.strip())
+        except ValueError:
+            return None
+    return None
+
+
+# --------------------------------------------------------------------------------------------------
+# events -> compact columns
+
+
+class _Interner:
+    """Maps hashable values to dense integer codes (first-seen order)."""
+
+    def __init__(self) -> None:
+        self.codes: dict[Any, int] = {}
+
+    def code_list(self, values: Any) -> list[int]:
+        codes = self.codes
+        return [codes.setdefault(v, len(codes)) for v in values]
+
+    def values(self) -> list[Any]:
+        return list(self.codes)
+
+
+class _Accumulator:
+    """Columns of the events read so far; classification waits for the end (names may come last)."""
+
+    def __init__(self) -> None:
+        self.names = _Interner()  # event names
+        self.keys = _Interner()  # (pid, tid) of X events
+        self.pids = _Interner()  # pid of C events
+        self.units = _Interner()
+        self.x_name: list[np.ndarray] = []
+        self.x_key: list[np.ndarray] = []
+        self.x_ts: list[np.ndarray] = []
+        self.x_dur: list[np.ndarray] = []
+        self.c_name: list[np.ndarray] = []
+        self.c_pid: list[np.ndarray] = []
+        self.c_unit: list[np.ndarray] = []
+        self.c_ts: list[np.ndarray] = []
+        self.c_val: list[np.ndarray] = []
+        self.process_of: dict[Any, str] = {}
+        self.thread_of: dict[tuple[Any, Any], str] = {}
+        self.processes: list[str] = []
+        self.saw_phase = False
+
+    def add(self, events: list[Any]) -> None:
+        xs: list[Any] = []
+        cs: list[Any] = []
+        ms: list[Any] = []
+        xa, ca, ma = xs.append, cs.append, ms.append
+        other = False
+        for e in events:
+            ph = e.ph
+            if ph == "X":
+                xa(e)
+            elif ph == "C":
+                ca(e)
+            elif ph == "M":
+                ma(e)
+            elif ph:
+                other = True
+        self.saw_phase = self.saw_phase or other or bool(xs or cs or ms)
+        del events
+        if xs:
+            self.x_name.append(np.array(self.names.code_list([e.name for e in xs]), dtype=np.int32))
+            self.x_key.append(np.array(self.keys.code_list([(e.pid, e.tid) for e in xs]), dtype=np.int32))
+            self.x_ts.append(np.array([e.ts for e in xs], dtype=np.float64))
+            self.x_dur.append(np.array([e.dur for e in xs], dtype=np.float64))
+        if cs:
+            self.c_name.append(np.array(self.names.code_list([e.name for e in cs]), dtype=np.int32))
+            self.c_pid.append(np.array(self.pids.code_list([e.pid for e in cs]), dtype=np.int32))
+            self.c_ts.append(np.array([e.ts for e in cs], dtype=np.float64))
+            units, values = _counter_values([e.args for e in cs])
+            self.c_unit.append(np.array(self.units.code_list(units), dtype=np.int32))
+            self.c_val.append(values)
+        for e in ms:
+            self._meta(e)
+
+    def _meta(self, e: _Event) -> None:
+        if e.name not in ("process_name", "thread_name") or not len(e.args):
+            return
+        try:
+            name = _NAME_ARGS.decode(e.args).name
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            return
+        if name is None:
+            return
+        name = str(name)
+        if e.name == "process_name":
+            self.process_of[e.pid] = name
+            if name not in self.processes:
+                self.processes.append(name)
+        else:
+            self.thread_of[(e.pid, e.tid)] = name
+
+    # ---------------------------------------------------------------------------------------------
+
+    def finish(self, rank: int) -> TraceView:
+        names = np.array(self.names.values() or [""], dtype=object)
+        timeline, host_ops = self._timeline(rank, names)
+        counters = self._counters(rank, names)
+        found_steps = bool((timeline["lane"] == "step").any()) if len(timeline) else False
+        return TraceView(
+            timeline=timeline,
+            counters=counters,
+            host_ops=host_ops,
+            processes=list(self.processes),
+            step_source=STEP_SOURCE if found_steps else None,
+        )
+
+    def _classify_keys(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
+        """Per (pid, tid) code: lane code, track code, process-track code (for step markers); tracks."""
+        tracks = _Interner()
+        keys = self.keys.values()
+        lane = np.full(len(keys), _SKIP, dtype=np.int8)
+        track = np.zeros(len(keys), dtype=np.int32)
+        proc_track = np.zeros(len(keys), dtype=np.int32)
+        for i, (pid, tid) in enumerate(keys):
+            proc = self.process_of.get(pid)
+            thread = self.thread_of.get((pid, tid))
+            label = thread if thread is not None else ("" if tid is None else str(tid))
+            proc_track[i] = tracks.code_list([proc if proc is not None else ("" if pid is None else str(pid))])[0]
+            if proc == "Ascend Hardware":
+                lane[i], t = _DEVICE, label
+            elif proc == "HCCL":
+                if thread is None or not HCCL_OP_THREAD_RE.match(thread):
+                    continue
+                lane[i], t = _HCCL, thread
+            elif proc == "Overlap Analysis":
+                lane[i], t = _OVERLAP, label
+            elif proc == "Scope Layer":
+                lane[i], t = _SCOPE, label
+            elif proc == CPU_OP_PROCESS:
+                lane[i], t = _CPU_OP, label
+            elif proc in HOST_PROCESSES:
+                lane[i], t = _HOST, f"{proc}/{label}"
+            else:
+                continue
+            track[i] = tracks.code_list([t])[0]
+        return lane, track, proc_track, tracks.values()
+
+    def _timeline(self, rank: int, names: np.ndarray) -> tuple[pd.DataFrame, pd.DataFrame]:
+        if not self.x_name:
+            return model.TIMELINE.empty(), model.KERNELS.empty()
+        name_c = np.concatenate(self.x_name)
+        key_c = np.concatenate(self.x_key)
+        ts = np.concatenate(self.x_ts)
+        dur = np.concatenate(self.x_dur)
+        self.x_name, self.x_key, self.x_ts, self.x_dur = [], [], [], []
+        key_lane, key_track, key_proc, tracks = self._classify_keys()
+        lane = key_lane[key_c]
+        track = key_track[key_c]
+        is_step_name = np.fromiter((bool(STEP_NAME_RE.match(n)) for n in names), dtype=bool, count=len(names))
+        step = is_step_name[name_c]
+        if step.any():
+            lane[step] = _STEP
+            track[step] = key_proc[key_c[step]]
+        has_ts = ~np.isnan(ts)
+
+        host = (lane == _CPU_OP) & has_ts
+        host_ops = _host_ops(rank, names, name_c[host], ts[host], dur[host])
+
+        keep = (lane >= 0) & has_ts
+        lane, track, name_c, ts, dur = lane[keep], track[keep], name_c[keep], ts[keep], dur[keep]
+        order = np.lexsort((ts, track, lane))
+        lane, track, name_c, ts, dur = lane[order], track[order], name_c[order], ts[order], dur[order]
+        n = len(ts)
+        timeline = model.TIMELINE.frame(
+            {
+                "rank": _const_int(rank, n),
+                "lane": _strings(np.array(_LANES, dtype=object), lane),
+                "track": _strings(np.array(tracks or [""], dtype=object), track),
+                "name": _strings(names, name_c),
+                "start_us": ts,
+                "dur_us": dur,
+            }
+        )
+        return timeline, host_ops
+
+    def _counters(self, rank: int, names: np.ndarray) -> pd.DataFrame:
+        if not self.c_name:
+            return model.COUNTERS.empty()
+        name_c = np.concatenate(self.c_name)
+        pid_c = np.concatenate(self.c_pid)
+        unit_c = np.concatenate(self.c_unit)
+        ts = np.concatenate(self.c_ts)
+        val = np.concatenate(self.c_val)
+        pid_track = np.array(
+            [self.process_of.get(p, "" if p is None else str(p)) for p in self.pids.values()], dtype=object
+        )
+        units = np.array(self.units.values(), dtype=object)
+        keep = ~np.isnan(ts)
+        name_c, pid_c, unit_c, ts, val = name_c[keep], pid_c[keep], unit_c[keep], ts[keep], val[keep]
+        order = np.lexsort((ts, name_c, pid_c))
+        name_c, pid_c, unit_c, ts, val = name_c[order], pid_c[order], unit_c[order], ts[order], val[order]
+        n = len(ts)
+        return model.COUNTERS.frame(
+            {
+                "rank": _const_int(rank, n),
+                "track": _strings(pid_track, pid_c),
+                "name": _strings(names, name_c),
+                "unit": _strings(units, unit_c),
+                "ts_us": ts,
+                "value": val,
+            }
+        )
+
+
+def _counter_values(args: list[msgspec.Raw]) -> tuple[list[Any], np.ndarray]:
+    """(unit, value) of each counter event: the first args key that is not "acc_id", and its number."""
+    parts = [a if len(a) else b"null" for a in args]
+    try:
+        dicts: list[Any] = _COUNTER_ARGS.decode(b"".join((b"[", b",".join(parts), b"]")))
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        dicts = []
+        for a in parts:
+            try:
+                d = msgspec.json.decode(a)
+            except msgspec.DecodeError:
+                d = None
+            dicts.append(d if isinstance(d, dict) else None)
+    units: list[Any] = []
+    values: list[Any] = []
+    ua, va = units.append, values.append
+    for d in dicts:
+        unit = value = None
+        if d:
+            for k, v in d.items():
+                if k != "acc_id":
+                    unit, value = k, v
+                    break
+        ua(unit)
+        va(value)
+    try:
+        arr = np.array(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        arr = np.array([_loose_float(v) for v in values], dtype=np.float64)
+    return units, arr
+
+
+def _strings(values: np.ndarray, codes: np.ndarray) -> pd.api.extensions.ExtensionArray:
+    """A "string" column from interned values and their codes (None values become <NA>)."""
+    return pd.array(values[codes], dtype=model.STR)
+
+
+def _const_int(value: int, n: int) -> pd.api.extensions.ExtensionArray:
+    return pd.array(np.full(n, value, dtype=np.int64), dtype=model.INT)
+
+
+def _op_type(name: str) -> str:
+    """Op type from a MindSpore op's full name: "Default/net/MatMul-op3" -> "MatMul"."""
+    return _OP_SUFFIX_RE.sub("", name.rsplit("/", 1)[-1])
+
+
+def _op_kind(op_type: str) -> str:
+    t = op_type.lower()
+    for p in _COMM_PREFIXES:
+        if t.startswith(p) and t[len(p) :] in COMMUNICATION_OP_TYPES:
+            return "communication"
+    return "communication" if t in COMMUNICATION_OP_TYPES else "compute"
+
+
+def _host_ops(rank: int, names: np.ndarray, name_c: np.ndarray, ts: np.ndarray, dur: np.ndarray) -> pd.DataFrame:
+    """KERNELS rows for the MindSpore CPU backend's host ops ("CPU OP" process)."""
+    n = len(ts)
+    if not n:
+        return model.KERNELS.empty()
+    used, inverse = np.unique(name_c, return_inverse=True)
+    types = np.array([_op_type(str(names[c])) for c in used], dtype=object)
+    kinds = np.array([_op_kind(t) for t in types], dtype=object)
+    order = np.argsort(ts, kind="stable")
+    inverse = inverse.reshape(-1)[order]
+    return model.KERNELS.frame(
+        {
+            "rank": _const_int(rank, n),
+            "step": pd.array([pd.NA] * n, dtype=model.INT),
+            "stream": pd.array([pd.NA] * n, dtype=model.INT),
+            "name": _strings(names, name_c[order]),
+            "type": _strings(types, inverse),
+            "core": pd.array(np.full(n, "CPU", dtype=object), dtype=model.STR),
+            "kind": _strings(kinds, inverse),
+            "start_us": ts[order],
+            "dur_us": dur[order],
+        }
+    )

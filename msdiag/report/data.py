@@ -1,0 +1,113 @@
+"""The report object: one JSON-ready dict built from an Analysis, shared by every renderer.
+
+This is the stable JSON contract of ``msdiag analyze --format json`` (documented in the README
+and docs/architecture.md). Renderers never compute metrics; they only read this structure.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from msdiag import __version__
+from msdiag.analysis import Analysis, finite_or_none
+from msdiag.metrics.registry import METRICS
+from msdiag.model import SCHEMA_VERSION
+
+STEP_COLUMNS = [
+    "rank", "step", "total_us", "computing_us", "communication_us", "communication_exposed_us",
+    "overlapped_us", "free_us", "bubble_us", "preparing_us", "stage_us", "start_us", "end_us", "source",
+]
+TOP_KERNELS = 10
+
+
+def _records(df: pd.DataFrame, cols: list[str]) -> list[dict[str, Any]]:
+    cols = [c for c in cols if c in df.columns]
+    return [{c: finite_or_none(v) for c, v in zip(cols, row)} for row in df[cols].itertuples(index=False)]
+
+
+def top_kernels(k: pd.DataFrame, n: int = TOP_KERNELS) -> list[dict[str, Any]]:
+    """Kernel types by total time (compute only), with count and share of the compute time."""
+    c = k[k["kind"] == "compute"]
+    if not len(c):
+        return []
+    g = c.groupby(c["type"].fillna(c["name"]), dropna=False)["dur_us"].agg(["count", "sum", "mean"])
+    g = g.sort_values("sum", ascending=False)
+    total = float(g["sum"].sum()) or 1.0
+    return [
+        {"type": str(t), "count": int(r["count"]), "total_us": float(r["sum"]), "mean_us": float(r["mean"]), "share": float(r["sum"]) / total}
+        for t, r in g.head(n).iterrows()
+    ]
+
+
+def _comm_summary(a: Analysis, rank: int) -> dict[str, Any] | None:
+    ops = a.capture.table("comm_ops")
+    ops = ops[ops["rank"] == rank]
+    if len(ops):
+        return {
+            "source": "communication.json",
+            "ops": int(len(ops)),
+            "elapse_us": float(ops["elapse_us"].sum()),
+            "transit_us": float(ops["transit_us"].sum()),
+            "wait_us": float(ops["wait_us"].sum()),
+            "sync_us": float(ops["sync_us"].sum()),
+            "idle_us": float(ops["idle_us"].sum()),
+        }
+    k = a.capture.table("kernels")
+    k = k[(k["rank"] == rank) & (k["kind"] == "communication")]
+    if len(k):
+        return {"source": "kernels", "ops": int(len(k)), "elapse_us": float(k["dur_us"].sum())}
+    return None
+
+
+def _rank_entry(a: Analysis, rd: Any) -> dict[str, Any]:
+    k = rd.table("kernels")
+    mem = rd.table("memory")
+    mem = mem[mem["allocated_mb"].notna()]
+    s = a.steps[a.steps["rank"] == rd.rank]
+    return {
+        "rank": int(rd.rank),
+        "family": rd.family,
+        "path": rd.path,
+        "rank_from": rd.meta.get("rank_from"),
+        "steps": int(len(s)),
+        "kernels": int(len(k)),
+        "kernels_from": rd.meta.get("kernels_from"),
+        "top_kernels": top_kernels(k),
+        "communication": _comm_summary(a, rd.rank),
+        "memory_peak_allocated_mb": float(mem["allocated_mb"].max()) if len(mem) else None,
+        "notes": list(rd.notes),
+    }
+
+
+def build(a: Analysis) -> dict[str, Any]:
+    """The report object (JSON contract) of an analysis."""
+    metrics = {mid: finite_or_none(v.value) for mid, v in a.metrics.items()}
+    details = {
+        mid: {
+            "unit": METRICS[mid].unit,
+            "doc": METRICS[mid].doc,
+            "source": METRICS[mid].source,
+            "reason": v.reason,
+            "per_rank": {str(r): finite_or_none(x) for r, x in v.per_rank.items()},
+        }
+        for mid, v in a.metrics.items()
+    }
+    steps = a.steps.sort_values(["rank", "step"], na_position="first") if len(a.steps) else a.steps
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "msdiag_version": __version__,
+        "path": a.capture.path,
+        "capture": a.identity,
+        "ranks": [_rank_entry(a, rd) for rd in a.capture.ranks],
+        "steps": _records(steps, STEP_COLUMNS),
+        "metrics": metrics,
+        "metric_details": details,
+        "verdict": a.verdict,
+        "findings": a.findings,
+        "checks": a.checks,
+        "sources": [s.to_dict() for s in a.capture.sources],
+        "notes": list(a.capture.notes),
+        "options": a.options.as_dict(),
+    }

@@ -1,0 +1,100 @@
+"""The terminal summary: a short human view of the report object."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _us(x: float | None) -> str:
+    if x is None:
+        return "-"
+    if abs(x) >= 1e6:
+        return f"{x / 1e6:.2f} s"
+    if abs(x) >= 1e3:
+        return f"{x / 1e3:.2f} ms"
+    return f"{x:.1f} us"
+
+
+def _pct(part: float | None, total: float | None) -> str:
+    if part is None or not total:
+        return "-"
+    return f"{100.0 * part / total:.1f}%"
+
+
+def _mb(x: float | None) -> str:
+    return "-" if x is None else (f"{x / 1024:.2f} GB" if x >= 1024 else f"{x:.1f} MB")
+
+
+def render(report: dict[str, Any]) -> str:
+    """The text view of a report object."""
+    out: list[str] = []
+    cap = report["capture"]
+    m = report["metrics"]
+    ident = ", ".join(
+        str(x)
+        for x in (
+            cap.get("framework"),
+            cap.get("framework_version"),
+            cap.get("device"),
+            f"{cap.get('ranks')} rank(s)",
+            cap.get("profiler_level"),
+        )
+        if x
+    )
+    out.append(f"msdiag {report['msdiag_version']}: {report['path']}")
+    out.append(f"  {ident}")
+    if cap.get("parallel"):
+        out.append("  parallel: " + ", ".join(f"{k}={v}" for k, v in cap["parallel"].items() if v is not None))
+    v = report.get("verdict") or {}
+    if v.get("bottleneck"):
+        out.append(f"\nVerdict: {v.get('sentence') or v['bottleneck']}")
+    out.append(
+        f"\nStep time: median {_us(m.get('step_time_us'))}, p90 {_us(m.get('step_time_p90_us'))} "
+        f"over {m.get('step_count') or 0} rank-step(s)"
+    )
+    out.append("\nPer rank and step (share of the step):")
+    out.append(f"  {'rank':>4} {'step':>6} {'total':>10} {'computing':>10} {'comm':>10} {'exposed':>10} {'free':>10}  source")
+    steps = report["steps"]
+    for s in steps[:40]:
+        t = s["total_us"]
+        out.append(
+            f"  {s['rank']:>4} {('-' if s['step'] is None else s['step']):>6} {_us(t):>10} "
+            f"{_pct(s['computing_us'], t):>10} {_pct(s['communication_us'], t):>10} "
+            f"{_pct(s['communication_exposed_us'], t):>10} {_pct(s['free_us'], t):>10}  {s['source']}"
+        )
+    if len(steps) > 40:
+        out.append(f"  ... {len(steps) - 40} more rows (--format json has them all)")
+    for r in report["ranks"]:
+        out.append(f"\nRank {r['rank']} ({r['family']}, {r['kernels']} kernels from {r['kernels_from'] or '-'})")
+        tk = r["top_kernels"][:5]
+        if tk:
+            out.append("  top kernel types: " + "; ".join(f"{k['type']} {_us(k['total_us'])} ({100 * k['share']:.0f}%, {k['count']}x)" for k in tk))
+        c = r.get("communication")
+        if c:
+            extra = ""
+            if "transit_us" in c:
+                extra = f", transit {_us(c['transit_us'])}, wait {_us(c['wait_us'])}, sync {_us(c['sync_us'])}, idle {_us(c['idle_us'])}"
+            out.append(f"  communication: {c['ops']} ops, elapse {_us(c['elapse_us'])}{extra} ({c['source']})")
+        out.append(f"  memory peak allocated: {_mb(r['memory_peak_allocated_mb'])}")
+        for n in r["notes"]:
+            out.append(f"  note: {n}")
+    bad = [c for c in report.get("checks", []) if not c["ok"]]
+    if report.get("checks"):
+        n_ok = sum(1 for c in report["checks"] if c["ok"])
+        out.append(f"\nCross-check with step_trace_time.csv: {n_ok}/{len(report['checks'])} figures agree within 1%")
+        for c in bad[:5]:
+            out.append(f"  rank {c['rank']} step {c['step']} {c['column']}: msdiag {c['msdiag']:.1f} vs profiler {c['profiler']:.1f}")
+    absent = [s for s in report["sources"] if s["status"] != "present"]
+    if absent:
+        out.append("\nAbsent or unreadable:")
+        seen: set[tuple[str, str, str]] = set()
+        for s in absent:
+            key = (s["name"], s["status"], s["reason"] or "")
+            if key in seen:
+                continue
+            seen.add(key)
+            ranks = sorted({str(x["rank"]) for x in absent if (x["name"], x["status"], x["reason"] or "") == key})
+            out.append(f"  {s['name']} ({s['status']}, rank {','.join(ranks)}): {s['reason']}")
+    for n in report.get("notes", []):
+        out.append(f"note: {n}")
+    return "\n".join(out) + "\n"

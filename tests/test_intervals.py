@@ -1,0 +1,82 @@
+"""Property tests of the interval arithmetic the step breakdown stands on."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from msdiag.metrics import intervals as iv
+from msdiag.metrics.breakdown import _parts
+
+spans = st.lists(
+    st.tuples(st.floats(0, 1000, allow_nan=False), st.floats(0, 200, allow_nan=False)), max_size=40
+)
+
+
+def _iv(pairs: list[tuple[float, float]]) -> iv.Intervals:
+    return iv.make([p[0] for p in pairs], [p[1] for p in pairs])
+
+
+def _covered(x: iv.Intervals, grid: np.ndarray) -> np.ndarray:
+    s, e = x
+    return ((grid[:, None] >= s[None, :]) & (grid[:, None] < e[None, :])).any(axis=1) if len(s) else np.zeros(len(grid), bool)
+
+
+@given(spans)
+def test_merge_is_idempotent_and_disjoint(pairs: list[tuple[float, float]]) -> None:
+    m = iv.merge(_iv(pairs))
+    m2 = iv.merge(m)
+    assert np.array_equal(m[0], m2[0]) and np.array_equal(m[1], m2[1])
+    assert np.all(m[1] > m[0])
+    assert np.all(m[0][1:] > m[1][:-1])  # sorted, disjoint, non-touching
+
+
+@given(spans)
+def test_union_never_exceeds_sum_nor_falls_below_longest(pairs: list[tuple[float, float]]) -> None:
+    x = _iv(pairs)
+    t = iv.total(x)
+    lengths = x[1] - x[0]
+    assert t <= lengths.sum() + 1e-6
+    assert t >= (lengths.max() if len(lengths) else 0.0) - 1e-6
+
+
+@given(spans, spans)
+def test_overlap_never_exceeds_either_part(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> None:
+    A, B = _iv(a), _iv(b)
+    inter = iv.total(iv.intersect(A, B))
+    assert inter <= iv.total(A) + 1e-6
+    assert inter <= iv.total(B) + 1e-6
+    # inclusion-exclusion: |A u B| = |A| + |B| - |A n B|
+    union = iv.total((np.concatenate([A[0], B[0]]), np.concatenate([A[1], B[1]])))
+    assert abs(union - (iv.total(A) + iv.total(B) - inter)) < 1e-6
+    # A minus B plus A and B is A
+    assert abs(iv.total(iv.subtract(A, B)) + inter - iv.total(A)) < 1e-6
+
+
+@settings(max_examples=60)
+@given(spans, spans)
+def test_set_operations_agree_with_a_grid(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> None:
+    A, B = _iv(a), _iv(b)
+    grid = np.linspace(0, 1200, 2401) + 0.123  # off the integer and half-integer points
+    ca, cb = _covered(A, grid), _covered(B, grid)
+    assert np.array_equal(_covered(iv.intersect(A, B), grid), ca & cb)
+    assert np.array_equal(_covered(iv.subtract(A, B), grid), ca & ~cb)
+
+
+@given(spans, spans, spans)
+def test_breakdown_parts_sum_to_the_step(comp: list[tuple[float, float]], comm: list[tuple[float, float]], recv: list[tuple[float, float]]) -> None:
+    C, M = _iv(comp), _iv(comm)
+    allst = np.concatenate([C[0], M[0]])
+    if not len(allst):
+        return
+    lo, hi = float(allst.min()), float(np.concatenate([C[1], M[1]]).max())
+    p = _parts(C, M, _iv(recv), lo, hi)
+    total = p["total_us"]
+    # computing + exposed communication + free == the step's span
+    assert abs(p["computing_us"] + p["communication_exposed_us"] + p["free_us"] - total) < 1e-6 * max(1.0, total)
+    shares = [p[k] / total for k in ("computing_us", "communication_exposed_us", "free_us")] if total > 0 else [0, 0, 0]
+    assert all(-1e-9 <= s <= 1 + 1e-9 for s in shares)
+    assert 0 <= p["overlapped_us"] <= min(p["computing_us"], p["communication_us"]) + 1e-6
+    assert p["bubble_us"] <= total + 1e-6
