@@ -1,0 +1,208 @@
+"""`msdiag analyze` end to end: the JSON contract on real captures, and clear errors on bad input."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from msdiag.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLE = REPO / "sample_traces" / "train_small_cpu"
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    r = CliRunner().invoke(main, list(args))
+    return r.exit_code, r.stdout, r.stderr
+
+
+def analyze_json(path: Path, *extra: str) -> dict:
+    code, out, err = run("analyze", str(path), "--format", "json", "--jobs", "1", *extra)
+    assert code == 0, err
+    return json.loads(out)
+
+
+def _step_trace(path: Path) -> dict[int, dict[str, float]]:
+    with open(path, newline="") as f:
+        return {int(r["Step"]): {k: float(v) for k, v in r.items() if k != "Step" and v} for r in csv.DictReader(f)}
+
+
+@pytest.mark.parametrize("folder", ["torchnpu-2rank-level0", "torchnpu-2rank-level1"])
+def test_steps_agree_with_step_trace_time(corpus: Path, folder: str) -> None:
+    rep = analyze_json(corpus / "ascend" / folder)
+    assert [r["rank"] for r in rep["ranks"]] == [0, 1]
+    for rank in (0, 1):
+        expected = _step_trace(corpus / "ascend" / folder / f"rank{rank}_ascend_pt/ASCEND_PROFILER_OUTPUT/step_trace_time.csv")
+        rows = [s for s in rep["steps"] if s["rank"] == rank]
+        assert [s["step"] for s in rows] == sorted(expected)  # the profiler's own step ids (50)
+        for s in rows:
+            e = expected[s["step"]]
+            # msdiag computes these from kernel_details.csv intervals; the profiler's file is the reference.
+            # The span: Computing + Communication(Not Overlapped) + Free (= Stage when Bubble is 0).
+            span = e["Computing"] + e["Communication(Not Overlapped)"] + e["Free"]
+            assert s["source"].startswith("timeline")
+            assert s["total_us"] == pytest.approx(span, rel=0.01)
+            assert s["computing_us"] == pytest.approx(e["Computing"], rel=0.01)
+            assert s["communication_us"] == pytest.approx(e["Communication"], rel=0.01)
+            assert s["communication_exposed_us"] == pytest.approx(e["Communication(Not Overlapped)"], rel=0.01)
+            assert s["free_us"] == pytest.approx(e["Free"], rel=0.01)
+            assert s["preparing_us"] == pytest.approx(e["Preparing"], abs=1.0)
+    assert rep["checks"] and all(c["ok"] for c in rep["checks"])
+
+
+def test_kernel_counts_match_csv_rows(corpus: Path) -> None:
+    rep = analyze_json(corpus / "ascend/torchnpu-2rank-level1")
+    for r in rep["ranks"]:
+        with open(corpus / f"ascend/torchnpu-2rank-level1/rank{r['rank']}_ascend_pt/ASCEND_PROFILER_OUTPUT/kernel_details.csv", newline="") as f:
+            rows = sum(1 for _ in csv.DictReader(f))
+        assert r["kernels"] == rows  # 191 data rows per rank
+        assert r["kernels_from"] == "kernel_details.csv"
+
+
+def test_communication_totals_match_communication_json(corpus: Path) -> None:
+    rep = analyze_json(corpus / "ascend/torchnpu-2rank-level1")
+    for r in rep["ranks"]:
+        data = json.loads((corpus / f"ascend/torchnpu-2rank-level1/rank{r['rank']}_ascend_pt/ASCEND_PROFILER_OUTPUT/communication.json").read_text())
+        total_ms = sum(
+            cat["Total Op Info"]["Communication Time Info"]["Elapse Time(ms)"]
+            for step in data.values()
+            for cat in step.values()
+            if "Total Op Info" in cat
+        )
+        assert r["communication"]["source"] == "communication.json"
+        assert r["communication"]["elapse_us"] == pytest.approx(total_ms * 1000, rel=1e-6)
+
+
+def test_json_contract_keys_and_types(corpus: Path) -> None:
+    rep = analyze_json(corpus / "ascend/torchnpu-2rank-level0")
+    for key in ("schema_version", "ranks", "steps", "metrics", "metric_details", "verdict", "findings", "sources"):
+        assert key in rep
+    assert all(isinstance(r["rank"], int) for r in rep["ranks"])
+    assert all(isinstance(s["step"], int) for s in rep["steps"])
+    # metrics maps each id straight to a number or null; the details sit apart
+    assert all(v is None or isinstance(v, (int, float, str)) for v in rep["metrics"].values())
+    assert set(rep["metrics"]) == set(rep["metric_details"])
+    comm = [s for s in rep["sources"] if s["name"] == "communication.json"]
+    assert comm and all(s["status"] == "absent" and "Level0" in s["reason"] for s in comm)
+
+
+def test_cpu_capture_one_row_per_rank_with_collectives(corpus: Path) -> None:
+    rep = analyze_json(corpus / "mindspore-cpu/msrun_dp2_pynative")
+    assert [s["rank"] for s in rep["steps"]] == [0, 1]
+    assert all(s["step"] is None for s in rep["steps"])
+    # the host AllReduce ops are communication: derived from trace_view.json's CPU OP events
+    for s in rep["steps"]:
+        tv = next((corpus / "mindspore-cpu/msrun_dp2_pynative").glob(f"*/FRAMEWORK/cpu_framework_{s['rank']}.txt")).parents[1]
+        events = json.loads((tv / "ASCEND_PROFILER_OUTPUT/trace_view.json").read_text())
+        ar = [(float(e["ts"]), float(e["dur"])) for e in events if e.get("ph") == "X" and "AllReduce" in e["name"]]
+        assert ar
+        # host ops run one at a time per thread: the union of AllReduce spans is their sum
+        assert s["communication_us"] == pytest.approx(sum(d for _, d in ar), rel=1e-3)
+
+
+def test_sample_trace_analyzes(repo: Path) -> None:
+    rep = analyze_json(SAMPLE)
+    assert rep["capture"]["family"] == "mindspore_cpu"
+    assert rep["ranks"][0]["kernels"] > 100
+    assert rep["metrics"]["step_time_us"] > 0
+
+
+def test_text_output_names_what_is_absent(corpus: Path) -> None:
+    code, out, _ = run("analyze", str(corpus / "ascend/torchnpu-2rank-level0"), "--jobs", "1")
+    assert code == 0
+    assert "communication.json" in out and "Level0" in out
+    assert "Step time" in out
+
+
+# ---- bad input --------------------------------------------------------------------------------
+
+
+def _copy_rank(corpus: Path, tmp: Path) -> Path:
+    src = corpus / "ascend/torchnpu-2rank-level1/rank0_ascend_pt"
+    dst = tmp / "rank0_ascend_pt"
+    shutil.copytree(src, dst)
+    for p in dst.rglob("*"):
+        os.chmod(p, 0o755 if p.is_dir() else 0o644)
+    return dst
+
+
+def _error(path: Path) -> str:
+    code, out, err = run("analyze", str(path), "--jobs", "1")
+    assert code == 2, (out, err)
+    assert "Traceback" not in err and out == ""
+    assert len(err.strip().splitlines()) <= 2
+    return err
+
+
+def test_missing_path(tmp_path: Path) -> None:
+    assert "no such file or folder" in _error(tmp_path / "does-not-exist")
+
+
+def test_wrong_folder(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("hello")
+    assert "no profiler capture found" in _error(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "name,damage,expect",
+    [
+        ("trace_view.json", lambda p: p.write_bytes(p.read_bytes()[: len(p.read_bytes()) // 2]), "trace_view.json"),
+        ("trace_view.json", lambda p: p.write_bytes(b""), "empty"),
+        ("trace_view.json", lambda p: p.write_text("this is not json"), "trace_view.json"),
+        ("kernel_details.csv", lambda p: p.write_bytes(b""), "empty"),
+        ("kernel_details.csv", lambda p: p.write_text("a,b,c\n1,2,3\n"), "missing column"),
+        ("step_trace_time.csv", lambda p: p.write_text("Step,Computing\n50,abc\n"), "step_trace_time.csv"),
+    ],
+)
+def test_broken_core_file_is_a_clear_error(corpus: Path, tmp_path: Path, name: str, damage, expect: str) -> None:
+    rank = _copy_rank(corpus, tmp_path)
+    damage(rank / "ASCEND_PROFILER_OUTPUT" / name)
+    err = _error(rank)
+    assert name in err and expect in err
+
+
+def test_broken_optional_file_is_reported_and_the_rest_analyzed(corpus: Path, tmp_path: Path) -> None:
+    rank = _copy_rank(corpus, tmp_path)
+    (rank / "ASCEND_PROFILER_OUTPUT" / "communication.json").write_text('{"step50": {"collective": ')
+    rep = analyze_json(rank)
+    src = [s for s in rep["sources"] if s["name"] == "communication.json"][0]
+    assert src["status"] == "failed" and src["reason"]
+    assert rep["steps"] and rep["steps"][0]["step"] == 50
+
+
+def _digest(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha1(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_capture_folder_is_never_modified(corpus: Path, tmp_path: Path) -> None:
+    rank = _copy_rank(corpus, tmp_path)
+    before = _digest(tmp_path)
+    listing = sorted(str(p) for p in tmp_path.rglob("*"))
+    analyze_json(rank)
+    run("analyze", str(rank), "--jobs", "1")
+    assert _digest(tmp_path) == before
+    assert sorted(str(p) for p in tmp_path.rglob("*")) == listing
+
+
+def test_debug_shows_the_traceback(tmp_path: Path) -> None:
+    r = CliRunner().invoke(main, ["analyze", str(tmp_path / "nope"), "--debug"])
+    assert r.exit_code != 0 and r.exception is not None
+
+
+def test_installed_command_runs(corpus: Path) -> None:
+    """The module entry point works as a separate process (what the console script calls)."""
+    p = subprocess.run(
+        [sys.executable, "-m", "msdiag.cli", "analyze", str(corpus / "ascend/torchnpu-2rank-level0"), "--format", "json"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert p.returncode == 0, p.stderr
+    assert len(json.loads(p.stdout)["ranks"]) == 2
