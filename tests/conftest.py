@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+# MSDIAG_REPO: the checkout, when the tests run from a copy against an installed wheel (CI)
+REPO = Path(os.environ.get("MSDIAG_REPO", Path(__file__).resolve().parents[1]))
+SAMPLE_TRACES = REPO / "sample_traces"
 CORPUS = Path(os.environ.get("MSDIAG_CORPUS", REPO.parent / "shared" / "corpus"))
 
 
@@ -22,3 +24,7 @@ def corpus() -> Path:
 @pytest.fixture(scope="session")
 def repo() -> Path:
     return REPO
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "mindspore: needs MindSpore installed (capture tests)")

@@ -16,8 +16,9 @@ from click.testing import CliRunner
 
 from msdiag.cli import main
 
-REPO = Path(__file__).resolve().parents[1]
-SAMPLE = REPO / "sample_traces" / "train_small_cpu"
+from conftest import SAMPLE_TRACES
+
+SAMPLE = SAMPLE_TRACES / "train_small_cpu"
 
 
 def run(*args: str) -> tuple[int, str, str]:

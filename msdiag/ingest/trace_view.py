@@ -104,23 +104,49 @@ class TraceView:
 
 
 # --------------------------------------------------------------------------------------------------
-# decoding types
+# decoding types: one struct per event phase msdiag reads, an empty struct for every other phase
 
 
-class _Event(msgspec.Struct, gc=False):
-    """The fields of an event msdiag reads; everything else is skipped by the decoder."""
+class _X(msgspec.Struct, gc=False, tag_field="ph", tag="X"):
+    """A complete event; its args are skipped by the decoder."""
 
-    ph: str = ""
     name: str = ""
     pid: Union[int, str, None] = None
     tid: Union[int, str, None] = None
     ts: Union[float, None] = None  # decoded with strict=False: "123.4" -> 123.4
     dur: Union[float, None] = None
-    args: msgspec.Raw = msgspec.Raw()
+
+
+class _C(msgspec.Struct, gc=False, tag_field="ph", tag="C"):
+    """A counter sample: args hold {unit: value} (plus "acc_id" on Acc PMU)."""
+
+    name: str = ""
+    pid: Union[int, str, None] = None
+    ts: Union[float, None] = None
+    args: Union[dict[str, Any], None] = None
+
+
+class _NameArgs(msgspec.Struct, gc=False):
+    name: Any = None
+
+
+class _M(msgspec.Struct, gc=False, tag_field="ph", tag="M"):
+    """A metadata event (process_name, thread_name, ...)."""
+
+    name: str = ""
+    pid: Union[int, str, None] = None
+    tid: Union[int, str, None] = None
+    args: Union[_NameArgs, None] = None
+
+
+# Every other phase of the Chrome trace format: decoded to an empty struct (all fields skipped).
+_OTHER_PHASES = "BEiIbneSTpFstfPONDRcVv()"
+_OTHERS = tuple(msgspec.defstruct(f"_Other{i}", [], gc=False, tag_field="ph", tag=p) for i, p in enumerate(_OTHER_PHASES))
+_EventType = Union[(_X, _C, _M) + _OTHERS]  # type: ignore[valid-type]
 
 
 class _LooseEvent(msgspec.Struct, gc=False):
-    """Fallback for a chunk the typed decoder rejects (e.g. ts "123.4\\t", a numeric name)."""
+    """Fallback for a chunk the typed decoder rejects (ts "123.4\\t", an unknown phase, a numeric name)."""
 
     ph: Any = ""
     name: Any = ""
@@ -135,15 +161,9 @@ class _Wrapped(msgspec.Struct):
     traceEvents: list[msgspec.Raw]
 
 
-class _NameArgs(msgspec.Struct):
-    name: Any = None
-
-
 _TOP = msgspec.json.Decoder(Union[list[msgspec.Raw], _Wrapped])
-_EVENTS = msgspec.json.Decoder(list[_Event], strict=False)
+_EVENTS = msgspec.json.Decoder(list[_EventType], strict=False)
 _LOOSE_EVENTS = msgspec.json.Decoder(list[_LooseEvent])
-_COUNTER_ARGS = msgspec.json.Decoder(list[Union[dict[str, Any], None]])
-_NAME_ARGS = msgspec.json.Decoder(_NameArgs)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -158,19 +178,14 @@ def read_trace_view(path: Path, rank: int) -> TraceView:
     """
     path = Path(path)
     data = _read_bytes(path)
-    raws = _split_events(path, data)
     acc = _Accumulator()
     with _gc_paused():
-        first = 0
-        while raws:
-            chunk = raws[:_CHUNK_EVENTS]
-            del raws[:_CHUNK_EVENTS]
+        for first, chunk in _chunks(path, data):
             acc.add(_decode_chunk(path, chunk, first))
-            first += len(chunk)
             del chunk
-    del raws, data  # the Raw slices pointed into data; both are gone now
-    if first and not acc.saw_phase:
-        raise ParseError(path, f"not a trace: none of its {first} JSON objects has a 'ph' (event phase) field")
+    del data
+    if acc.events and not acc.phased:
+        raise ParseError(path, f"not a trace: none of its {acc.events} JSON objects has a 'ph' (event phase) field")
     return acc.finish(rank)
 
 
@@ -190,8 +205,15 @@ def _read_bytes(path: Path) -> bytes:
     return data
 
 
-_KIND = {"int": "a number", "float": "a number", "str": "a string", "bool": "true/false", "null": "null",
-         "object": "an object", "array": "an array"}
+_KIND = {
+    "int": "a number",
+    "float": "a number",
+    "str": "a string",
+    "bool": "true/false",
+    "null": "null",
+    "object": "an object",
+    "array": "an array",
+}
 
 
 def _found(msg: str) -> str:
@@ -214,7 +236,10 @@ def _split_events(path: Path, data: bytes) -> list[msgspec.Raw]:
         elif "$.traceEvents" in msg:
             problem = f"not a trace: 'traceEvents' is {_found(msg)}, not an array of events"
         else:
-            problem = f"not a trace: expected a JSON array of events or an object with 'traceEvents', found {_found(msg)}"
+            problem = (
+                "not a trace: expected a JSON array of events or an object with 'traceEvents', "
+                f"found {_found(msg)}"
+            )
         raise ParseError(path, problem) from None
     except msgspec.DecodeError as e:
         raise ParseError(path, _decode_problem(str(e), data, offset)) from None
@@ -233,6 +258,41 @@ def _decode_problem(msg: str, data: bytes, offset: int) -> str:
     return f"malformed JSON: {msg}"
 
 
+def _address(buf: Any) -> int:
+    return int(np.frombuffer(buf, dtype=np.uint8).ctypes.data)
+
+
+def _chunks(path: Path, data: bytes) -> Iterator[tuple[int, bytes]]:
+    """(index of the first event, JSON array of up to _CHUNK_EVENTS events) for the whole trace.
+
+    The events' Raw slices point into ``data``: their offsets give each chunk's byte range, so a
+    chunk is one contiguous copy, and the Raw objects are dropped before any event is decoded.
+    """
+    raws = _split_events(path, data)
+    n = len(raws)
+    base = _address(data)
+    bounds: list[tuple[int, int, int]] = []
+    for i in range(0, n, _CHUNK_EVENTS):
+        last = raws[min(i + _CHUNK_EVENTS, n) - 1]
+        start = _address(raws[i]) - base
+        end = _address(last) - base + len(last)
+        if not (0 <= start < end <= len(data)) or (bounds and start < bounds[-1][2]):
+            bounds = []  # not slices of data after all: join the events instead
+            break
+        bounds.append((i, start, end))
+    if n and not bounds:
+        for i in range(0, n, _CHUNK_EVENTS):
+            yield i, b"".join((b"[", b",".join(raws[i : i + _CHUNK_EVENTS]), b"]"))
+        return
+    del raws
+    view = memoryview(data)
+    try:
+        for i, start, end in bounds:
+            yield i, b"".join((b"[", view[start:end], b"]"))
+    finally:
+        view.release()
+
+
 @contextmanager
 def _gc_paused() -> Iterator[None]:
     """No cyclic GC passes while millions of short-lived acyclic objects are made (restored after)."""
@@ -245,31 +305,42 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _decode_chunk(path: Path, raws: list[msgspec.Raw], first: int) -> list[Any]:
-    buf = b"".join((b"[", b",".join(raws), b"]"))
+def _decode_chunk(path: Path, buf: bytes, first: int) -> list[Any]:
     try:
-        return _EVENTS.decode(buf)
+        return _EVENTS.decode(buf)  # type: ignore[no-any-return]
     except msgspec.ValidationError:
         pass
     try:
         loose = _LOOSE_EVENTS.decode(buf)
     except msgspec.ValidationError as e:
         m = re.search(r"\$\[(\d+)\]", str(e))
-        which = f"event {first + int(m.group(1))}" if m else f"an event among {first}..{first + len(raws) - 1}"
+        which = f"event {first + int(m.group(1))}" if m else f"an event from event {first} on"
         raise ParseError(path, f"not a trace: {which} is {_found(str(e))}, not a JSON object") from None
     return [_clean(e) for e in loose]
 
 
-def _clean(e: _LooseEvent) -> _Event:
-    return _Event(
-        ph=e.ph if isinstance(e.ph, str) else "",
-        name=e.name if isinstance(e.name, str) else ("" if e.name is None else str(e.name)),
-        pid=_key_part(e.pid),
-        tid=_key_part(e.tid),
-        ts=_loose_float(e.ts),
-        dur=_loose_float(e.dur),
-        args=e.args,
-    )
+def _clean(e: _LooseEvent) -> Any:
+    """The typed event for a loosely decoded one (None for an event without a phase)."""
+    ph = e.ph if isinstance(e.ph, str) else ""
+    name = e.name if isinstance(e.name, str) else ("" if e.name is None else str(e.name))
+    if ph == "X":
+        return _X(name, _key_part(e.pid), _key_part(e.tid), _loose_float(e.ts), _loose_float(e.dur))
+    if ph == "C":
+        args = _loose_json(e.args)
+        return _C(name, _key_part(e.pid), _loose_float(e.ts), args if isinstance(args, dict) else None)
+    if ph == "M":
+        args = _loose_json(e.args)
+        return _M(name, _key_part(e.pid), _key_part(e.tid), _NameArgs(args.get("name")) if isinstance(args, dict) else None)
+    return _OTHERS[0]() if ph else None
+
+
+def _loose_json(raw: msgspec.Raw) -> Any:
+    if not len(raw):
+        return None
+    try:
+        return msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        return None
 
 
 def _key_part(v: Any) -> int | str | None:
@@ -299,17 +370,53 @@ def _loose_float(v: Any) -> float | None:
 
 
 class _Interner:
-    """Maps hashable values to dense integer codes (first-seen order)."""
+    """Maps hashable values to dense integer codes (first-seen order), a chunk at a time."""
 
     def __init__(self) -> None:
         self.codes: dict[Any, int] = {}
 
-    def code_list(self, values: Any) -> list[int]:
-        codes = self.codes
-        return [codes.setdefault(v, len(codes)) for v in values]
+    def codes_of(self, values: list[Any]) -> np.ndarray:
+        """int32 codes of ``values``; hashing runs in pandas, the dict only sees each chunk's uniques."""
+        local, uniques = pd.factorize(_array(values), use_na_sentinel=False)
+        table = self.codes
+        glob = np.fromiter(
+            (table.setdefault(_none_if_nan(u), len(table)) for u in uniques.tolist()), dtype=np.int32, count=len(uniques)
+        )
+        return glob[local]
+
+    def pair_codes(self, a: list[Any], b: list[Any]) -> np.ndarray:
+        """int32 codes of the pairs (a[i], b[i])."""
+        ac, au = pd.factorize(_array(a), use_na_sentinel=False)
+        bc, bu = pd.factorize(_array(b), use_na_sentinel=False)
+        nb = max(len(bu), 1)
+        local, uniques = pd.factorize(ac.astype(np.int64) * nb + bc)
+        aul, bul = [_none_if_nan(u) for u in au.tolist()], [_none_if_nan(u) for u in bu.tolist()]
+        table = self.codes
+        glob = np.fromiter(
+            (table.setdefault((aul[u // nb], bul[u % nb]), len(table)) for u in uniques.tolist()),
+            dtype=np.int32,
+            count=len(uniques),
+        )
+        return glob[local]
 
     def values(self) -> list[Any]:
         return list(self.codes)
+
+
+def _array(values: list[Any]) -> np.ndarray:
+    """An array for factorizing: int64 when every value is an int, else object."""
+    if values and type(values[0]) is int:
+        try:
+            return np.array(values, dtype=np.int64)
+        except (TypeError, ValueError, OverflowError):
+            pass
+    out = np.empty(len(values), dtype=object)
+    out[:] = values
+    return out
+
+
+def _none_if_nan(v: Any) -> Any:
+    return None if isinstance(v, float) and v != v else v
 
 
 class _Accumulator:
@@ -332,51 +439,47 @@ class _Accumulator:
         self.process_of: dict[Any, str] = {}
         self.thread_of: dict[tuple[Any, Any], str] = {}
         self.processes: list[str] = []
-        self.saw_phase = False
+        self.events = 0
+        self.phased = 0
 
     def add(self, events: list[Any]) -> None:
-        xs: list[Any] = []
-        cs: list[Any] = []
-        ms: list[Any] = []
+        xs: list[_X] = []
+        cs: list[_C] = []
+        ms: list[_M] = []
         xa, ca, ma = xs.append, cs.append, ms.append
-        other = False
+        unphased = 0
         for e in events:
-            ph = e.ph
-            if ph == "X":
+            ty = type(e)
+            if ty is _X:
                 xa(e)
-            elif ph == "C":
+            elif ty is _C:
                 ca(e)
-            elif ph == "M":
+            elif ty is _M:
                 ma(e)
-            elif ph:
-                other = True
-        self.saw_phase = self.saw_phase or other or bool(xs or cs or ms)
+            elif e is None:
+                unphased += 1
+        self.events += len(events)
+        self.phased += len(events) - unphased
         del events
         if xs:
-            self.x_name.append(np.array(self.names.code_list([e.name for e in xs]), dtype=np.int32))
-            self.x_key.append(np.array(self.keys.code_list([(e.pid, e.tid) for e in xs]), dtype=np.int32))
+            self.x_name.append(self.names.codes_of([e.name for e in xs]))
+            self.x_key.append(self.keys.pair_codes([e.pid for e in xs], [e.tid for e in xs]))
             self.x_ts.append(np.array([e.ts for e in xs], dtype=np.float64))
             self.x_dur.append(np.array([e.dur for e in xs], dtype=np.float64))
         if cs:
-            self.c_name.append(np.array(self.names.code_list([e.name for e in cs]), dtype=np.int32))
-            self.c_pid.append(np.array(self.pids.code_list([e.pid for e in cs]), dtype=np.int32))
+            self.c_name.append(self.names.codes_of([e.name for e in cs]))
+            self.c_pid.append(self.pids.codes_of([e.pid for e in cs]))
             self.c_ts.append(np.array([e.ts for e in cs], dtype=np.float64))
             units, values = _counter_values([e.args for e in cs])
-            self.c_unit.append(np.array(self.units.code_list(units), dtype=np.int32))
+            self.c_unit.append(self.units.codes_of(units))
             self.c_val.append(values)
         for e in ms:
             self._meta(e)
 
-    def _meta(self, e: _Event) -> None:
-        if e.name not in ("process_name", "thread_name") or not len(e.args):
+    def _meta(self, e: _M) -> None:
+        if e.name not in ("process_name", "thread_name") or e.args is None or e.args.name is None:
             return
-        try:
-            name = _NAME_ARGS.decode(e.args).name
-        except (msgspec.ValidationError, msgspec.DecodeError):
-            return
-        if name is None:
-            return
-        name = str(name)
+        name = str(e.args.name)
         if e.name == "process_name":
             self.process_of[e.pid] = name
             if name not in self.processes:
@@ -401,7 +504,7 @@ class _Accumulator:
 
     def _classify_keys(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
         """Per (pid, tid) code: lane code, track code, process-track code (for step markers); tracks."""
-        tracks = _Interner()
+        tracks: dict[str, int] = {}
         keys = self.keys.values()
         lane = np.full(len(keys), _SKIP, dtype=np.int8)
         track = np.zeros(len(keys), dtype=np.int32)
@@ -410,7 +513,8 @@ class _Accumulator:
             proc = self.process_of.get(pid)
             thread = self.thread_of.get((pid, tid))
             label = thread if thread is not None else ("" if tid is None else str(tid))
-            proc_track[i] = tracks.code_list([proc if proc is not None else ("" if pid is None else str(pid))])[0]
+            proc_label = proc if proc is not None else ("" if pid is None else str(pid))
+            proc_track[i] = tracks.setdefault(proc_label, len(tracks))
             if proc == "Ascend Hardware":
                 lane[i], t = _DEVICE, label
             elif proc == "HCCL":
@@ -427,8 +531,8 @@ class _Accumulator:
                 lane[i], t = _HOST, f"{proc}/{label}"
             else:
                 continue
-            track[i] = tracks.code_list([t])[0]
-        return lane, track, proc_track, tracks.values()
+            track[i] = tracks.setdefault(t, len(tracks))
+        return lane, track, proc_track, list(tracks)
 
     def _timeline(self, rank: int, names: np.ndarray) -> tuple[pd.DataFrame, pd.DataFrame]:
         if not self.x_name:
@@ -497,31 +601,14 @@ class _Accumulator:
         )
 
 
-def _counter_values(args: list[msgspec.Raw]) -> tuple[list[Any], np.ndarray]:
-    """(unit, value) of each counter event: the first args key that is not "acc_id", and its number."""
-    parts = [a if len(a) else b"null" for a in args]
-    try:
-        dicts: list[Any] = _COUNTER_ARGS.decode(b"".join((b"[", b",".join(parts), b"]")))
-    except (msgspec.ValidationError, msgspec.DecodeError):
-        dicts = []
-        for a in parts:
-            try:
-                d = msgspec.json.decode(a)
-            except msgspec.DecodeError:
-                d = None
-            dicts.append(d if isinstance(d, dict) else None)
-    units: list[Any] = []
-    values: list[Any] = []
-    ua, va = units.append, values.append
-    for d in dicts:
-        unit = value = None
-        if d:
-            for k, v in d.items():
-                if k != "acc_id":
-                    unit, value = k, v
-                    break
-        ua(unit)
-        va(value)
+def _counter_values(args: list[dict[str, Any] | None]) -> tuple[list[Any], np.ndarray]:
+    """(unit, value) of each counter sample: the first args key that is not "acc_id", and its number."""
+    units = [next(iter(d)) if d else None for d in args]
+    if "acc_id" in units:  # Acc PMU writes {"value": v, "acc_id": i}; acc_id first would be odd, but allowed
+        for i, d in enumerate(args):
+            if units[i] == "acc_id":
+                units[i] = next((k for k in d if k != "acc_id"), None) if d else None
+    values = [d[u] if u is not None else None for d, u in zip(args, units)]  # type: ignore[index]
     try:
         arr = np.array(values, dtype=np.float64)
     except (TypeError, ValueError):
