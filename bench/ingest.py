@@ -136,7 +136,10 @@ def build(out: Path, mb: float, ranks: int) -> list[Path]:
             src_rank,
             dst_rank,
             ignore=lambda d, names: [n for n in names if n == "trace_view.json" or n.startswith("profiler_info_")],
+            copy_function=shutil.copyfile,  # not the corpus's read-only modes
         )
+        for d, _, _ in os.walk(dst_rank):
+            os.chmod(d, 0o755)
         info_src = next(src_rank.glob("profiler_info_*.json"))
         info = json.loads(info_src.read_text())
         if isinstance(info, dict) and "rank_id" in info:

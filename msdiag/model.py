@@ -94,6 +94,7 @@ STEPS = _t(
         ("free_us", FLOAT, "device neither computing nor communicating"),
         ("bubble_us", FLOAT, "pipeline receive time (hcom_receive)"),
         ("preparing_us", FLOAT, "host time before the first device task of the step"),
+        ("data_wait_us", FLOAT, "host time inside the step waiting on the dataset (GetNext, DataLoader)"),
         ("stage_us", FLOAT, "step span minus bubble"),
         ("source", STR, "where the row comes from (file name or 'timeline')"),
     ],

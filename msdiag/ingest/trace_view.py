@@ -34,6 +34,7 @@ KERNELS table, core "CPU") and NOT to the host lane, so that no op is counted tw
 from __future__ import annotations
 
 import gc
+import os
 import re
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -89,7 +90,10 @@ _DEVICE, _HCCL, _OVERLAP, _STEP, _HOST, _SCOPE = range(len(_LANES))
 _SKIP = -1
 _CPU_OP = -2
 
-_CHUNK_EVENTS = 65536  # events decoded at once: bounds the transient per-event objects
+# Events decoded at once (bounds the transient per-event objects): by size in the fast split, by
+# count in the careful one.
+_CHUNK_BYTES = 8 << 20
+_CHUNK_EVENTS = 32768
 
 
 @dataclass
@@ -178,11 +182,16 @@ def read_trace_view(path: Path, rank: int) -> TraceView:
     """
     path = Path(path)
     data = _read_bytes(path)
-    acc = _Accumulator()
     with _gc_paused():
-        for first, chunk in _chunks(path, data):
-            acc.add(_decode_chunk(path, chunk, first))
-            del chunk
+        acc = None
+        cuts = _fast_cuts(data)
+        if cuts is not None:
+            try:
+                acc = _accumulate(path, _framed(data, cuts))
+            except _BadCut:
+                acc = None  # a cut fell inside an event, or the JSON is broken: take the careful path
+        if acc is None:
+            acc = _accumulate(path, _raw_chunks(path, data))
     del data
     if acc.events and not acc.phased:
         raise ParseError(path, f"not a trace: none of its {acc.events} JSON objects has a 'ph' (event phase) field")
@@ -190,12 +199,38 @@ def read_trace_view(path: Path, rank: int) -> TraceView:
 
 
 # --------------------------------------------------------------------------------------------------
-# reading and splitting
+# reading and splitting into chunks of events
 
 
-def _read_bytes(path: Path) -> bytes:
+class _BadCut(Exception):
+    """A chunk of the fast split is not valid JSON."""
+
+
+def _accumulate(path: Path, chunks: Iterator[Any]) -> "_Accumulator":
+    acc = _Accumulator()
     try:
-        data = path.read_bytes()
+        for buf in chunks:
+            acc.add(_decode_chunk(path, buf, acc.events))
+            del buf
+    finally:
+        close = getattr(chunks, "close", None)
+        if close is not None:
+            close()
+    return acc
+
+
+def _read_bytes(path: Path) -> bytearray:
+    """The file's bytes, in a bytearray (the fast split frames chunks in place)."""
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            data = bytearray(size)
+            got = f.readinto(data)
+            if got < size:
+                del data[got:]
+            rest = f.read()
+            if rest:
+                data += rest
     except IsADirectoryError:
         raise ParseError(path, "is a folder, not a trace_view.json file") from None
     except OSError as e:
@@ -203,6 +238,55 @@ def _read_bytes(path: Path) -> bytes:
     if not data or data.isspace():
         raise ParseError(path, "the file is empty (0 bytes)" if not data else "the file is empty (only whitespace)")
     return data
+
+
+_WS = b" \t\r\n"
+_LEAD_RE = re.compile(rb"(?:\xef\xbb\xbf)?[ \t\r\n]*")
+_CUT_RE = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
+
+
+def _fast_cuts(data: bytearray) -> list[tuple[int, int]] | None:
+    """Chunk byte ranges of a top-level JSON array, found by searching for "}, {" near every
+    _CHUNK_BYTES; None when the file is not a plain array (then the careful split is used).
+
+    Each range (start, end) becomes the JSON array data[start:end+1] once data[start] is set to "["
+    and data[end] to "]" (both are separators or the array's own brackets). A cut that falls inside
+    a string or a nested array leaves a chunk that is not valid JSON: the decoder then fails and the
+    reader falls back to the careful split, so a wrong cut can cost time but never change a result.
+    """
+    lead = _LEAD_RE.match(data)
+    lo = lead.end() if lead else 0
+    hi = len(data) - 1
+    while hi > lo and data[hi] in _WS:
+        hi -= 1
+    if lo >= hi or data[lo] != ord("[") or data[hi] != ord("]"):
+        return None
+    cuts: list[tuple[int, int]] = []
+    start = lo
+    pos = lo + _CHUNK_BYTES
+    while pos < hi:
+        m = _CUT_RE.search(data, pos, hi)
+        if m is None:
+            break
+        comma = m.start() + m.group().index(b",")
+        brace = m.end() - 1
+        cuts.append((start, comma))
+        start = brace - 1
+        pos = brace + _CHUNK_BYTES
+    cuts.append((start, hi))
+    return cuts
+
+
+def _framed(data: bytearray, cuts: list[tuple[int, int]]) -> Iterator[memoryview]:
+    """Each cut as a JSON array, framed in place (the two bytes are restored after use)."""
+    view = memoryview(data)
+    for start, end in cuts:
+        saved = data[start], data[end]
+        data[start], data[end] = 0x5B, 0x5D  # "[" and "]"
+        try:
+            yield view[start : end + 1]
+        finally:
+            data[start], data[end] = saved
 
 
 _KIND = {
@@ -221,14 +305,12 @@ def _found(msg: str) -> str:
     return _KIND.get(m.group(1), m.group(1)) if m else "something else"
 
 
-def _split_events(path: Path, data: bytes) -> list[msgspec.Raw]:
+def _split_events(path: Path, data: bytearray) -> list[msgspec.Raw]:
     """The events as Raw slices of ``data``; ParseError when the file is not a complete JSON trace."""
-    body: bytes | memoryview = data
-    offset = 0
-    if data.startswith(b"\xef\xbb\xbf"):  # UTF-8 byte-order mark
-        body, offset = memoryview(data)[3:], 3
+    lead = _LEAD_RE.match(data)
+    offset = lead.end() if lead else 0
     try:
-        top = _TOP.decode(body)
+        top = _TOP.decode(memoryview(data)[offset:])
     except msgspec.ValidationError as e:
         msg = str(e)
         if "traceEvents" in msg and "missing" in msg:
@@ -246,14 +328,14 @@ def _split_events(path: Path, data: bytes) -> list[msgspec.Raw]:
     return top.traceEvents if isinstance(top, _Wrapped) else top
 
 
-def _decode_problem(msg: str, data: bytes, offset: int) -> str:
+def _decode_problem(msg: str, data: bytearray, offset: int) -> str:
     size = len(data)
     if "truncated" in msg:
         return f"truncated JSON: the data ends at byte {size} before the trace is complete"
     m = re.search(r"^JSON is malformed: (.*?) \(byte (\d+)\)", msg)
     if m:
         at = int(m.group(2)) + offset
-        near = data[max(0, at - 24) : at + 24].decode("utf-8", errors="replace")
+        near = bytes(data[max(0, at - 24) : at + 24]).decode("utf-8", errors="replace")
         return f"malformed JSON: {m.group(1)} at byte {at} of {size} (near {near!r})"
     return f"malformed JSON: {msg}"
 
@@ -262,8 +344,8 @@ def _address(buf: Any) -> int:
     return int(np.frombuffer(buf, dtype=np.uint8).ctypes.data)
 
 
-def _chunks(path: Path, data: bytes) -> Iterator[tuple[int, bytes]]:
-    """(index of the first event, JSON array of up to _CHUNK_EVENTS events) for the whole trace.
+def _raw_chunks(path: Path, data: bytearray) -> Iterator[bytes]:
+    """The careful split: JSON arrays of up to _CHUNK_EVENTS events, from a full parse of the file.
 
     The events' Raw slices point into ``data``: their offsets give each chunk's byte range, so a
     chunk is one contiguous copy, and the Raw objects are dropped before any event is decoded.
@@ -271,26 +353,23 @@ def _chunks(path: Path, data: bytes) -> Iterator[tuple[int, bytes]]:
     raws = _split_events(path, data)
     n = len(raws)
     base = _address(data)
-    bounds: list[tuple[int, int, int]] = []
+    bounds: list[tuple[int, int]] = []
     for i in range(0, n, _CHUNK_EVENTS):
         last = raws[min(i + _CHUNK_EVENTS, n) - 1]
         start = _address(raws[i]) - base
         end = _address(last) - base + len(last)
-        if not (0 <= start < end <= len(data)) or (bounds and start < bounds[-1][2]):
+        if not (0 <= start < end <= len(data)) or (bounds and start < bounds[-1][1]):
             bounds = []  # not slices of data after all: join the events instead
             break
-        bounds.append((i, start, end))
+        bounds.append((start, end))
     if n and not bounds:
         for i in range(0, n, _CHUNK_EVENTS):
-            yield i, b"".join((b"[", b",".join(raws[i : i + _CHUNK_EVENTS]), b"]"))
+            yield b"".join((b"[", b",".join(raws[i : i + _CHUNK_EVENTS]), b"]"))
         return
     del raws
     view = memoryview(data)
-    try:
-        for i, start, end in bounds:
-            yield i, b"".join((b"[", view[start:end], b"]"))
-    finally:
-        view.release()
+    for start, end in bounds:
+        yield b"".join((b"[", view[start:end], b"]"))
 
 
 @contextmanager
@@ -305,13 +384,18 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _decode_chunk(path: Path, buf: bytes, first: int) -> list[Any]:
+def _decode_chunk(path: Path, buf: Any, first: int) -> list[Any]:
+    """The events of one chunk (``first`` is the index of its first event, for messages)."""
     try:
         return _EVENTS.decode(buf)  # type: ignore[no-any-return]
     except msgspec.ValidationError:
         pass
+    except msgspec.DecodeError:
+        raise _BadCut from None
     try:
         loose = _LOOSE_EVENTS.decode(buf)
+    except msgspec.DecodeError:
+        raise _BadCut from None
     except msgspec.ValidationError as e:
         m = re.search(r"\$\[(\d+)\]", str(e))
         which = f"event {first + int(m.group(1))}" if m else f"an event from event {first} on"

@@ -13,6 +13,8 @@ communication - exposed; every part lies in [0, total].
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
@@ -71,52 +73,148 @@ def _comm_from_timeline(rd: RankData) -> pd.DataFrame:
     return tl[tl["lane"] == "hccl"]
 
 
+# Host events that are a step waiting on its input pipeline (MindSpore, torch_npu, msdiag capture).
+DATA_WAIT_PATTERN = r"GetNext|enumerate\(DataLoader\)|dataset_iterator|Dataset::|msdiag::data_wait"
+# A repetition-found step structure is trusted when the op counts per step vary less than this.
+REPETITION_TOLERANCE = 0.1
+
+
+@dataclass
+class Window:
+    step: int | None
+    lo: float
+    hi: float
+    mask: np.ndarray  # which ops belong to the step
+
+
+def _marker_steps(rd: RankData) -> dict[int, tuple[float, float]]:
+    tl = rd.table("timeline")
+    m = tl[tl["lane"] == "step"]
+    out: dict[int, tuple[float, float]] = {}
+    for name, start, dur in zip(m["name"].to_numpy(), m["start_us"].to_numpy(float), m["dur_us"].to_numpy(float)):
+        try:
+            out[int(str(name).rsplit("#", 1)[1])] = (start, start + dur)
+        except (IndexError, ValueError):
+            continue
+    return out
+
+
+def _repetition_windows(ops: pd.DataFrame) -> tuple[list[Window], str] | None:
+    """Steps from the structure of a host timeline: the op sequence that repeats once per step.
+
+    The step count k is the most common number of launches per op name. When the launches split
+    into k equal runs whose op names repeat position by position, each run is a step (its start is
+    the step's start). Otherwise the op launched exactly k times that starts first anchors the
+    steps, and the split is kept only when every step holds about as many launches.
+    """
+    order = np.argsort(ops["start_us"].to_numpy(float), kind="stable")
+    names = ops["name"].to_numpy()[order]
+    starts = ops["start_us"].to_numpy(float)[order]
+    ends = starts + ops["dur_us"].to_numpy(float)[order]
+    counts = pd.Series(names).value_counts()
+    if not len(counts):
+        return None
+    k = int(counts.value_counts().idxmax())
+    if k < 2:
+        return None
+    n = len(names)
+    period = n // k
+    if n == k * period and np.mean(names[:-period] == names[period:]) >= 1 - REPETITION_TOLERANCE:
+        lo = starts[::period][:k]
+        how = f"repeating iterations: the same {period} ops repeat {k} times (steps numbered in capture order)"
+    else:
+        once = set(counts[counts == k].index)
+        anchor = next(nm for nm in names if nm in once)
+        lo = starts[names == anchor]
+        how = f"repeating iterations: op {anchor} runs once per step ({k} steps, numbered in capture order)"
+    bounds = np.append(lo, ends.max())
+    idx = np.searchsorted(bounds, starts, side="right") - 1
+    per_step = np.bincount(idx[idx >= 0], minlength=k)[:k]
+    if per_step.min() <= 0 or (per_step.max() - per_step.min()) > REPETITION_TOLERANCE * per_step.mean():
+        return None
+    back = np.empty(n, dtype=int)
+    back[order] = np.arange(n)  # masks index the caller's row order
+    wins = [Window(i + 1, float(bounds[i]), float(bounds[i + 1]), (idx == i)[back]) for i in range(k)]
+    return wins, how
+
+
+def _windows(rd: RankData, ops: pd.DataFrame, host_ops: bool) -> tuple[list[Window], str]:
+    starts = ops["start_us"].to_numpy(float)
+    ends = starts + ops["dur_us"].to_numpy(float)
+    steps = ops["step"]
+    if steps.notna().any():
+        wins = []
+        for step in sorted(int(s) for s in steps.dropna().unique()):
+            mask = (steps == step).fillna(False).to_numpy(bool)
+            wins.append(Window(step, float(starts[mask].min()), float(ends[mask].max()), mask))
+        return wins, "the kernels' Step Id"
+    markers = _marker_steps(rd)
+    if markers:
+        wins = []
+        for step, (lo, hi) in sorted(markers.items()):
+            mask = (starts >= lo) & (starts < hi)
+            if mask.any():
+                wins.append(Window(step, lo, hi, mask))
+        if wins:
+            return wins, "ProfilerStep#N markers"
+    if host_ops:
+        found = _repetition_windows(ops)
+        if found:
+            return found
+    everything = np.ones(len(ops), dtype=bool)
+    return [Window(None, float(starts.min()), float(ends.max()), everything)], (
+        "no step markers and no repeating structure: one row covers the capture"
+    )
+
+
 def step_breakdown(rd: RankData) -> pd.DataFrame:
-    """One STEPS row per step of the rank, computed from its timeline."""
+    """One STEPS row per step of the rank, computed from its timeline.
+
+    How the steps were found is recorded in ``rd.meta["steps_from"]``.
+    """
     ops, src = _device_ops(rd)
     if not len(ops):
         return STEPS.empty()
-    ops = ops[ops["dur_us"].notna() & ops["start_us"].notna()]
-    comm_mask = ops["kind"].to_numpy() == "communication"
+    ops = ops[ops["dur_us"].notna() & ops["start_us"].notna()].reset_index(drop=True)
+    if not len(ops):
+        return STEPS.empty()
+    kind = ops["kind"].to_numpy()
+    is_comm = kind == "communication"
+    is_comp = kind == "compute"
     # Communication from the HCCL lane when the kernel table carries none (older kernel_details)
-    extra_comm = _comm_from_timeline(rd) if src == "kernels" and not comm_mask.any() else None
+    extra_comm = _comm_from_timeline(rd) if src == "kernels" and not is_comm.any() else None
+    k = rd.table("kernels")
+    host_ops = src == "kernels" and len(k) > 0 and bool((k["core"] == "CPU").all())
+    windows, how = _windows(rd, ops, host_ops)
+    rd.meta["steps_from"] = how
 
-    markers = rd.table("timeline")
-    markers = markers[markers["lane"] == "step"]
-    marker_start = {}
-    for name, start in zip(markers["name"].to_numpy(), markers["start_us"].to_numpy()):
-        try:
-            marker_start[int(str(name).rsplit("#", 1)[1])] = float(start)
-        except (IndexError, ValueError):
-            continue
+    markers = _marker_steps(rd)
+    tl = rd.table("timeline")
+    host = tl[tl["lane"] == "host"]
+    waits = host[host["name"].astype("string").str.contains(DATA_WAIT_PATTERN, regex=True, na=False)]
+    wait_iv = iv.make(waits["start_us"].to_numpy(float), waits["dur_us"].to_numpy(float))
 
+    starts = ops["start_us"].to_numpy(float)
+    durs = ops["dur_us"].to_numpy(float)
+    recv_all = ops["name"].astype("string").str.lower().str.contains("|".join(_RECEIVE), regex=True, na=False).to_numpy()
     rows = []
-    steps = ops["step"]
-    keys: list[object] = sorted(int(s) for s in steps.dropna().unique()) if steps.notna().any() else [None]
-    for step in keys:
-        # tasks without a step id (outside every step window) belong to no step row
-        sel = ops[(steps == step).fillna(False).to_numpy(bool)] if step is not None else ops
-        starts = sel["start_us"].to_numpy(dtype=float)
-        durs = sel["dur_us"].to_numpy(dtype=float)
-        kind = sel["kind"].to_numpy()
-        is_comm = kind == "communication"
-        is_comp = kind == "compute"
-        comp = iv.make(starts[is_comp], durs[is_comp])
-        comm = iv.make(starts[is_comm], durs[is_comm])
-        lo = float(np.min(starts))
-        hi = float(np.max(starts + durs))
+    for w in windows:
+        m = w.mask
+        comp = iv.make(starts[m & is_comp], durs[m & is_comp])
+        comm = iv.make(starts[m & is_comm], durs[m & is_comm])
         if extra_comm is not None and len(extra_comm):
-            c = iv.clip(iv.make(extra_comm["start_us"].to_numpy(float), extra_comm["dur_us"].to_numpy(float)), lo, hi)
+            c = iv.clip(iv.make(extra_comm["start_us"].to_numpy(float), extra_comm["dur_us"].to_numpy(float)), w.lo, w.hi)
             comm = (np.concatenate([comm[0], c[0]]), np.concatenate([comm[1], c[1]]))
-        names = sel["name"].astype("string").str.lower()
-        recv = names.str.contains("|".join(_RECEIVE), regex=True, na=False).to_numpy() & is_comm
-        bubble = iv.make(starts[recv], durs[recv])
-        r = _parts(comp, comm, bubble, lo, hi)
+        bubble = iv.make(starts[m & is_comm & recv_all], durs[m & is_comm & recv_all])
+        r = _parts(comp, comm, bubble, w.lo, w.hi)
         r["rank"] = rd.rank
-        r["step"] = step
+        r["step"] = w.step
         r["stage_us"] = r["total_us"] - r["bubble_us"]
-        if step is not None and step in marker_start:
-            r["preparing_us"] = max(0.0, lo - marker_start[step])
+        if w.step is not None and w.step in markers and not host_ops:
+            r["preparing_us"] = max(0.0, w.lo - markers[w.step][0])
+        host_lo, host_hi = markers.get(w.step, (w.lo, w.hi)) if w.step is not None else (w.lo, w.hi)
+        if len(waits):
+            r["data_wait_us"] = iv.total(iv.clip(wait_iv, host_lo, host_hi))
         r["source"] = f"timeline ({src})"
         rows.append(r)
     return STEPS.frame(pd.DataFrame(rows))

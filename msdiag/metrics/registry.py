@@ -56,10 +56,27 @@ def metric(id: str, unit: str, doc: str, source: str) -> Callable[[Callable[[Con
     return deco
 
 
+def _load_metric_modules() -> None:
+    """Import every module of msdiag.metrics: each registers its metrics where they are defined."""
+    import importlib
+    import pkgutil
+
+    import msdiag.metrics as pkg
+
+    for mod in pkgutil.iter_modules(pkg.__path__):
+        importlib.import_module(f"msdiag.metrics.{mod.name}")
+
+
+def all_metrics() -> dict[str, Metric]:
+    """Every registered metric, by id."""
+    _load_metric_modules()
+    return METRICS
+
+
 def compute_all(ctx: Context) -> dict[str, Value]:
     """Compute every registered metric; a metric that fails is null with the reason."""
     out: dict[str, Value] = {}
-    for m in METRICS.values():
+    for m in all_metrics().values():
         try:
             out[m.id] = m.fn(ctx)
         except (KeyError, ValueError, ZeroDivisionError) as e:  # data-shaped failures only
@@ -67,101 +84,3 @@ def compute_all(ctx: Context) -> dict[str, Value]:
     return out
 
 
-# ---- helpers ------------------------------------------------------------------------------
-
-
-def _timed_steps(ctx: Context) -> pd.DataFrame:
-    s = ctx.steps
-    return s[s["total_us"].notna() & (s["total_us"] > 0)]
-
-
-def _per_rank(df: pd.DataFrame, col: str, how: str = "median") -> dict[int, float | None]:
-    if not len(df):
-        return {}
-    g = df.groupby("rank")[col]
-    agg = g.median() if how == "median" else g.sum()
-    return {int(k): (None if pd.isna(v) else float(v)) for k, v in agg.items()}
-
-
-def _no_steps(ctx: Context) -> Value:
-    return Value(None, reason="no step with a measured duration in the capture")
-
-
-def _share(col: str) -> Callable[[Context], Value]:
-    def fn(ctx: Context) -> Value:
-        s = _timed_steps(ctx)
-        if not len(s):
-            return _no_steps(ctx)
-        if s[col].isna().all():
-            return Value(None, reason=f"{col} is not measured by this capture")
-        part = s[col].fillna(0.0)
-        per_rank = {
-            int(r): float(g[col].fillna(0.0).sum() / g["total_us"].sum()) for r, g in s.groupby("rank")
-        }
-        return Value(float(part.sum() / s["total_us"].sum()), per_rank)
-
-    return fn
-
-
-# ---- step time ----------------------------------------------------------------------------
-
-
-@metric("step_time_us", "us", "Median step time over ranks and steps (wall-clock span of a step)", "steps.total_us")
-def _step_time(ctx: Context) -> Value:
-    s = _timed_steps(ctx)
-    if not len(s):
-        return _no_steps(ctx)
-    return Value(float(np.median(s["total_us"])), _per_rank(s, "total_us"))
-
-
-@metric("step_time_p90_us", "us", "90th percentile of step time over ranks and steps", "steps.total_us")
-def _step_time_p90(ctx: Context) -> Value:
-    s = _timed_steps(ctx)
-    if not len(s):
-        return _no_steps(ctx)
-    per = {int(r): float(np.percentile(g["total_us"], 90)) for r, g in s.groupby("rank")}
-    return Value(float(np.percentile(s["total_us"], 90)), per)
-
-
-@metric("step_count", "steps", "Number of step rows (rank x step) with a measured duration", "steps")
-def _step_count(ctx: Context) -> Value:
-    s = _timed_steps(ctx)
-    return Value(int(len(s)), {int(r): float(len(g)) for r, g in s.groupby("rank")})
-
-
-for _col, _id, _doc in (
-    ("computing_us", "computing_share", "Share of step time the device spends computing"),
-    ("communication_exposed_us", "communication_exposed_share", "Share of step time in communication not overlapped by compute"),
-    ("free_us", "free_share", "Share of step time the device is neither computing nor communicating"),
-    ("bubble_us", "bubble_share", "Share of step time in pipeline receives (bubble)"),
-):
-    metric(_id, "ratio", _doc, f"steps.{_col} / steps.total_us")(_share(_col))
-
-
-@metric("data_wait_share", "ratio", "Share of step time the step waits on the dataset", "host timeline: GetNext / dataset iterator waits")
-def _data_wait_share(ctx: Context) -> Value:
-    s = _timed_steps(ctx)
-    if "data_wait_us" in s.columns and s["data_wait_us"].notna().any():
-        return _share("data_wait_us")(ctx)
-    return Value(None, reason="data wait is not measured in this capture (no dataset iterator events on the host timeline)")
-
-
-# ---- kernels and memory -------------------------------------------------------------------
-
-
-@metric("kernel_count", "kernels", "Number of kernel (or host op) launches in the capture, summed over ranks", "kernels")
-def _kernel_count(ctx: Context) -> Value:
-    k = ctx.capture.table("kernels")
-    if not len(k):
-        return Value(None, reason="no kernel table (kernel_details.csv / trace_view.json absent)")
-    return Value(int(len(k)), {int(r): float(n) for r, n in k.groupby("rank").size().items()})
-
-
-@metric("memory_peak_allocated_mb", "MB", "Peak allocated memory, max over ranks", "memory (memory_record / cpu_ms_memory_record)")
-def _memory_peak(ctx: Context) -> Value:
-    m = ctx.capture.table("memory")
-    m = m[m["allocated_mb"].notna()]
-    if not len(m):
-        return Value(None, reason="no memory samples with allocated memory (profile_memory off?)")
-    per = {int(r): float(v) for r, v in m.groupby("rank")["allocated_mb"].max().items()}
-    return Value(max(per.values()), per)

@@ -12,12 +12,12 @@ import pandas as pd
 
 from msdiag import __version__
 from msdiag.analysis import Analysis, finite_or_none
-from msdiag.metrics.registry import METRICS
+from msdiag.metrics.registry import all_metrics
 from msdiag.model import SCHEMA_VERSION
 
 STEP_COLUMNS = [
     "rank", "step", "total_us", "computing_us", "communication_us", "communication_exposed_us",
-    "overlapped_us", "free_us", "bubble_us", "preparing_us", "stage_us", "start_us", "end_us", "source",
+    "overlapped_us", "free_us", "bubble_us", "preparing_us", "data_wait_us", "stage_us", "start_us", "end_us", "source",
 ]
 TOP_KERNELS = 10
 
@@ -72,6 +72,7 @@ def _rank_entry(a: Analysis, rd: Any) -> dict[str, Any]:
         "path": rd.path,
         "rank_from": rd.meta.get("rank_from"),
         "steps": int(len(s)),
+        "steps_from": rd.meta.get("steps_from"),
         "kernels": int(len(k)),
         "kernels_from": rd.meta.get("kernels_from"),
         "top_kernels": top_kernels(k),
@@ -83,12 +84,13 @@ def _rank_entry(a: Analysis, rd: Any) -> dict[str, Any]:
 
 def build(a: Analysis) -> dict[str, Any]:
     """The report object (JSON contract) of an analysis."""
+    reg = all_metrics()
     metrics = {mid: finite_or_none(v.value) for mid, v in a.metrics.items()}
     details = {
         mid: {
-            "unit": METRICS[mid].unit,
-            "doc": METRICS[mid].doc,
-            "source": METRICS[mid].source,
+            "unit": reg[mid].unit,
+            "doc": reg[mid].doc,
+            "source": reg[mid].source,
             "reason": v.reason,
             "per_rank": {str(r): finite_or_none(x) for r, x in v.per_rank.items()},
         }

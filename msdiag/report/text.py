@@ -66,6 +66,8 @@ def render(report: dict[str, Any]) -> str:
         out.append(f"  ... {len(steps) - 40} more rows (--format json has them all)")
     for r in report["ranks"]:
         out.append(f"\nRank {r['rank']} ({r['family']}, {r['kernels']} kernels from {r['kernels_from'] or '-'})")
+        if r.get("steps_from"):
+            out.append(f"  steps found by: {r['steps_from']}")
         tk = r["top_kernels"][:5]
         if tk:
             out.append("  top kernel types: " + "; ".join(f"{k['type']} {_us(k['total_us'])} ({100 * k['share']:.0f}%, {k['count']}x)" for k in tk))
