@@ -23,12 +23,10 @@ import argparse
 import json
 import os
 import re
-import resource
 import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -207,7 +205,7 @@ def run_measured(cmd: list[str], env: dict[str, str] | None = None) -> dict[str,
         "def poll():\n"
         "    while not done.is_set():\n"
         "        peak[0] = max(peak[0], _tree_rss_kb(p.pid))\n"
-        "        time.sleep(0.02)\n"
+        "        time.sleep(0.05)\n"
         "th = threading.Thread(target=poll, daemon=True); th.start()\n"
         "out, err = p.communicate()\n"
         "wall = time.perf_counter() - t0\n"
@@ -235,9 +233,8 @@ base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 t0 = time.perf_counter()
 tv = read_trace_view(Path(sys.argv[1]), 0)
 t = time.perf_counter() - t0
-mem = sum(int(df.memory_usage(deep=True).sum()) for df in (tv.timeline, tv.counters, tv.host_ops))
 print(json.dumps({"read_s": t, "base_kb": base, "rows": len(tv.timeline), "counters": len(tv.counters),
-                  "host_ops": len(tv.host_ops), "frames_bytes": mem, "step_source": tv.step_source}))
+                  "host_ops": len(tv.host_ops), "step_source": tv.step_source}))
 """
 
 
@@ -267,27 +264,17 @@ def main(argv: list[str] | None = None) -> int:
             print(r["stderr"], file=sys.stderr)
             return 1
         info = json.loads(r["stdout"].strip().splitlines()[-1])
-        rows.append(
-            (
-                "read_trace_view (call)",
-                size,
-                info["read_s"],
-                r["peak_kb"] * 1024,
-                f"{info['rows']} timeline, {info['counters']} counters, frames {info['frames_bytes'] / 1e6:.0f} MB",
-            )
-        )
-        rows.append(
-            ("read_trace_view (process)", size, r["wall_s"], r["peak_kb"] * 1024, f"baseline RSS {info['base_kb'] / 1024:.0f} MB")
-        )
-        has_cli = subprocess.run(
-            [sys.executable, "-c", "import importlib.util,sys; sys.exit(importlib.util.find_spec('msdiag.cli') is None)"],
-            env=env,
-            check=False,
-        ).returncode == 0
+        peak = r["peak_kb"] * 1024
+        rows.append(("read_trace_view (call)", size, info["read_s"], peak, f"{info['rows']} timeline rows"))
+        base_mb = info["base_kb"] / 1024
+        rows.append(("read_trace_view (process)", size, r["wall_s"], peak, f"RSS before the call {base_mb:.0f} MB"))
+        probe = "import importlib.util, sys; sys.exit(importlib.util.find_spec('msdiag.cli') is None)"
+        has_cli = subprocess.run([sys.executable, "-c", probe], env=env, check=False).returncode == 0
         if has_cli and not args.no_cli:
             total = sum(t.stat().st_size for t in traces)
             r = run_measured([sys.executable, "-m", "msdiag.cli", "analyze", str(tmp), "--format", "json"], env=env)
-            note = f"exit {r['rc']}" + ("" if r["rc"] in (0, 1) else ": " + r["stderr"].strip().splitlines()[-1][:80])
+            err = (r["stderr"].strip().splitlines() or [""])[-1][:80]
+            note = f"exit {r['rc']}" + ("" if r["rc"] in (0, 1) else f": {err}")
             rows.append(("msdiag analyze --format json", total, r["wall_s"], r["peak_kb"] * 1024, note))
         elif not has_cli:
             rows.append(("msdiag analyze", 0, float("nan"), 0, "msdiag.cli not importable: skipped"))

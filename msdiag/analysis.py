@@ -17,6 +17,8 @@ from msdiag.ingest.loader import describe, load
 from msdiag.metrics.breakdown import step_breakdown
 from msdiag.metrics.registry import Context, Value, compute_all
 from msdiag.model import STEPS, Capture
+from msdiag.rules.engine import SEVERITY_RANK, evaluate, finding, verdict
+from msdiag.rules.loader import apply_overrides, load_rules
 
 # Agreement required between msdiag's own breakdown and the profiler's step_trace_time.csv.
 AGREEMENT_TOLERANCE = 0.01
@@ -57,6 +59,7 @@ class Analysis:
     options: Options
     verdict: dict[str, Any] = field(default_factory=dict)
     findings: list[dict[str, Any]] = field(default_factory=list)
+    skipped: list[dict[str, Any]] = field(default_factory=list)
 
 
 # Beyond this disagreement with step_trace_time.csv the kernel table is taken as incomplete
@@ -135,6 +138,7 @@ def analyze(path: str | Path, options: Options | None = None) -> Analysis:
     cap.notes.extend(notes)
     ctx = Context(capture=cap, steps=steps, options=opts.as_dict())
     metrics = compute_all(ctx)
+    verdict, findings, skipped = diagnose({k: v.value for k, v in metrics.items()}, opts)
     return Analysis(
         capture=cap,
         identity=describe(cap),
@@ -143,7 +147,21 @@ def analyze(path: str | Path, options: Options | None = None) -> Analysis:
         checks=checks,
         metrics=metrics,
         options=opts,
+        verdict=verdict,
+        findings=findings,
+        skipped=skipped,
     )
+
+
+def diagnose(values: dict[str, Any], opts: Options) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
+    """Rules against the metrics: the verdict, findings (most severe first) and skipped rules."""
+    rules = load_rules(opts.rules_dirs)
+    params = apply_overrides(rules, opts.overrides)
+    outcomes = evaluate(rules, values, params)
+    fired = [o for o in outcomes if o.status == "fired"]
+    fired.sort(key=lambda o: (-SEVERITY_RANK[o.severity or "info"], o.rule.category, o.rule.id))
+    skipped = [{"rule_id": o.rule.id, "reason": o.reason} for o in outcomes if o.status == "skipped"]
+    return verdict(outcomes, values), [finding(o) for o in fired], skipped
 
 
 def finite_or_none(x: Any) -> Any:

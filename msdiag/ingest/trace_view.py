@@ -37,7 +37,7 @@ import gc
 import os
 import re
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Union
 
@@ -103,8 +103,8 @@ class TraceView:
     timeline: pd.DataFrame  # model.TIMELINE columns
     counters: pd.DataFrame  # model.COUNTERS columns
     host_ops: pd.DataFrame  # model.KERNELS columns; only for MindSpore CPU traces ("CPU OP"), else empty
-    processes: list[str] = field(default_factory=list)  # process names in the order they are named
-    step_source: str | None = None  # STEP_SOURCE when ProfilerStep#N markers were found, else None
+    processes: list[str]  # process names seen, in the order they are named
+    step_source: str | None  # STEP_SOURCE when ProfilerStep#N markers were found, else None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -145,7 +145,9 @@ class _M(msgspec.Struct, gc=False, tag_field="ph", tag="M"):
 
 # Every other phase of the Chrome trace format: decoded to an empty struct (all fields skipped).
 _OTHER_PHASES = "BEiIbneSTpFstfPONDRcVv()"
-_OTHERS = tuple(msgspec.defstruct(f"_Other{i}", [], gc=False, tag_field="ph", tag=p) for i, p in enumerate(_OTHER_PHASES))
+_OTHERS = tuple(
+    msgspec.defstruct(f"_Other{i}", [], gc=False, tag_field="ph", tag=p) for i, p in enumerate(_OTHER_PHASES)
+)
 _EventType = Union[(_X, _C, _M) + _OTHERS]  # type: ignore[valid-type]
 
 
@@ -388,18 +390,18 @@ def _decode_chunk(path: Path, buf: Any, first: int) -> list[Any]:
     """The events of one chunk (``first`` is the index of its first event, for messages)."""
     try:
         return _EVENTS.decode(buf)  # type: ignore[no-any-return]
-    except msgspec.ValidationError:
+    except msgspec.ValidationError:  # (a subclass of DecodeError) a value the typed decoder refuses
         pass
-    except msgspec.DecodeError:
+    except msgspec.DecodeError:  # not JSON: a fast cut inside an event, or a broken file
         raise _BadCut from None
     try:
         loose = _LOOSE_EVENTS.decode(buf)
-    except msgspec.DecodeError:
-        raise _BadCut from None
-    except msgspec.ValidationError as e:
+    except msgspec.ValidationError as e:  # (a subclass of DecodeError)
         m = re.search(r"\$\[(\d+)\]", str(e))
         which = f"event {first + int(m.group(1))}" if m else f"an event from event {first} on"
         raise ParseError(path, f"not a trace: {which} is {_found(str(e))}, not a JSON object") from None
+    except msgspec.DecodeError:
+        raise _BadCut from None
     return [_clean(e) for e in loose]
 
 
@@ -414,7 +416,8 @@ def _clean(e: _LooseEvent) -> Any:
         return _C(name, _key_part(e.pid), _loose_float(e.ts), args if isinstance(args, dict) else None)
     if ph == "M":
         args = _loose_json(e.args)
-        return _M(name, _key_part(e.pid), _key_part(e.tid), _NameArgs(args.get("name")) if isinstance(args, dict) else None)
+        name_args = _NameArgs(args.get("name")) if isinstance(args, dict) else None
+        return _M(name, _key_part(e.pid), _key_part(e.tid), name_args)
     return _OTHERS[0]() if ph else None
 
 
@@ -464,7 +467,9 @@ class _Interner:
         local, uniques = pd.factorize(_array(values), use_na_sentinel=False)
         table = self.codes
         glob = np.fromiter(
-            (table.setdefault(_none_if_nan(u), len(table)) for u in uniques.tolist()), dtype=np.int32, count=len(uniques)
+            (table.setdefault(_none_if_nan(u), len(table)) for u in uniques.tolist()),
+            dtype=np.int32,
+            count=len(uniques),
         )
         return glob[local]
 
@@ -489,10 +494,10 @@ class _Interner:
 
 def _array(values: list[Any]) -> np.ndarray:
     """An array for factorizing: int64 when every value is an int, else object."""
-    if values and type(values[0]) is int:
+    if values and set(map(type, values)) == {int}:
         try:
             return np.array(values, dtype=np.int64)
-        except (TypeError, ValueError, OverflowError):
+        except OverflowError:
             pass
     out = np.empty(len(values), dtype=object)
     out[:] = values

@@ -108,6 +108,7 @@ def build(a: Analysis) -> dict[str, Any]:
         "metric_details": details,
         "verdict": a.verdict,
         "findings": a.findings,
+        "rules_skipped": a.skipped,
         "checks": a.checks,
         "sources": [s.to_dict() for s in a.capture.sources],
         "notes": list(a.capture.notes),

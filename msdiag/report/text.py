@@ -47,7 +47,26 @@ def render(report: dict[str, Any]) -> str:
         out.append("  parallel: " + ", ".join(f"{k}={v}" for k, v in cap["parallel"].items() if v is not None))
     v = report.get("verdict") or {}
     if v.get("bottleneck"):
-        out.append(f"\nVerdict: {v.get('sentence') or v['bottleneck']}")
+        share = f" ({100 * v['share']:.0f}% of the step)" if v.get("share") is not None else ""
+        out.append(f"\nVerdict: {v['bottleneck'].upper()}{share}, confidence {v.get('confidence')}")
+        out.append(f"  {v.get('sentence')}")
+        if v.get("causes"):
+            out.append(f"  related findings: {', '.join(v['causes'])}")
+        if v.get("runner_up"):
+            ru = v["runner_up"]
+            out.append(f"  runner-up: {ru['bottleneck']} ({100 * ru['share']:.0f}% of the step, {ru['rule_id']})")
+    findings = report.get("findings") or []
+    if findings:
+        out.append(f"\nFindings ({len(findings)}):")
+        for f in findings:
+            out.append(f"  [{f['severity']}] {f['rule_id']}: {f['message']}")
+            for sg in f.get("suggestions") or []:
+                out.append(f"      fix: {sg['action']}")
+                if sg.get("api"):
+                    out.append(f"           {sg['api']}")
+    skipped = report.get("rules_skipped") or []
+    if skipped:
+        out.append(f"  ({len(skipped)} rule(s) skipped for missing data: " + "; ".join(f"{x['rule_id']}: {x['reason']}" for x in skipped[:4]) + (" ..." if len(skipped) > 4 else "") + ")")
     out.append(
         f"\nStep time: median {_us(m.get('step_time_us'))}, p90 {_us(m.get('step_time_p90_us'))} "
         f"over {m.get('step_count') or 0} rank-step(s)"

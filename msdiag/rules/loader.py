@@ -1,0 +1,340 @@
+"""Load rules/*.yaml with a strict schema.
+
+A rule is pure data: an unknown key, a wrong type, an unknown metric id or an unknown parameter
+is a load error that names the file and line. Conditions are declarative (``all`` / ``any`` /
+``not`` over metric comparisons); nothing is evaluated as code.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+import yaml
+
+from msdiag.errors import RuleError
+
+CATEGORIES = ("compute", "communication", "data", "memory", "host", "bubble", "inference", "stability")
+SEVERITIES = ("info", "warning", "critical")
+BOTTLENECKS = ("compute", "communication", "data", "memory", "host", "bubble")
+OPS = (">", ">=", "<", "<=", "==", "!=")
+FORMATS = ("pct", "ms", "us", "s", "mb", "gb", "x", "int", "f1", "f2", "f3", "raw")
+_ID = re.compile(r"^[a-z][a-z0-9-]*$")
+_PLACEHOLDER = re.compile(r"\{([^{}|]+)(?:\|([a-z0-9]+))?\}")
+
+RULE_KEYS = {
+    "id", "name", "category", "severity", "summary", "params", "condition", "critical_when",
+    "verdict", "message", "suggestions", "docs", "references", "cases",
+}
+REQUIRED = ("id", "name", "category", "severity", "summary", "condition", "message", "suggestions", "docs", "cases")
+PARAM_KEYS = {"default", "unit", "bounds", "doc"}
+SUGGESTION_KEYS = {"when", "action", "api", "snippet", "effect"}
+DOCS_KEYS = {"why", "how", "false_positives"}
+VERDICT_KEYS = {"bottleneck", "cost"}
+CASE_KEYS = {"name", "metrics", "expect", "set"}
+COMPARISON_KEYS = {"metric", "op", "value", "param", "other", "optional"}
+
+
+@dataclass
+class Param:
+    name: str
+    default: float
+    unit: str
+    bounds: tuple[float, float]
+    doc: str
+
+
+@dataclass
+class Rule:
+    id: str
+    name: str
+    category: str
+    severity: str
+    summary: str
+    params: dict[str, Param]
+    condition: dict[str, Any]
+    message: str
+    suggestions: list[dict[str, Any]]
+    docs: dict[str, str]
+    cases: list[dict[str, Any]]
+    path: str
+    critical_when: dict[str, Any] | None = None
+    verdict: dict[str, str] | None = None
+    references: list[str] = field(default_factory=list)
+
+    def metrics(self) -> set[str]:
+        """Every metric id the rule's conditions and message read."""
+        out: set[str] = set()
+        for cond in [self.condition, self.critical_when] + [s.get("when") for s in self.suggestions]:
+            if cond:
+                out |= _condition_metrics(cond)
+        out |= {name for name, _ in _PLACEHOLDER.findall(self.message) if not name.startswith("param.")}
+        return out
+
+    def condition_metrics(self) -> set[str]:
+        """Metric ids the firing condition needs (optional comparisons excluded)."""
+        return _condition_metrics(self.condition, required_only=True)
+
+
+def _condition_metrics(cond: dict[str, Any], required_only: bool = False) -> set[str]:
+    out: set[str] = set()
+    for key in ("all", "any"):
+        for c in cond.get(key, []):
+            out |= _condition_metrics(c, required_only)
+    if "not" in cond:
+        out |= _condition_metrics(cond["not"], required_only)
+    if "metric" in cond and not (required_only and cond.get("optional")):
+        out.add(cond["metric"])
+        if "other" in cond:
+            out.add(cond["other"])
+    return out
+
+
+# ---- YAML with line numbers -----------------------------------------------------------------
+
+
+class _Lines(dict):  # type: ignore[type-arg]
+    """A dict that remembers the line of each key (1-based)."""
+
+    lines: dict[str, int]
+
+
+def _construct(node: yaml.Node, path: Path) -> Any:
+    if isinstance(node, yaml.MappingNode):
+        out = _Lines()
+        out.lines = {}
+        for k, v in node.value:
+            key = _construct(k, path)
+            if not isinstance(key, str):
+                raise RuleError(path, f"keys must be text, found {key!r}", k.start_mark.line + 1)
+            if key in out:
+                raise RuleError(path, f"key '{key}' appears twice", k.start_mark.line + 1)
+            out[key] = _construct(v, path)
+            out.lines[key] = k.start_mark.line + 1
+        out.lines["__self__"] = node.start_mark.line + 1
+        return out
+    if isinstance(node, yaml.SequenceNode):
+        return [_construct(v, path) for v in node.value]
+    return _scalar(node)
+
+
+def _scalar(node: yaml.Node) -> Any:
+    loader = yaml.SafeLoader("")
+    try:
+        return loader.construct_object(node, deep=True)
+    finally:
+        loader.dispose()
+
+
+def _line(d: Any, key: str | None = None) -> int | None:
+    if isinstance(d, _Lines):
+        return d.lines.get(key or "__self__", d.lines.get("__self__"))
+    return None
+
+
+def _read_yaml(path: Path) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise RuleError(path, f"cannot be read ({e.strerror or e})") from None
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        raise RuleError(path, f"not valid YAML: {getattr(e, 'problem', e)}", mark.line + 1 if mark else None) from None
+    if node is None:
+        raise RuleError(path, "the file is empty")
+    return _construct(node, path)
+
+
+# ---- validation -------------------------------------------------------------------------------
+
+
+def _keys(d: Any, allowed: set[str], where: str, path: Path) -> None:
+    if not isinstance(d, dict):
+        raise RuleError(path, f"{where} must be a mapping", _line(d))
+    for k in d:
+        if k not in allowed:
+            hint = ", ".join(sorted(allowed))
+            raise RuleError(path, f"unknown key '{k}' in {where} (allowed: {hint})", _line(d, k))
+
+
+def _text(d: dict[str, Any], key: str, path: Path, where: str = "the rule") -> str:
+    v = d.get(key)
+    if not isinstance(v, str) or not v.strip():
+        raise RuleError(path, f"'{key}' in {where} must be non-empty text", _line(d, key))
+    return v
+
+
+def _check_condition(c: Any, path: Path, metrics: set[str], params: dict[str, Param], where: str) -> None:
+    if not isinstance(c, dict):
+        raise RuleError(path, f"{where} must be a mapping (all / any / not, or a comparison)", _line(c))
+    combinators = [k for k in ("all", "any", "not") if k in c]
+    if combinators:
+        if len(c) != 1:
+            raise RuleError(path, f"{where}: '{combinators[0]}' must stand alone in its mapping", _line(c))
+        k = combinators[0]
+        if k == "not":
+            _check_condition(c["not"], path, metrics, params, f"{where}.not")
+            return
+        items = c[k]
+        if not isinstance(items, list) or not items:
+            raise RuleError(path, f"{where}.{k} must be a non-empty list", _line(c, k))
+        for i, sub in enumerate(items):
+            _check_condition(sub, path, metrics, params, f"{where}.{k}[{i}]")
+        return
+    _keys(c, COMPARISON_KEYS, where, path)
+    m = c.get("metric")
+    if m not in metrics:
+        raise RuleError(path, f"{where}: unknown metric id '{m}'", _line(c, "metric"))
+    if c.get("op") not in OPS:
+        raise RuleError(path, f"{where}: op must be one of {' '.join(OPS)}", _line(c, "op"))
+    rhs = [k for k in ("value", "param", "other") if k in c]
+    if len(rhs) != 1:
+        raise RuleError(path, f"{where}: give exactly one of value, param, other", _line(c))
+    if "param" in c and c["param"] not in params:
+        raise RuleError(path, f"{where}: unknown param '{c['param']}'", _line(c, "param"))
+    if "other" in c and c["other"] not in metrics:
+        raise RuleError(path, f"{where}: unknown metric id '{c['other']}'", _line(c, "other"))
+    if "value" in c and not isinstance(c["value"], (int, float, str)):
+        raise RuleError(path, f"{where}: value must be a number or text", _line(c, "value"))
+    if "optional" in c and not isinstance(c["optional"], bool):
+        raise RuleError(path, f"{where}: optional must be true or false", _line(c, "optional"))
+
+
+def _check_template(text: str, path: Path, metrics: set[str], params: dict[str, Param], line: int | None) -> None:
+    for name, fmt in _PLACEHOLDER.findall(text):
+        if name.startswith("param."):
+            if name[6:] not in params:
+                raise RuleError(path, f"message names unknown param '{name[6:]}'", line)
+        elif name not in metrics:
+            raise RuleError(path, f"message names unknown metric id '{name}'", line)
+        if fmt and fmt not in FORMATS:
+            raise RuleError(path, f"unknown format '|{fmt}' (allowed: {', '.join(FORMATS)})", line)
+
+
+def parse_rule(path: Path, metrics: set[str]) -> Rule:
+    """Load and validate one rule file."""
+    d = _read_yaml(path)
+    _keys(d, RULE_KEYS, "the rule", path)
+    for k in REQUIRED:
+        if k not in d:
+            raise RuleError(path, f"missing required key '{k}'", _line(d))
+    rid = _text(d, "id", path)
+    if not _ID.match(rid):
+        raise RuleError(path, f"id '{rid}' must be lower-case words joined by '-'", _line(d, "id"))
+    if d["category"] not in CATEGORIES:
+        raise RuleError(path, f"category must be one of {', '.join(CATEGORIES)}", _line(d, "category"))
+    if d["severity"] not in SEVERITIES:
+        raise RuleError(path, f"severity must be one of {', '.join(SEVERITIES)}", _line(d, "severity"))
+    params: dict[str, Param] = {}
+    raw_params = d.get("params") or {}
+    if not isinstance(raw_params, dict):
+        raise RuleError(path, "params must be a mapping", _line(d, "params"))
+    for pname, p in raw_params.items():
+        _keys(p, PARAM_KEYS, f"params.{pname}", path)
+        if not isinstance(p.get("default"), (int, float)) or isinstance(p.get("default"), bool):
+            raise RuleError(path, f"params.{pname}.default must be a number", _line(p, "default"))
+        b = p.get("bounds")
+        if not (isinstance(b, list) and len(b) == 2 and all(isinstance(x, (int, float)) for x in b) and b[0] <= b[1]):
+            raise RuleError(path, f"params.{pname}.bounds must be [low, high]", _line(p, "bounds"))
+        if not b[0] <= p["default"] <= b[1]:
+            raise RuleError(path, f"params.{pname}.default {p['default']} lies outside its bounds {b}", _line(p, "default"))
+        params[pname] = Param(pname, float(p["default"]), _text(p, "unit", path, f"params.{pname}"), (float(b[0]), float(b[1])), _text(p, "doc", path, f"params.{pname}"))
+    _check_condition(d["condition"], path, metrics, params, "condition")
+    if "critical_when" in d:
+        _check_condition(d["critical_when"], path, metrics, params, "critical_when")
+    verdict = d.get("verdict")
+    if verdict is not None:
+        _keys(verdict, VERDICT_KEYS, "verdict", path)
+        if verdict.get("bottleneck") not in BOTTLENECKS:
+            raise RuleError(path, f"verdict.bottleneck must be one of {', '.join(BOTTLENECKS)}", _line(verdict, "bottleneck"))
+        if verdict.get("cost") not in metrics:
+            raise RuleError(path, f"verdict.cost: unknown metric id '{verdict.get('cost')}'", _line(verdict, "cost"))
+    message = _text(d, "message", path)
+    _check_template(message, path, metrics, params, _line(d, "message"))
+    sugg = d["suggestions"]
+    if not isinstance(sugg, list) or not sugg:
+        raise RuleError(path, "suggestions must be a non-empty list", _line(d, "suggestions"))
+    for i, s in enumerate(sugg):
+        _keys(s, SUGGESTION_KEYS, f"suggestions[{i}]", path)
+        _text(s, "action", path, f"suggestions[{i}]")
+        _text(s, "effect", path, f"suggestions[{i}]")
+        if "when" in s:
+            _check_condition(s["when"], path, metrics, params, f"suggestions[{i}].when")
+        for k in ("api", "snippet"):
+            if k in s and not isinstance(s[k], str):
+                raise RuleError(path, f"suggestions[{i}].{k} must be text", _line(s, k))
+    _keys(d["docs"], DOCS_KEYS, "docs", path)
+    for k in DOCS_KEYS:
+        _text(d["docs"], k, path, "docs")
+    refs = d.get("references") or []
+    if not isinstance(refs, list) or not all(isinstance(r, str) for r in refs):
+        raise RuleError(path, "references must be a list of text", _line(d, "references"))
+    cases = d["cases"]
+    if not isinstance(cases, list) or not cases:
+        raise RuleError(path, "cases must be a non-empty list", _line(d, "cases"))
+    for i, c in enumerate(cases):
+        _keys(c, CASE_KEYS, f"cases[{i}]", path)
+        if c.get("expect") not in ("fire", "quiet", "critical", "skip"):
+            raise RuleError(path, f"cases[{i}].expect must be fire, quiet, critical or skip", _line(c, "expect"))
+        if not isinstance(c.get("metrics"), dict):
+            raise RuleError(path, f"cases[{i}].metrics must be a mapping of metric id to value", _line(c, "metrics"))
+        for m in c["metrics"]:
+            if m not in metrics:
+                raise RuleError(path, f"cases[{i}].metrics: unknown metric id '{m}'", _line(c["metrics"], m))
+    return Rule(
+        id=rid, name=_text(d, "name", path), category=d["category"], severity=d["severity"],
+        summary=_text(d, "summary", path), params=params, condition=d["condition"], message=message,
+        suggestions=list(sugg), docs=dict(d["docs"]), cases=list(cases), path=str(path),
+        critical_when=d.get("critical_when"), verdict=dict(verdict) if verdict else None, references=list(refs),
+    )
+
+
+def default_rules_dir() -> Path:
+    """The rules shipped with msdiag: rules/ of a checkout, or msdiag._rules of a wheel install."""
+    from msdiag.resources import resource_dir
+
+    return resource_dir("rules")
+
+
+def load_rules(extra_dirs: Iterable[str | Path] = (), metrics: set[str] | None = None) -> dict[str, Rule]:
+    """The built-in rules, then each extra folder's (a rule with the same id overrides)."""
+    from msdiag.metrics.registry import all_metrics
+
+    known = metrics if metrics is not None else set(all_metrics())
+    rules: dict[str, Rule] = {}
+    for d in [default_rules_dir(), *map(Path, extra_dirs)]:
+        files = sorted(Path(d).glob("*.yaml")) + sorted(Path(d).glob("*.yml"))
+        seen: dict[str, str] = {}
+        for f in files:
+            r = parse_rule(f, known)
+            if r.id in seen:
+                raise RuleError(f, f"rule id '{r.id}' is also defined in {seen[r.id]}")
+            seen[r.id] = str(f)
+            rules[r.id] = r
+    return rules
+
+
+def apply_overrides(rules: dict[str, Rule], overrides: dict[str, str]) -> dict[str, dict[str, float]]:
+    """Parameter values per rule: defaults, then ``--set RULE.PARAM=VALUE`` (validated)."""
+    values = {rid: {p.name: p.default for p in r.params.values()} for rid, r in rules.items()}
+    for key, raw in overrides.items():
+        rid, _, pname = key.partition(".")
+        if rid not in rules:
+            raise RuleError("--set", f"unknown rule '{rid}' in {key}={raw}")
+        r = rules[rid]
+        if pname not in r.params:
+            known = ", ".join(sorted(r.params)) or "none"
+            raise RuleError("--set", f"rule '{rid}' has no parameter '{pname}' (it has: {known})")
+        try:
+            v = float(raw)
+        except ValueError:
+            raise RuleError("--set", f"{key}={raw}: the value must be a number") from None
+        lo, hi = r.params[pname].bounds
+        if not lo <= v <= hi:
+            raise RuleError("--set", f"{key}={raw}: outside the parameter's bounds [{lo}, {hi}]")
+        values[rid][pname] = v
+    return values
