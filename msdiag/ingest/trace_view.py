@@ -37,6 +37,8 @@ import gc
 import os
 import re
 from contextlib import contextmanager
+from itertools import compress, repeat
+from operator import attrgetter, is_
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Union
@@ -166,6 +168,8 @@ class _LooseEvent(msgspec.Struct, gc=False):
 class _Wrapped(msgspec.Struct):
     traceEvents: list[msgspec.Raw]
 
+
+_NAME, _PID, _TID, _TS, _DUR, _ARGS = (attrgetter(a) for a in ("name", "pid", "tid", "ts", "dur", "args"))
 
 _TOP = msgspec.json.Decoder(Union[list[msgspec.Raw], _Wrapped])
 _EVENTS = msgspec.json.Decoder(list[_EventType], strict=False)
@@ -532,34 +536,23 @@ class _Accumulator:
         self.phased = 0
 
     def add(self, events: list[Any]) -> None:
-        xs: list[_X] = []
-        cs: list[_C] = []
-        ms: list[_M] = []
-        xa, ca, ma = xs.append, cs.append, ms.append
-        unphased = 0
-        for e in events:
-            ty = type(e)
-            if ty is _X:
-                xa(e)
-            elif ty is _C:
-                ca(e)
-            elif ty is _M:
-                ma(e)
-            elif e is None:
-                unphased += 1
+        types = list(map(type, events))
+        xs: list[_X] = list(compress(events, map(is_, types, repeat(_X))))
+        cs: list[_C] = list(compress(events, map(is_, types, repeat(_C))))
+        ms: list[_M] = list(compress(events, map(is_, types, repeat(_M)))) if _M in types else []
         self.events += len(events)
-        self.phased += len(events) - unphased
-        del events
+        self.phased += len(events) - types.count(type(None))
+        del events, types
         if xs:
-            self.x_name.append(self.names.codes_of([e.name for e in xs]))
-            self.x_key.append(self.keys.pair_codes([e.pid for e in xs], [e.tid for e in xs]))
-            self.x_ts.append(np.array([e.ts for e in xs], dtype=np.float64))
-            self.x_dur.append(np.array([e.dur for e in xs], dtype=np.float64))
+            self.x_name.append(self.names.codes_of(list(map(_NAME, xs))))
+            self.x_key.append(self.keys.pair_codes(list(map(_PID, xs)), list(map(_TID, xs))))
+            self.x_ts.append(np.array(list(map(_TS, xs)), dtype=np.float64))
+            self.x_dur.append(np.array(list(map(_DUR, xs)), dtype=np.float64))
         if cs:
-            self.c_name.append(self.names.codes_of([e.name for e in cs]))
-            self.c_pid.append(self.pids.codes_of([e.pid for e in cs]))
-            self.c_ts.append(np.array([e.ts for e in cs], dtype=np.float64))
-            units, values = _counter_values([e.args for e in cs])
+            self.c_name.append(self.names.codes_of(list(map(_NAME, cs))))
+            self.c_pid.append(self.pids.codes_of(list(map(_PID, cs))))
+            self.c_ts.append(np.array(list(map(_TS, cs)), dtype=np.float64))
+            units, values = _counter_values(list(map(_ARGS, cs)))
             self.c_unit.append(self.units.codes_of(units))
             self.c_val.append(values)
         for e in ms:
@@ -692,12 +685,16 @@ class _Accumulator:
 
 def _counter_values(args: list[dict[str, Any] | None]) -> tuple[list[Any], np.ndarray]:
     """(unit, value) of each counter sample: the first args key that is not "acc_id", and its number."""
-    units = [next(iter(d)) if d else None for d in args]
-    if "acc_id" in units:  # Acc PMU writes {"value": v, "acc_id": i}; acc_id first would be odd, but allowed
-        for i, d in enumerate(args):
-            if units[i] == "acc_id":
-                units[i] = next((k for k in d if k != "acc_id"), None) if d else None
-    values = [d[u] if u is not None else None for d, u in zip(args, units)]  # type: ignore[index]
+    try:  # the common case, at C speed: every args is a non-empty dict whose first key is the unit
+        units: list[Any] = list(map(next, map(iter, args)))  # type: ignore[arg-type]
+        ok = len(units) == len(args) and "acc_id" not in units  # an empty dict stops map() early
+    except TypeError:  # args null
+        ok = False
+    if ok:
+        values: list[Any] = list(map(dict.__getitem__, args, units))  # type: ignore[arg-type]
+    else:
+        units = [next((k for k in d if k != "acc_id"), None) if d else None for d in args]
+        values = [d[u] if d and u is not None else None for d, u in zip(args, units)]
     try:
         arr = np.array(values, dtype=np.float64)
     except (TypeError, ValueError):

@@ -1,0 +1,152 @@
+"""Kernel-mix metrics: what the compute time is spent on, and signs of launch-bound or
+dynamic-shape execution. Sources: the kernels table (kernel_details.csv on Ascend, host ops on CPU).
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from msdiag.metrics.registry import Context, Value, metric
+
+# A kernel shorter than this mostly measures launch and scheduling, not work.
+SHORT_KERNEL_US = 10.0
+_MATMUL = r"^(?:Batch)?Mat[Mm]ul|^GroupedMatmul|^Dense$"
+_FP32 = {"FLOAT", "DT_FLOAT", "FLOAT32", "float32", "Float32"}
+
+
+def _compute(ctx: Context) -> pd.DataFrame:
+    k = ctx.capture.table("kernels")
+    return k[(k["kind"] == "compute") & k["dur_us"].notna()]
+
+
+def _no_kernels() -> Value:
+    return Value(None, reason="no compute kernels in the capture (kernel_details.csv / trace_view.json absent)")
+
+
+def _per_rank_share(c: pd.DataFrame, mask: pd.Series) -> dict[int, float | None]:
+    out: dict[int, float | None] = {}
+    for r, g in c.groupby("rank"):
+        tot = float(g["dur_us"].sum())
+        out[int(r)] = float(g.loc[mask.loc[g.index], "dur_us"].sum()) / tot if tot > 0 else None
+    return out
+
+
+def _share_of_compute(ctx: Context, mask_fn, what: str) -> Value:  # type: ignore[no-untyped-def]
+    c = _compute(ctx)
+    if not len(c):
+        return _no_kernels()
+    mask = mask_fn(c)
+    if mask is None:
+        return Value(None, reason=f"{what} cannot be told from this capture's kernels")
+    total = float(c["dur_us"].sum())
+    if total <= 0:
+        return _no_kernels()
+    return Value(float(c.loc[mask, "dur_us"].sum()) / total, _per_rank_share(c, mask))
+
+
+@metric("short_kernel_share", "ratio", f"Share of compute kernel launches shorter than {SHORT_KERNEL_US:g} us (launch-bound sign)", "kernels.dur_us")
+def _short(ctx: Context) -> Value:
+    c = _compute(ctx)
+    if not len(c):
+        return _no_kernels()
+    short = c["dur_us"] < SHORT_KERNEL_US
+    per = {int(r): float(g.mean()) for r, g in short.groupby(c["rank"])}
+    return Value(float(short.mean()), per)
+
+
+@metric("kernel_mean_us", "us", "Mean duration of a compute kernel launch", "kernels.dur_us")
+def _mean(ctx: Context) -> Value:
+    c = _compute(ctx)
+    if not len(c):
+        return _no_kernels()
+    return Value(float(c["dur_us"].mean()), {int(r): float(v) for r, v in c.groupby("rank")["dur_us"].mean().items()})
+
+
+def _core_mask(core: str):  # type: ignore[no-untyped-def]
+    def fn(c: pd.DataFrame) -> pd.Series | None:
+        cores = c["core"].astype("string")
+        if cores.isna().all() or (cores == "CPU").all():
+            return None
+        return cores.str.contains(core, regex=False, na=False)
+
+    return fn
+
+
+@metric("vector_time_share", "ratio", "Share of compute kernel time on the vector units (AI_VECTOR_CORE / MIX_AIV)", "kernels.core (Accelerator Core)")
+def _vector(ctx: Context) -> Value:
+    return _share_of_compute(ctx, _core_mask("VECTOR"), "the accelerator core")
+
+
+@metric("aicpu_time_share", "ratio", "Share of compute kernel time on AI CPU (ops that fell back from AI Core)", "kernels.core (Accelerator Core)")
+def _aicpu(ctx: Context) -> Value:
+    return _share_of_compute(ctx, _core_mask("AI_CPU"), "the accelerator core")
+
+
+@metric("matmul_time_share", "ratio", "Share of compute kernel time in matrix multiplications (MatMul, BatchMatMul, GroupedMatmul, Dense)", "kernels.type")
+def _matmul(ctx: Context) -> Value:
+    return _share_of_compute(ctx, lambda c: c["type"].astype("string").str.contains(_MATMUL, regex=True, na=False), "the op type")
+
+
+@metric("fp32_matmul_share", "ratio", "Share of matmul kernel time computed in FP32 (mixed precision would use FP16/BF16)", "kernels.input_dtypes")
+def _fp32(ctx: Context) -> Value:
+    c = _compute(ctx)
+    if not len(c):
+        return _no_kernels()
+    mm = c[c["type"].astype("string").str.contains(_MATMUL, regex=True, na=False)]
+    if not len(mm):
+        return Value(None, reason="no matmul kernels in the capture")
+    dt = mm["input_dtypes"].astype("string")
+    if dt.isna().all():
+        return Value(None, reason="kernel input data types not recorded (record_shapes off, or profiler Level0)")
+    first = dt.str.split(";").str[0].str.strip()
+    fp32 = first.isin(_FP32)
+    total = float(mm["dur_us"].sum())
+    per = {int(r): float(g.loc[fp32.loc[g.index], "dur_us"].sum() / g["dur_us"].sum()) for r, g in mm.groupby("rank")}
+    return Value(float(mm.loc[fp32, "dur_us"].sum()) / total if total else None, per)
+
+
+@metric(
+    "dynamic_shape_ops",
+    "ops",
+    "Ops whose input shapes change from step to step (dynamic shapes), max over ranks",
+    "kernels.input_shapes per step",
+)
+def _dynamic(ctx: Context) -> Value:
+    k = ctx.capture.table("kernels")
+    k = k[k["input_shapes"].notna() & k["step"].notna()]
+    if len(k) and k["step"].nunique() >= 2:
+        # an op is dynamic when its set of shapes differs between steps
+        sets = k.groupby(["rank", "name", "step"])["input_shapes"].agg(lambda x: tuple(sorted(set(x))))
+        varying = sets.groupby(level=[0, 1]).nunique() > 1
+        per = {int(r): float(g.sum()) for r, g in varying.groupby(level=0)}
+        return Value(int(max(per.values())), per)
+    if len(ctx.capture.table("host_shapes")):
+        # PyNative reuses op names (BiasAddGrad-op0) across different small graphs, so a name
+        # with several shapes is not evidence of dynamic shapes; CPU shapes carry no step
+        return Value(None, reason="MindSpore CPU records op shapes without their step: shapes cannot be compared across steps")
+    if len(k):
+        return Value(None, reason="one step only: shapes cannot be compared across steps")
+    return Value(None, reason="input shapes not recorded (record_shapes off, or profiler Level0)")
+
+
+@metric("kernels_per_step", "kernels", "Median number of kernel launches per step and rank", "kernels.step / steps")
+def _per_step(ctx: Context) -> Value:
+    c = _compute(ctx)
+    s = ctx.steps
+    if not len(c) or not len(s):
+        return _no_kernels()
+    counts = []
+    per: dict[int, float | None] = {}
+    for r, g in s.groupby("rank"):
+        kr = c[c["rank"] == r]
+        vals = []
+        for lo, hi in zip(g["start_us"], g["end_us"]):
+            if pd.isna(lo) or pd.isna(hi):
+                continue
+            vals.append(int(((kr["start_us"] >= lo) & (kr["start_us"] < hi)).sum()))
+        if vals:
+            per[int(r)] = float(pd.Series(vals).median())
+            counts.extend(vals)
+    if not counts:
+        return Value(None, reason="steps carry no start/end times")
+    return Value(float(pd.Series(counts).median()), per)
