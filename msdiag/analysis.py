@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from msdiag.errors import InputError
 from msdiag.ingest.loader import describe, load
 from msdiag.metrics.breakdown import step_breakdown
 from msdiag.metrics.registry import Context, Value, compute_all
@@ -33,6 +34,8 @@ class Options:
     device: str | None = None
     model_config: str | None = None
     ranks_per_node: int | None = None
+    device_memory_gb: float | None = None
+    host_cores: int | None = None
     rules_dirs: tuple[str, ...] = ()
     overrides: dict[str, str] = field(default_factory=dict)
 
@@ -43,6 +46,8 @@ class Options:
             "device": self.device,
             "model_config": self.model_config,
             "ranks_per_node": self.ranks_per_node,
+            "device_memory_gb": self.device_memory_gb,
+            "host_cores": self.host_cores,
             "rules": list(self.rules_dirs),
             "set": dict(self.overrides),
         }
@@ -130,9 +135,26 @@ def _agreement(steps: pd.DataFrame, prof: pd.DataFrame) -> list[dict[str, Any]]:
     return out
 
 
+def _check_options(opts: Options) -> None:
+    """Options that name files or devices are checked before any work, as input errors."""
+    from msdiag.metrics import devices, model_config
+
+    if opts.device:
+        try:
+            devices.device_key(opts.device)
+        except ValueError as e:
+            raise InputError("--device", str(e)) from None
+    if opts.model_config:
+        try:
+            model_config.load_model_config(opts.model_config)
+        except ValueError as e:
+            raise InputError(opts.model_config, str(e).replace(f"{opts.model_config}: ", "")) from None
+
+
 def analyze(path: str | Path, options: Options | None = None) -> Analysis:
     """Read the capture at ``path`` and compute its step breakdown and metrics."""
     opts = options or Options()
+    _check_options(opts)
     cap = load(path, jobs=opts.jobs)
     steps, prof, checks, notes = _steps_for(cap)
     cap.notes.extend(notes)

@@ -37,6 +37,8 @@ def analysis_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--device", default=None, help="Device model for the peak FLOPs table (e.g. 910B2, A100, H100)."),
         click.option("--model-config", type=click.Path(exists=True, dir_okay=False), default=None, help="Model description YAML for analytic FLOPs."),
         click.option("--ranks-per-node", type=click.IntRange(min=1), default=None, help="Ranks per node (default 8 on Ascend)."),
+        click.option("--device-memory-gb", type=click.FloatRange(min=0, min_open=True), default=None, help="Device memory capacity in GB (default: from --device)."),
+        click.option("--host-cores", type=click.IntRange(min=1), default=None, help="CPU cores of each training host (for data-pipeline workers)."),
         click.option("--rules", "rules_dirs", multiple=True, type=click.Path(exists=True, file_okay=False), help="Extra rules folder (adds or overrides)."),
         click.option("--set", "overrides", multiple=True, help="Override a rule parameter: RULE.PARAM=VALUE."),
         click.option("--debug", is_flag=True, help="Show the traceback of an error."),
@@ -55,6 +57,8 @@ def _options(kw: dict[str, Any]) -> Any:
         device=kw["device"],
         model_config=kw["model_config"],
         ranks_per_node=kw["ranks_per_node"],
+        device_memory_gb=kw["device_memory_gb"],
+        host_cores=kw["host_cores"],
         rules_dirs=tuple(kw["rules_dirs"]),
         overrides=_parse_set(tuple(kw["overrides"])),
     )

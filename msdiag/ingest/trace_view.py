@@ -3,12 +3,20 @@
 Real trace_view.json files are hundreds of MB to GB per rank, so the reader decodes only what the model
 needs, with typed msgspec decoding straight into compact columns:
 
-1. the file is split into its events as ``msgspec.Raw`` slices (no event is materialised; the slices
-   point into the file's bytes);
-2. the events are decoded in chunks into a narrow struct (ph, name, pid, tid, ts, dur; ``args`` left as
-   raw bytes), each chunk turned into columns (names and (pid, tid) pairs interned to integer codes,
-   times as float64) and dropped before the next;
-3. only counter ('C') and metadata ('M') events ever have their ``args`` decoded.
+1. the file is read once into a writable buffer and cut into chunks of about 8 MB at event
+   boundaries ("}, {" between two top-level events); each chunk is framed as a JSON array in place;
+2. each chunk is decoded into small per-phase structs: 'X' (name, pid, tid, ts, dur), 'C' (name,
+   pid, ts, args), 'M' (name, pid, tid, args.name); every other phase, and every other field (the
+   large ``args`` of 'X' events, call stacks included), is skipped by the decoder, never built;
+3. the chunk's events become columns (names and (pid, tid) pairs interned to integer codes, times as
+   float64 arrays) and are dropped before the next chunk is decoded;
+4. at the end, when every process and thread name is known, the (pid, tid) codes are classified into
+   lanes and the tables are built from the columns.
+
+A cut that falls inside an event (a string or a nested array holding "}, {") makes its chunk invalid
+JSON; the reader then starts over with a careful split (a full parse into ``msgspec.Raw`` slices), so
+the fast cut can cost time but never change a result. The careful split also reports what is wrong
+with a broken file.
 
 Real-world dirt handled here: ``ts``/``dur`` written as numbers or as strings (possibly with trailing
 whitespace), a JSON array or an object with ``traceEvents``, process and thread names that come after
@@ -29,17 +37,23 @@ async events are not read):
 
 Events of the MindSpore CPU backend's "CPU OP" process are host ops: they go to ``host_ops`` (a
 KERNELS table, core "CPU") and NOT to the host lane, so that no op is counted twice.
+
+Rows: the timeline is ordered by lane, track and start, the counters by track, name and time. An 'X'
+event without ``ts`` is dropped; one without ``dur`` is kept with a null duration. A counter's unit is
+its first ``args`` key that is not "acc_id" (Acc PMU writes {"value": v, "acc_id": i}), its value that
+key's number. Absolute times are float64 microseconds: about 0.25 us resolution at today's epoch.
 """
 
 from __future__ import annotations
 
 import gc
+import mmap
 import os
 import re
 from contextlib import contextmanager
+from dataclasses import dataclass
 from itertools import compress, repeat
 from operator import attrgetter, is_
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Union
 
@@ -225,25 +239,40 @@ def _accumulate(path: Path, chunks: Iterator[Any]) -> "_Accumulator":
     return acc
 
 
-def _read_bytes(path: Path) -> bytearray:
-    """The file's bytes, in a bytearray (the fast split frames chunks in place)."""
+def _read_bytes(path: Path) -> bytearray | mmap.mmap:
+    """The file's bytes in a writable buffer (the fast split frames chunks in place).
+
+    On Linux the buffer is an anonymous mapping filled in one go (MAP_POPULATE): reading into it is
+    about twice as fast as into a bytearray, whose pages fault in one at a time.
+    """
     try:
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
-            data = bytearray(size)
-            got = f.readinto(data)
-            if got < size:
-                del data[got:]
+            data: bytearray | mmap.mmap = _buffer(size)
+            got = f.readinto(data) if size else 0
             rest = f.read()
-            if rest:
-                data += rest
+        if got != size or rest:  # the file changed size while being read: read it again, plainly
+            data = bytearray(path.read_bytes())
     except IsADirectoryError:
         raise ParseError(path, "is a folder, not a trace_view.json file") from None
     except OSError as e:
         raise ParseError(path, f"cannot be read ({e.strerror or e})") from None
-    if not data or data.isspace():
-        raise ParseError(path, "the file is empty (0 bytes)" if not data else "the file is empty (only whitespace)")
+    if not len(data):
+        raise ParseError(path, "the file is empty (0 bytes)")
+    lead = _LEAD_RE.match(data)
+    if lead is not None and lead.end() == len(data):
+        raise ParseError(path, "the file is empty (only whitespace)")
     return data
+
+
+def _buffer(size: int) -> bytearray | mmap.mmap:
+    populate = getattr(mmap, "MAP_POPULATE", 0)
+    if size and populate and hasattr(mmap, "MAP_ANONYMOUS"):
+        try:
+            return mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | populate)
+        except (OSError, ValueError):
+            pass
+    return bytearray(size)
 
 
 _WS = b" \t\r\n"
@@ -251,7 +280,7 @@ _LEAD_RE = re.compile(rb"(?:\xef\xbb\xbf)?[ \t\r\n]*")
 _CUT_RE = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
 
 
-def _fast_cuts(data: bytearray) -> list[tuple[int, int]] | None:
+def _fast_cuts(data: bytearray | mmap.mmap) -> list[tuple[int, int]] | None:
     """Chunk byte ranges of a top-level JSON array, found by searching for "}, {" near every
     _CHUNK_BYTES; None when the file is not a plain array (then the careful split is used).
 
@@ -283,7 +312,7 @@ def _fast_cuts(data: bytearray) -> list[tuple[int, int]] | None:
     return cuts
 
 
-def _framed(data: bytearray, cuts: list[tuple[int, int]]) -> Iterator[memoryview]:
+def _framed(data: bytearray | mmap.mmap, cuts: list[tuple[int, int]]) -> Iterator[memoryview]:
     """Each cut as a JSON array, framed in place (the two bytes are restored after use)."""
     view = memoryview(data)
     for start, end in cuts:
@@ -311,7 +340,7 @@ def _found(msg: str) -> str:
     return _KIND.get(m.group(1), m.group(1)) if m else "something else"
 
 
-def _split_events(path: Path, data: bytearray) -> list[msgspec.Raw]:
+def _split_events(path: Path, data: bytearray | mmap.mmap) -> list[msgspec.Raw]:
     """The events as Raw slices of ``data``; ParseError when the file is not a complete JSON trace."""
     lead = _LEAD_RE.match(data)
     offset = lead.end() if lead else 0
@@ -334,7 +363,7 @@ def _split_events(path: Path, data: bytearray) -> list[msgspec.Raw]:
     return top.traceEvents if isinstance(top, _Wrapped) else top
 
 
-def _decode_problem(msg: str, data: bytearray, offset: int) -> str:
+def _decode_problem(msg: str, data: bytearray | mmap.mmap, offset: int) -> str:
     size = len(data)
     if "truncated" in msg:
         return f"truncated JSON: the data ends at byte {size} before the trace is complete"
@@ -350,7 +379,7 @@ def _address(buf: Any) -> int:
     return int(np.frombuffer(buf, dtype=np.uint8).ctypes.data)
 
 
-def _raw_chunks(path: Path, data: bytearray) -> Iterator[bytes]:
+def _raw_chunks(path: Path, data: bytearray | mmap.mmap) -> Iterator[bytes]:
     """The careful split: JSON arrays of up to _CHUNK_EVENTS events, from a full parse of the file.
 
     The events' Raw slices point into ``data``: their offsets give each chunk's byte range, so a
@@ -479,8 +508,19 @@ class _Interner:
 
     def pair_codes(self, a: list[Any], b: list[Any]) -> np.ndarray:
         """int32 codes of the pairs (a[i], b[i])."""
-        ac, au = pd.factorize(_array(a), use_na_sentinel=False)
-        bc, bu = pd.factorize(_array(b), use_na_sentinel=False)
+        aa, ba = _array(a), _array(b)
+        if aa.dtype.kind == ba.dtype.kind == "i" and len(aa) and min(aa.min(), ba.min()) >= 0 and ba.max() < 2**32:
+            if aa.max() < 2**32:  # the usual case: (pid, tid) as one uint64, factorized once
+                local, uniques = pd.factorize((aa.astype(np.uint64) << np.uint64(32)) | ba.astype(np.uint64))
+                table = self.codes
+                glob = np.fromiter(
+                    (table.setdefault((u >> 32, u & 0xFFFFFFFF), len(table)) for u in uniques.tolist()),
+                    dtype=np.int32,
+                    count=len(uniques),
+                )
+                return glob[local]
+        ac, au = pd.factorize(aa, use_na_sentinel=False)
+        bc, bu = pd.factorize(ba, use_na_sentinel=False)
         nb = max(len(bu), 1)
         local, uniques = pd.factorize(ac.astype(np.int64) * nb + bc)
         aul, bul = [_none_if_nan(u) for u in au.tolist()], [_none_if_nan(u) for u in bu.tolist()]
@@ -498,11 +538,10 @@ class _Interner:
 
 def _array(values: list[Any]) -> np.ndarray:
     """An array for factorizing: int64 when every value is an int, else object."""
-    if values and set(map(type, values)) == {int}:
-        try:
-            return np.array(values, dtype=np.int64)
-        except OverflowError:
-            pass
+    if values and type(values[0]) is int:
+        arr = np.array(values)
+        if arr.dtype.kind in "iO":  # (ints mixed with strings give a "U" array: not those)
+            return arr
     out = np.empty(len(values), dtype=object)
     out[:] = values
     return out
@@ -639,14 +678,15 @@ class _Accumulator:
 
         keep = (lane >= 0) & has_ts
         lane, track, name_c, ts, dur = lane[keep], track[keep], name_c[keep], ts[keep], dur[keep]
-        order = np.lexsort((ts, track, lane))
+        track_values = np.array(tracks or [""], dtype=object)
+        order = np.lexsort((ts, _ranks(track_values)[track], lane))  # (not by codes: they depend on chunking)
         lane, track, name_c, ts, dur = lane[order], track[order], name_c[order], ts[order], dur[order]
         n = len(ts)
         timeline = model.TIMELINE.frame(
             {
                 "rank": _const_int(rank, n),
                 "lane": _strings(np.array(_LANES, dtype=object), lane),
-                "track": _strings(np.array(tracks or [""], dtype=object), track),
+                "track": _strings(track_values, track),
                 "name": _strings(names, name_c),
                 "start_us": ts,
                 "dur_us": dur,
@@ -668,7 +708,7 @@ class _Accumulator:
         units = np.array(self.units.values(), dtype=object)
         keep = ~np.isnan(ts)
         name_c, pid_c, unit_c, ts, val = name_c[keep], pid_c[keep], unit_c[keep], ts[keep], val[keep]
-        order = np.lexsort((ts, name_c, pid_c))
+        order = np.lexsort((ts, _ranks(names)[name_c], _ranks(pid_track)[pid_c]))
         name_c, pid_c, unit_c, ts, val = name_c[order], pid_c[order], unit_c[order], ts[order], val[order]
         n = len(ts)
         return model.COUNTERS.frame(
@@ -700,6 +740,13 @@ def _counter_values(args: list[dict[str, Any] | None]) -> tuple[list[Any], np.nd
     except (TypeError, ValueError):
         arr = np.array([_loose_float(v) for v in values], dtype=np.float64)
     return units, arr
+
+
+def _ranks(values: np.ndarray) -> np.ndarray:
+    """The position of each value in sorted order (to sort rows by a coded column's text)."""
+    out = np.empty(len(values), dtype=np.int64)
+    out[np.argsort(values, kind="stable")] = np.arange(len(values))
+    return out
 
 
 def _strings(values: np.ndarray, codes: np.ndarray) -> pd.api.extensions.ExtensionArray:

@@ -36,13 +36,16 @@ PEAKS: dict[str, Peak] = {
     "910A": Peak(256.0, "Ascend 910 (910A) FP16, secondary reports of Huawei's Hot Chips 2019 talk"),
     "910B1": Peak(
         round(_ascend(24, 1.8), 1),
-        "derived, uncertain: 24 cube cores x 1.8 GHz (assumed) x 16^3 x 2; mfu.md gives ~354-369",
+        "derived, uncertain: 24 cube cores (MindStudio msSanitizer chip table, from CANN platform_config) "
+        "x 1.8 GHz (assumed) x 16^3 x 2; mfu.md gives ~354-369",
     ),
     "910B2": Peak(
         354.0, "verl's device table; equals 24 cube cores x 16^3 x 2 x 1.8 GHz from the 910B2 platform ini"
     ),
     "910B3": Peak(round(_ascend(20, 1.8), 1), "derived: 20 cube cores x 1.8 GHz (frequency assumed) x 16^3 x 2"),
-    "910B4": Peak(280.0, "commonly quoted, unverified: no primary source found"),
+    "910B4": Peak(
+        280.0, "commonly quoted, unverified: no primary source found (20 cube cores per the MindStudio chip table)"
+    ),
     "910C": Peak(
         round(_ascend(24, 1.85), 1),
         "derived, per die (one profiled device; a package holds 2): 24 cube cores x 1.85 GHz x 16^3 x 2",

@@ -13,8 +13,9 @@ Op types with a formula:
   MindSpore's MatMulExt / BatchMatMulExt), Dense, GroupedMatmul: ``2 * batch * M * N * K``;
 - convolutions: Conv2D, Conv2DBackpropInput(D), Conv2DBackpropFilter(D): ``2 * N * Ho * Wo * Cout *
   Cin_per_group * kh * kw``, each backprop costing the same as its forward;
-- attention: FlashAttentionScore ``4 * B * N * Sq * Sk * D`` (halved for a causal mask, see
-  :func:`flash_attention_flops`) and FlashAttentionScoreGrad at 2.5 times that.
+- attention: FlashAttentionScore ``4 * B * N * Sq * Sk * D`` and FlashAttentionScoreGrad at 2.5
+  times that. An attention mask of Sq x Sk is assumed causal and the count halved (the profiler
+  records the mask's shape, not its content); without a mask the count is full.
 
 Any other op type, a shape that is missing or dynamic (``-1``), or shapes that contradict each
 other give NaN: a figure that cannot be derived is null, never 0.
@@ -197,21 +198,21 @@ def matmul_flops(a: Shape, b: Shape, out: Shape | None = None) -> float | None:
     if len(b) == 1:
         b = b + (1,)
     if out is not None and len(out) >= 2:
-        m, n = out[-2], out[-1]
-        batch = _prod(out[:-2])
-        ka = {a[-1]} if a[-2] == m else set()
-        if a[-1] == m:
-            ka.add(a[-2])
-        kb = {b[-2]} if b[-1] == n else set()
-        if b[-2] == n:
-            kb.add(b[-1])
-        ks = ka & kb
+        rows, cols = out[-2], out[-1]
+        from_a = {a[-1]} if a[-2] == rows else set()
+        if a[-1] == rows:
+            from_a.add(a[-2])
+        from_b = {b[-2]} if b[-1] == cols else set()
+        if b[-2] == cols:
+            from_b.add(b[-1])
+        ks = from_a & from_b
         if len(ks) != 1:
             return None
-        return 2.0 * batch * m * n * ks.pop()
-    batch = _broadcast_batch(a, b)
-    if batch is None:
+        return 2.0 * _prod(out[:-2]) * rows * cols * ks.pop()
+    bcast = _broadcast_batch(a, b)
+    if bcast is None:
         return None
+    batch = bcast
     order = _ORDER_BATCHED if max(len(a), len(b)) > 2 else _ORDER_2D
     for ta, tb in order:
         m, ka = (a[-1], a[-2]) if ta else (a[-2], a[-1])
@@ -383,26 +384,32 @@ def flash_attention_flops(
 
 
 def _is_stat(s: Shape | None) -> bool:
+    """softmax_max / softmax_sum: [B, N, Sq, 8]."""
     return s is not None and len(s) == 4 and s[3] == SOFTMAX_STAT_LAST_DIM
 
 
-def _flash_attention_forward(ins: Shapes, outs: Shapes, extra_from: int) -> float | None:
+def _is_tnd_stat(s: Shape | None) -> bool:
+    """softmax_max / softmax_sum of the TND (varlen) layout: [T, N, 8]."""
+    return s is not None and len(s) == 3 and s[2] == SOFTMAX_STAT_LAST_DIM
+
+
+def _is_mask(s: Shape | None, q: Shape) -> bool:
+    return s is not None and len(s) in (2, 4) and not _is_stat(s) and s != q
+
+
+def _flash_attention_forward(q: Shape, k: Shape, stats: list[Shape], mask: Shape | None) -> float | None:
     """Resolve B, N, Sq, Sk, D of a FlashAttention kernel and return its forward FLOPs.
 
-    q, k are inputs 0 and 1. B, N and Sq come from softmax_max ([B, N, Sq, 8], an output of the
-    forward, an input of the grad) when present; else Sq and Sk come from the attention mask.
-    The mask is a later input ([Sq, Sk], [B|1, 1, Sq, Sk], or the 2048 x 2048 compressed mask).
+    B, N and Sq come from softmax_max ([B, N, Sq, 8], an output of the forward, an input of the
+    grad) when present; else Sq and Sk come from the attention mask ([Sq, Sk] or
+    [B|1, 1, Sq, Sk]). A mask of Sq x Sk, or the 2048 x 2048 compressed mask of sparse modes 2-4,
+    is assumed causal and the count halved: the profiler records the mask's shape, not its content
+    or the sparse mode. TND (varlen) layouts give None: per-sequence lengths are not recorded.
     """
-    q, k = _get(ins, 0), _get(ins, 1)
-    if q is None or k is None:
+    if any(_is_tnd_stat(s) for s in stats):
         return None
-    extra = [s for s in ins[extra_from:] if s is not None]
-    stat = next((s for s in list(outs) + extra if _is_stat(s)), None)
-    masks = [s for s in extra if s is not None and not _is_stat(s) and s != q and len(s) in (2, 4)]
-    mask = masks[0] if masks else None
+    stat = next((s for s in stats if _is_stat(s)), None)
     if len(q) == 3 and len(k) == 3:
-        if stat is None and any(s is not None and len(s) == 3 and s[-1] == SOFTMAX_STAT_LAST_DIM for s in outs):
-            return None  # TND (varlen): softmax_max is [T, N, 8]; per-sequence lengths unknown
         hq = q[2]
         if stat is not None:
             b, n, sq = stat[0], stat[1], stat[2]
@@ -457,16 +464,43 @@ def _flash_attention_forward(ins: Shapes, outs: Shapes, extra_from: int) -> floa
     return flash_attention_flops(b, n, sq, sk, d, causal)
 
 
+# FlashAttentionScore input slots (aclnn order); the profiler keeps empty slots for absent inputs.
+_FA_MASK_SLOT = 6  # q, k, v, pse, drop_mask, padding_mask, atten_mask, prefix, actual_seq_qlen, ...
+
+
 def _flash_attention(ins: Shapes, fmts: tuple[str, ...], outs: Shapes) -> float | None:
     """FlashAttentionScore forward: inputs q, k, v, pse, drop_mask, padding_mask, atten_mask, ...;
-    outputs softmax_max, softmax_sum, softmax_out, attention_out."""
-    return _flash_attention_forward(ins, outs, 3)
+    outputs softmax_max, softmax_sum, softmax_out, attention_out. pse can be [B, N, Sq, Sk] as
+    well, so the mask is taken from its slot, or (a list without empty slots) the last mask-shaped
+    input."""
+    q, k = _get(ins, 0), _get(ins, 1)
+    if q is None or k is None:
+        return None
+    if len(ins) > _FA_MASK_SLOT:
+        mask = ins[_FA_MASK_SLOT] if _is_mask(ins[_FA_MASK_SLOT], q) else None
+    else:
+        mask = next((s for s in reversed(ins[3:]) if _is_mask(s, q)), None)
+    stats = [s for s in outs if s is not None]
+    return _flash_attention_forward(q, k, stats, mask)
 
 
 def _flash_attention_grad(ins: Shapes, fmts: tuple[str, ...], outs: Shapes) -> float | None:
-    """FlashAttentionScoreGrad: q, k, v, dy, then optional inputs (mask, softmax_max, ...): the
-    profiler drops absent ones, so they are found by shape. 2.5 x the forward."""
-    f = _flash_attention_forward(ins, (), 4)
+    """FlashAttentionScoreGrad: q, k, v, dy, [pse, drop_mask, padding_mask,] atten_mask,
+    softmax_max, softmax_sum, softmax_in, attention_in, ...: the profiler leaves some absent inputs
+    out, so the mask is the input just before softmax_max (or, without softmax_max, the last
+    mask-shaped input). 2.5 x the forward."""
+    q, k = _get(ins, 0), _get(ins, 1)
+    if q is None or k is None:
+        return None
+    rest = ins[4:]
+    first_stat = next((i for i, s in enumerate(rest) if _is_stat(s) or _is_tnd_stat(s)), None)
+    if first_stat is not None:
+        before = rest[first_stat - 1] if first_stat > 0 else None
+        mask = before if _is_mask(before, q) else None
+    else:
+        mask = next((s for s in reversed(rest) if _is_mask(s, q)), None)
+    stats = [s for s in rest if s is not None and (_is_stat(s) or _is_tnd_stat(s))]
+    f = _flash_attention_forward(q, k, stats, mask)
     return None if f is None else FLASH_ATTENTION_GRAD_FACTOR * f
 
 
@@ -507,7 +541,10 @@ def kernel_flops(kernels: pd.DataFrame) -> pd.Series:
     out = np.full(len(kernels), np.nan)
     if len(kernels) == 0:
         return pd.Series(out, index=kernels.index, dtype="float64", name="flops")
-    types = kernels["type"].astype(object) if "type" in kernels.columns else pd.Series(None, index=kernels.index, dtype=object)
+    if "type" in kernels.columns:
+        types = kernels["type"].astype(object)
+    else:
+        types = pd.Series(None, index=kernels.index, dtype=object)
     null_type = types.isna()
     if null_type.any() and "name" in kernels.columns:
         names = kernels.loc[null_type, "name"].astype(object)
@@ -597,7 +634,10 @@ def host_op_flops(kernels_cpu: pd.DataFrame, host_shapes: pd.DataFrame) -> pd.Se
     result = pd.Series(np.full(n, np.nan), index=kernels_cpu.index, dtype="float64", name="flops")
     if n == 0:
         return result
-    own = kernels_cpu["input_shapes"].notna() if "input_shapes" in kernels_cpu.columns else pd.Series(False, index=kernels_cpu.index)
+    if "input_shapes" in kernels_cpu.columns:
+        own = kernels_cpu["input_shapes"].notna()
+    else:
+        own = pd.Series(False, index=kernels_cpu.index)
     if own.any():
         result[own] = kernel_flops(kernels_cpu[own])
     rest = kernels_cpu[~own]
@@ -612,7 +652,10 @@ def host_op_flops(kernels_cpu: pd.DataFrame, host_shapes: pd.DataFrame) -> pd.Se
         hs = host_shapes[(hs_ranks.fillna(-1) == rank).to_numpy()]
         if not len(hs):
             continue
-        starts = part["start_us"] if "start_us" in part.columns else pd.Series(range(len(part)), index=part.index, dtype=float)
+        if "start_us" in part.columns:
+            starts = part["start_us"]
+        else:  # no times: rows are taken to be in launch order
+            starts = pd.Series(range(len(part)), index=part.index, dtype=float)
         assigned = _assign_host_shapes(part["name"].astype(str), starts, hs)
         for i, name in part["name"].items():
             hit = assigned.get(str(name))

@@ -23,12 +23,13 @@ class Context:
     capture: Capture
     steps: pd.DataFrame
     options: dict[str, Any] = field(default_factory=dict)
+    cache: dict[str, Any] = field(default_factory=dict)  # shared by the metrics of one analysis
 
 
 @dataclass
 class Value:
     value: float | int | str | None
-    per_rank: dict[int, float | None] = field(default_factory=dict)
+    per_rank: dict[int, float | str | None] = field(default_factory=dict)
     reason: str | None = None  # why the value is null
 
 

@@ -86,7 +86,7 @@ def _data_wait_share(ctx: Context) -> Value:
     return Value(None, reason="data wait is not measured in this capture (no dataset iterator events on the host timeline)")
 
 
-# ---- kernels and memory -------------------------------------------------------------------
+# ---- kernels -------------------------------------------------------------------------
 
 
 @metric("kernel_count", "kernels", "Number of kernel (or host op) launches in the capture, summed over ranks", "kernels")
@@ -96,12 +96,3 @@ def _kernel_count(ctx: Context) -> Value:
         return Value(None, reason="no kernel table (kernel_details.csv / trace_view.json absent)")
     return Value(int(len(k)), {int(r): float(n) for r, n in k.groupby("rank").size().items()})
 
-
-@metric("memory_peak_allocated_mb", "MB", "Peak allocated memory, max over ranks", "memory (memory_record / cpu_ms_memory_record)")
-def _memory_peak(ctx: Context) -> Value:
-    m = ctx.capture.table("memory")
-    m = m[m["allocated_mb"].notna()]
-    if not len(m):
-        return Value(None, reason="no memory samples with allocated memory (profile_memory off?)")
-    per = {int(r): float(v) for r, v in m.groupby("rank")["allocated_mb"].max().items()}
-    return Value(max(per.values()), per)

@@ -63,8 +63,7 @@ def _comm_summary(a: Analysis, rank: int) -> dict[str, Any] | None:
 
 def _rank_entry(a: Analysis, rd: Any) -> dict[str, Any]:
     k = rd.table("kernels")
-    mem = rd.table("memory")
-    mem = mem[mem["allocated_mb"].notna()]
+    peak = a.metrics["memory_peak_allocated_mb"].per_rank.get(rd.rank) if "memory_peak_allocated_mb" in a.metrics else None
     s = a.steps[a.steps["rank"] == rd.rank]
     return {
         "rank": int(rd.rank),
@@ -77,7 +76,7 @@ def _rank_entry(a: Analysis, rd: Any) -> dict[str, Any]:
         "kernels_from": rd.meta.get("kernels_from"),
         "top_kernels": top_kernels(k),
         "communication": _comm_summary(a, rd.rank),
-        "memory_peak_allocated_mb": float(mem["allocated_mb"].max()) if len(mem) else None,
+        "memory_peak_allocated_mb": finite_or_none(peak),
         "notes": list(rd.notes),
     }
 

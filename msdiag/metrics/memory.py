@@ -1,0 +1,349 @@
+"""Device memory metrics: peaks, capacity, fragmentation, activation share, recompute.
+
+Which rows of the memory table are "the framework's memory"
+------------------------------------------------------------
+memory_record.csv (torch_npu and MindSpore 2.3+ Ascend) holds one series per Component:
+
+- ``PTA`` (torch_npu's caching allocator) or ``MindSpore`` (MindSpore's device memory pool),
+- ``GE`` (the Graph Engine's own pool: graph static memory, workspaces),
+- ``PTA+GE`` / ``MindSpore+GE``: one row per PTA or GE event holding the two added together,
+- ``APP``: the whole process's device memory as the driver sees it, reserved only (allocated and
+  active are empty), which also counts the runtime, HCCL buffers and kernels.
+
+On every corpus file the combined row is the sum of the two: torchnpu-2rank-level0 rank 0 at
+ts 1736405443927044.13 has PTA 954.06787 + GE 0.125 = PTA+GE 954.19287 allocated and 1452 + 74.75 =
+1526.75 reserved; PTA+GE has 495 rows = 381 PTA + 114 GE. So per rank the framework's memory is the
+combined ``*+GE`` component when the rank has it, else ``PTA`` / ``MindSpore`` (a MindSpore CPU
+capture's cpu_ms_memory_record rows are component ``MindSpore``), else ``GE`` alone. ``APP`` is left
+out (not an allocator, no allocated figure) and so are the npu_module_mem rows (per driver module).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Callable
+
+import pandas as pd
+
+from msdiag.metrics.registry import Context, Value, metric
+
+MEMORY_SOURCES = ("memory_record", "cpu_ms_memory_record")
+# In order of preference, per rank (see the module doc).
+COMBINED_SUFFIX = "+GE"
+FRAMEWORK_COMPONENTS = ("PTA", "MindSpore")
+GE_COMPONENT = "GE"
+
+MB_PER_GB = 1024.0  # memory tables are MiB (2^20 B); device capacities are GiB (HBM sizes are binary)
+KB_PER_MB = 1024.0
+
+_NO_MEMORY = "no framework memory samples (memory_record.csv / cpu_ms_memory_record absent: profile_memory off?)"
+
+
+# ---- framework rows -----------------------------------------------------------------------
+
+
+def framework_rows(ctx: Context) -> dict[int, pd.DataFrame]:
+    """Per rank, the memory rows of the framework's allocator (see the module doc), in time order."""
+    m = ctx.capture.table("memory")
+    m = m[m["source"].isin(MEMORY_SOURCES).fillna(False).to_numpy()]
+    out: dict[int, pd.DataFrame] = {}
+    for rank, g in m.groupby("rank", sort=True):
+        comp = g["component"].fillna("")
+        combined = comp.str.endswith(COMBINED_SUFFIX)
+        if combined.any():
+            sel = g[combined.to_numpy()]
+        elif comp.isin(FRAMEWORK_COMPONENTS).any():
+            sel = g[comp.isin(FRAMEWORK_COMPONENTS).to_numpy()]
+        elif comp.eq(GE_COMPONENT).any():
+            sel = g[comp.eq(GE_COMPONENT).to_numpy()]
+        else:
+            continue
+        # stable: rows with equal (or spreadsheet-rounded) timestamps keep the file's order
+        out[int(rank)] = sel.sort_values("ts_us", kind="stable")
+    return out
+
+
+def _max_job(per: dict[int, float | None], reason: str) -> Value:
+    vals = [v for v in per.values() if v is not None]
+    if not vals:
+        return Value(None, per, reason)
+    return Value(max(vals), per)
+
+
+def _peak_metric(col: str, what: str) -> Callable[[Context], Value]:
+    def fn(ctx: Context) -> Value:
+        rows = framework_rows(ctx)
+        if not rows:
+            return Value(None, reason=_NO_MEMORY)
+        per: dict[int, float | None] = {}
+        for rank, g in rows.items():
+            v = g[col].max()
+            per[rank] = None if pd.isna(v) else float(v)
+        return _max_job(per, f"the framework memory rows carry no {what} figure (older torch_npu writes no Total Active column)")
+
+    return fn
+
+
+_peak_reserved = _peak_metric("reserved_mb", "reserved")
+
+for _col, _id, _doc in (
+    ("allocated_mb", "memory_peak_allocated_mb", "Peak memory allocated by the framework (tensors), max over ranks"),
+    ("reserved_mb", "memory_peak_reserved_mb", "Peak memory reserved by the framework's allocator (cached included), max over ranks"),
+    ("active_mb", "memory_peak_active_mb", "Peak active memory (allocated plus blocks awaiting stream sync), max over ranks"),
+):
+    metric(_id, "MB", _doc, "memory: memory_record (*+GE, else PTA/MindSpore) / cpu_ms_memory_record")(
+        _peak_metric(_col, _col.removesuffix("_mb"))
+    )
+
+
+# ---- capacity -----------------------------------------------------------------------------
+
+# Device memory per device as one rank sees it, GB (= GiB). Sources:
+# - Ascend 910A/910B2/910B3/910B4/910B4-1/910C: Project-HAMi/HAMi
+#   charts/hami/templates/scheduler/device-configmap.yaml, vnpus memoryCapacity (MiB): 910A 32768,
+#   910B2 65536, 910B3 65536, 910B4 32768, 910B4-1 65536, Ascend910C 65536. A 910C package holds
+#   two dies with 64 GB each (128 GB per package); each die is a device of its own (one rank), so a
+#   rank's capacity is 64.
+# - 910B1 64 GB: Atlas 800T A2 (910B1) as stated in the msdiag brief; not in HAMi's table.
+# - NVIDIA: HAMi's MIG profile table in the same file: A100-40GB "7g.40gb", A100-80GB "7g.79gb"
+#   (80 GB card), H100 80GB "7g.80gb", H100 94GB (NVL) "7g.94gb", H200 "7g.141gb".
+_DEVICE_MEMORY_GB: list[tuple[str, float]] = [
+    (r"^910B41$", 64.0),
+    (r"^910B[123]$", 64.0),
+    (r"^910B4$", 32.0),
+    (r"^910(A|PROA|PREMIUMA)?$", 32.0),
+    (r"^910C$", 64.0),
+    (r"^A100\w*80G", 80.0),
+    (r"^A100\w*40G", 40.0),
+    (r"^H100\w*(NVL|94G)", 94.0),
+    (r"^H100\w*", 80.0),
+    (r"^H200\w*", 141.0),
+]
+_AMBIGUOUS = {
+    "910B": "910B comes with 64 GB (910B1/B2/B3) or 32 GB (910B4)",
+    "A100": "A100 comes with 40 GB or 80 GB",
+}
+
+
+def device_memory_gb(device: str) -> tuple[float | None, str | None]:
+    """The memory of one device of the named model in GB (GiB), or None and why."""
+    key = re.sub(r"[^0-9A-Z]", "", device.upper())
+    key = re.sub(r"^(HUAWEI)?(ASCEND|ATLAS)", "", key)
+    key = re.sub(r"^NVIDIA", "", key)
+    for prefix, why in _AMBIGUOUS.items():
+        if key == prefix:
+            return None, f"device {device!r}: {why}; give the exact model or device_memory_gb"
+    for pat, gb in _DEVICE_MEMORY_GB:
+        if re.search(pat, key):
+            return gb, None
+    return None, f"device {device!r} is not in msdiag's device memory table; give device_memory_gb"
+
+
+def _capacity(ctx: Context) -> tuple[float | None, str | None]:
+    """(GB, reason when unknown): option device_memory_gb, else the table entry of option device."""
+    given: Any = ctx.options.get("device_memory_gb")
+    if given is not None:
+        try:
+            gb = float(given)
+        except (TypeError, ValueError):
+            return None, f"device_memory_gb {given!r} is not a number"
+        if gb <= 0:
+            return None, f"device_memory_gb {given!r} is not a positive size"
+        return gb, None
+    device = ctx.options.get("device")
+    if device:
+        return device_memory_gb(str(device))
+    return None, "device memory unknown: the capture does not record it; give --device (e.g. 910B2) or device_memory_gb"
+
+
+@metric(
+    "memory_capacity_gb",
+    "GB",
+    "Memory of one device (GiB): option device_memory_gb, else msdiag's table for --device",
+    "options device_memory_gb / device",
+)
+def _memory_capacity(ctx: Context) -> Value:
+    gb, why = _capacity(ctx)
+    return Value(gb, reason=why)
+
+
+@metric(
+    "memory_peak_share",
+    "ratio",
+    "Peak reserved memory over device memory, max over ranks",
+    "memory_peak_reserved_mb / memory_capacity_gb",
+)
+def _memory_peak_share(ctx: Context) -> Value:
+    gb, why = _capacity(ctx)
+    if gb is None:
+        return Value(None, reason=why)
+    peak = _peak_reserved(ctx)
+    if peak.value is None:
+        return Value(None, reason=peak.reason)
+    per = {r: (None if v is None else float(v) / (gb * MB_PER_GB)) for r, v in peak.per_rank.items()}
+    return _max_job(per, peak.reason or _NO_MEMORY)
+
+
+# ---- fragmentation ------------------------------------------------------------------------
+
+
+def _fragmentation_per_rank(ctx: Context) -> tuple[dict[int, float | None], dict[int, float | None]]:
+    """Per rank: (reserved - allocated in MB, that over reserved) at the peak-reserved moment.
+
+    Reserved stays at its peak over a plateau; the moment taken is the sample on that plateau with
+    the most memory allocated, the tightest point: what is still reserved but unallocated then was
+    never handed out while the pool was at its largest.
+    """
+    mb: dict[int, float | None] = {}
+    share: dict[int, float | None] = {}
+    for rank, g in framework_rows(ctx).items():
+        g = g[g["reserved_mb"].notna()]
+        if not len(g):
+            mb[rank] = share[rank] = None
+            continue
+        top = float(g["reserved_mb"].max())
+        alloc = g.loc[g["reserved_mb"] == top, "allocated_mb"].max()
+        if pd.isna(alloc) or top <= 0:
+            mb[rank] = share[rank] = None
+            continue
+        mb[rank] = top - float(alloc)
+        share[rank] = mb[rank] / top  # type: ignore[operator]
+    return mb, share
+
+
+_NO_FRAG = "no framework memory sample with both reserved and allocated memory"
+
+
+@metric(
+    "memory_fragmentation_mb",
+    "MB",
+    "Reserved minus allocated memory at the peak-reserved moment (most allocated while reserved peaks), max over ranks",
+    "memory: framework rows (reserved_mb, allocated_mb)",
+)
+def _memory_fragmentation_mb(ctx: Context) -> Value:
+    if not framework_rows(ctx):
+        return Value(None, reason=_NO_MEMORY)
+    mb, _ = _fragmentation_per_rank(ctx)
+    return _max_job(mb, _NO_FRAG)
+
+
+@metric(
+    "memory_fragmentation_share",
+    "ratio",
+    "memory_fragmentation_mb over the peak reserved memory, max over ranks",
+    "memory: framework rows (reserved_mb, allocated_mb)",
+)
+def _memory_fragmentation_share(ctx: Context) -> Value:
+    if not framework_rows(ctx):
+        return Value(None, reason=_NO_MEMORY)
+    _, share = _fragmentation_per_rank(ctx)
+    return _max_job(share, _NO_FRAG)
+
+
+# ---- activation share ---------------------------------------------------------------------
+
+
+@metric(
+    "memory_activation_share",
+    "ratio",
+    "Share of the peak allocated memory held by operator (dynamic) allocations live at the peak; "
+    "the rest is static: weights, optimizer state, graph static memory, blocks allocated before the capture",
+    "memory_allocs (operator_memory.csv) at the peak-allocated moment of the framework memory rows",
+)
+def _memory_activation_share(ctx: Context) -> Value:
+    """At the moment the framework's allocated memory peaks, the operator allocations (activations,
+    workspaces, gradients) alive then, over that peak.
+
+    Static graph memory (static_op_mem.csv) is not added up separately: its op rows reuse blocks (on
+    the corpus graph 0 they sum to 19784.7 KB, its TOTAL is 17210.5 KB) and it is already inside
+    the framework's allocated figure (the GE part of the ``*+GE`` rows), i.e. in the static rest.
+    """
+    rows = framework_rows(ctx)
+    allocs = ctx.capture.table("memory_allocs")
+    dyn_all = allocs[(allocs["kind"] == "dynamic").fillna(False).to_numpy() & allocs["alloc_us"].notna().to_numpy()]
+    if not len(dyn_all):
+        return Value(None, reason="no operator allocations with times (operator_memory.csv absent: profile_memory off?)")
+    if not rows:
+        return Value(None, reason=_NO_MEMORY)
+    per: dict[int, float | None] = {}
+    why: list[str] = []
+    for rank, g in rows.items():
+        g = g[g["allocated_mb"].notna() & g["ts_us"].notna()]
+        dyn = dyn_all[dyn_all["rank"] == rank]
+        if not len(g) or not len(dyn):
+            per[rank] = None
+            why.append(f"rank {rank}: no allocated-memory samples or no operator allocations")
+            continue
+        i = g["allocated_mb"].to_numpy().argmax()
+        t = float(g["ts_us"].iloc[i])
+        peak = float(g["allocated_mb"].iloc[i])
+        alloc = dyn["alloc_us"].to_numpy(float)
+        release = dyn["release_us"].to_numpy(float)
+        last = float(pd.Series(alloc).max()) if pd.isna(release).all() else max(float(alloc.max()), float(pd.Series(release).max()))
+        if not alloc.min() <= t <= last or peak <= 0:
+            per[rank] = None
+            why.append(
+                f"rank {rank}: the operator allocations ({alloc.min():.0f}..{last:.0f} us) do not cover the "
+                f"moment of the peak ({t:.0f} us): a different run, a partial record or spreadsheet-rounded times"
+            )
+            continue
+        live = (alloc <= t) & (pd.isna(release) | (release > t))
+        live_mb = float(dyn["size_kb"].to_numpy(float)[live].sum()) / KB_PER_MB
+        if live_mb > peak * 1.001:
+            per[rank] = None
+            why.append(f"rank {rank}: live operator allocations ({live_mb:.1f} MB) exceed the peak ({peak:.1f} MB)")
+            continue
+        per[rank] = live_mb / peak
+    return _max_job(per, "; ".join(why) or "not computable")
+
+
+# ---- recompute ----------------------------------------------------------------------------
+
+# Evidence of activation recomputation in op, scope or Python-frame names:
+# - MindSpore gives every node its recompute pass duplicates a full name starting with "recompute"
+#   (mindspore ccsrc recompute helpers: WithRecomputedScope = fullname_with_scope().find(kAttrRecompute) == 0);
+# - torch: torch.utils.checkpoint frames ("torch/utils/checkpoint.py(N): checkpoint"), the reentrant
+#   autograd node CheckpointFunctionBackward, Megatron's CheckpointFunction / tensor_parallel.checkpoint,
+#   MindSpeed's recompute* functions.
+RECOMPUTE_EVIDENCE = re.compile(r"recompute|CheckpointFunction|utils/checkpoint\.py\(|\.py\(\d+\): checkpoint\b", re.I)
+# Names that would carry that evidence if recompute were on:
+# - MindSpore graph mode: backward ops compiled into the graph have scope names starting with "Gradients";
+# - a torch with_stack capture: Python frames "file.py(line): function" on the host lane.
+GRAPH_BACKWARD_SCOPE = re.compile(r"^Gradients(?:/|$)")
+PYTHON_FRAME = re.compile(r"\.py\(\d+\): ")
+
+
+@metric(
+    "recompute_on",
+    "flag",
+    "1 when op, scope or Python-frame names show activation recomputation, 0 when they would show it but do not",
+    "kernels.name, timeline scope and host lanes",
+)
+def _recompute_on(ctx: Context) -> Value:
+    k = ctx.capture.table("kernels")
+    tl = ctx.capture.table("timeline")
+    tl = tl[tl["lane"].isin(["scope", "host"]).fillna(False).to_numpy()]
+    per: dict[int, float | None] = {}
+    for rank in ctx.capture.rank_ids():
+        kn = k.loc[k["rank"] == rank, "name"].dropna().astype(str)
+        t = tl[tl["rank"] == rank]
+        scope = t.loc[t["lane"] == "scope", "name"].dropna().astype(str)
+        host = t.loc[t["lane"] == "host", "name"].dropna().astype(str)
+        names = pd.concat([kn, scope, host], ignore_index=True).drop_duplicates()
+        if names.str.contains(RECOMPUTE_EVIDENCE).any():
+            per[rank] = 1.0
+        elif kn.str.contains(GRAPH_BACKWARD_SCOPE).any() or scope.str.contains(GRAPH_BACKWARD_SCOPE).any():
+            per[rank] = 0.0
+        elif host.str.contains(PYTHON_FRAME).any():
+            per[rank] = 0.0
+        else:
+            per[rank] = None
+    known = [v for v in per.values() if v is not None]
+    if not known:
+        return Value(
+            None,
+            per,
+            "no way to tell: the names in this capture carry neither graph scopes (MindSpore graph mode) nor "
+            "Python call stacks (torch with_stack), where recomputation would show",
+        )
+    return Value(int(max(known)), per)

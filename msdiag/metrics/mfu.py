@@ -1,0 +1,202 @@
+"""FLOPs per step, MFU and HFU, per device.
+
+FLOPs come from, in order of preference: the model description (``--model-config``: Megatron-LM
+convention, causal attention counted half), the kernels' recorded shapes (MatMul, Conv, FlashAttention:
+``flops.kernel_flops``; on CPU the ops' shapes in cpu_framework), or the PMU counters
+(``aic_cube_fops`` + vector fops of the ArithmeticUtilization metrics). MFU divides model FLOPs by
+step time x peak; HFU divides hardware FLOPs (recompute and padding included: the PMU counters or
+all kernels' shapes) by the same. The peak: ``--peak-tflops``, the capture's CANN info.json, or
+``--device``.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from msdiag.metrics import devices, flops, model_config
+from msdiag.metrics.registry import Context, Value, metric
+
+_RECOMPUTE = re.compile(r"recompute", re.IGNORECASE)
+
+
+def _info_json(ctx: Context) -> Path | None:
+    for rd in ctx.capture.ranks:
+        for p in sorted(Path(rd.path).glob("PROF_*/device_*/info.json.*")):
+            if not p.name.endswith(".done"):
+                return p
+    return None
+
+
+def _peak(ctx: Context) -> tuple[float | None, str]:
+    o = ctx.options
+    try:
+        return devices.resolve_peak(o.get("peak_tflops"), o.get("device"), _info_json(ctx))
+    except (ValueError, OSError) as e:
+        return None, str(e)
+
+
+def _world_size(ctx: Context) -> tuple[int, str]:
+    for rd in ctx.capture.ranks:
+        pm = rd.meta.get("profiler_metadata") or {}
+        da = pm.get("distributed_args") or {}
+        ws = da.get("world_size")
+        if isinstance(ws, int) and ws > 0:
+            return ws, "profiler_metadata.json distributed_args.world_size"
+        pi = rd.meta.get("profiler_info") or {}
+        if isinstance(pi.get("rank_size"), int) and pi["rank_size"] > 0:
+            return int(pi["rank_size"]), "profiler_info rank_size"
+    return len(ctx.capture.ranks), "the number of ranks in the capture"
+
+
+def _per_step_sum(ctx: Context, values: pd.Series, kernels: pd.DataFrame) -> dict[int, float]:
+    """Median over steps of the per-step sum of ``values`` (aligned with ``kernels``), per rank."""
+    out: dict[int, float] = {}
+    steps = ctx.steps
+    for rank, g in steps.groupby("rank"):
+        kr = kernels["rank"] == rank
+        sums = []
+        for lo, hi in zip(g["start_us"], g["end_us"]):
+            if pd.isna(lo) or pd.isna(hi):
+                continue
+            m = kr & (kernels["start_us"] >= lo) & (kernels["start_us"] < hi)
+            if m.any():
+                sums.append(float(values[m].sum()))
+        if not sums and kr.any():
+            sums = [float(values[kr].sum()) / max(1, len(g))]
+        if sums:
+            out[int(rank)] = float(np.median(sums))
+    return out
+
+
+def _flops(ctx: Context) -> dict[str, Any]:
+    """Model and hardware FLOPs per device and step, per rank, with their source."""
+    cache = ctx.cache.setdefault("flops", {})
+    if cache:
+        return cache
+    out: dict[str, Any] = {"model": {}, "hardware": {}, "source": None, "reason": None, "convention": None}
+    cfg_path = ctx.options.get("model_config")
+    k = ctx.capture.table("kernels")
+    comp = k[k["kind"] == "compute"].reset_index(drop=True)
+    shape_f = pd.Series(dtype=float)
+    if len(comp):
+        if (comp["core"] == "CPU").all():
+            shape_f = flops.host_op_flops(comp, ctx.capture.table("host_shapes"))
+        else:
+            shape_f = flops.kernel_flops(comp)
+    if cfg_path:
+        cfg = model_config.load_model_config(str(cfg_path))
+        ws, ws_from = _world_size(ctx)
+        f = model_config.flops_per_step(cfg, ws)
+        ranks = sorted({int(r) for r in ctx.steps["rank"]}) or ctx.capture.rank_ids()
+        out["model"] = {r: float(f["model_flops_per_device"]) for r in ranks}
+        out["hardware"] = {r: float(f["hardware_flops_per_device"]) for r in ranks}
+        out["source"] = "model config"
+        out["convention"] = f"{f['convention']} (world size {ws} from {ws_from})"
+    elif len(shape_f) and shape_f.notna().any():
+        recomputed = comp["name"].astype("string").str.contains(_RECOMPUTE, na=False).to_numpy()
+        model_vals = shape_f.fillna(0.0).where(~recomputed, 0.0)
+        out["model"] = _per_step_sum(ctx, model_vals, comp)
+        out["hardware"] = _per_step_sum(ctx, shape_f.fillna(0.0), comp)
+        out["source"] = "kernel shapes"
+        covered = float(comp.loc[shape_f.notna(), "dur_us"].sum() / max(comp["dur_us"].sum(), 1e-9))
+        out["convention"] = (
+            "FLOPs of MatMul/BatchMatMul/GroupedMatmul/Conv/FlashAttention kernels from their recorded shapes "
+            f"(kernels with a formula cover {100 * covered:.0f}% of compute time; recomputed kernels excluded "
+            "from model FLOPs where their names say so; causal FlashAttention counted half)"
+        )
+    pmu = None
+    if len(comp) and comp["cube_fops"].notna().any():
+        pmu = comp["cube_fops"].fillna(0.0) + comp["vector_fops"].fillna(0.0)
+        hw = _per_step_sum(ctx, pmu, comp)
+        if out["source"] is None:
+            out["model"] = hw
+            out["source"] = "PMU"
+            out["convention"] = "hardware FLOPs counted by the AI Core PMU (aic_cube_fops + vector fops): includes padding and recompute"
+        out["hardware"] = hw
+    if out["source"] is None:
+        if not len(comp):
+            out["reason"] = "no compute kernels in the capture"
+        else:
+            out["reason"] = (
+                "no FLOPs: no kernel with recorded shapes has a FLOPs formula (record_shapes off, Level0, or PyNative "
+                "on CPU, which records no shapes for MatMul), no PMU FLOPs columns, and no --model-config"
+            )
+    cache.update(out)
+    return cache
+
+
+@metric("flops_per_step", "FLOP", "Model FLOPs one device does in one step (median over ranks)", "model config, kernel shapes or PMU (see flops_source)")
+def _flops_per_step(ctx: Context) -> Value:
+    f = _flops(ctx)
+    if not f["model"]:
+        return Value(None, reason=f["reason"])
+    return Value(float(np.median(list(f["model"].values()))), dict(f["model"]))
+
+
+@metric("flops_source", "text", "Where the FLOPs come from: model config, kernel shapes or PMU, and the convention", "FLOPs resolution")
+def _flops_source(ctx: Context) -> Value:
+    f = _flops(ctx)
+    if f["source"] is None:
+        return Value(None, reason=f["reason"])
+    return Value(f"{f['source']}: {f['convention']}")
+
+
+@metric("peak_tflops", "TFLOP/s", "Peak dense FP16/BF16 TFLOP/s per device used for MFU", "--peak-tflops, CANN info.json, or --device table")
+def _peak_tflops(ctx: Context) -> Value:
+    peak, src = _peak(ctx)
+    if peak is None:
+        return Value(None, reason=src)
+    return Value(peak)
+
+
+@metric("peak_source", "text", "Where the peak TFLOP/s comes from", "--peak-tflops, CANN info.json, or --device table")
+def _peak_source(ctx: Context) -> Value:
+    peak, src = _peak(ctx)
+    return Value(src if peak is not None else None, reason=None if peak is not None else src)
+
+
+def _utilization(ctx: Context, which: str) -> Value:
+    f = _flops(ctx)
+    per_flops = f[which]
+    if not per_flops:
+        return Value(None, reason=f["reason"])
+    peak, src = _peak(ctx)
+    if peak is None:
+        return Value(None, reason=f"{src} (give --peak-tflops or --device)")
+    st = ctx.steps[ctx.steps["total_us"] > 0].groupby("rank")["total_us"].median()
+    per: dict[int, float | str | None] = {}
+    for r, fl in per_flops.items():
+        if r in st.index and st[r] > 0:
+            per[r] = fl / (st[r] * 1e-6 * peak * 1e12)
+    if not per:
+        return Value(None, reason="no step time to divide by")
+    # the job's MFU: median FLOPs over median step time (a rank that waits lowers it, as it should)
+    all_st = float(np.median(ctx.steps.loc[ctx.steps["total_us"] > 0, "total_us"]))
+    job = float(np.median(list(per_flops.values()))) / (all_st * 1e-6 * peak * 1e12)
+    return Value(job, per)
+
+
+@metric("mfu", "ratio", "Model FLOPs utilization: flops_per_step / (step_time x peak per device)", "flops_per_step, step_time_us, peak_tflops")
+def _mfu(ctx: Context) -> Value:
+    return _utilization(ctx, "model")
+
+
+@metric("hfu", "ratio", "Hardware FLOPs utilization: recompute and padding included", "PMU or kernel shapes, step_time_us, peak_tflops")
+def _hfu(ctx: Context) -> Value:
+    return _utilization(ctx, "hardware")
+
+
+@metric("achieved_tflops", "TFLOP/s", "Model TFLOP/s one device achieves over a step (median)", "flops_per_step / step_time_us")
+def _achieved(ctx: Context) -> Value:
+    f = _flops(ctx)
+    if not f["model"]:
+        return Value(None, reason=f["reason"])
+    st = float(np.median(ctx.steps.loc[ctx.steps["total_us"] > 0, "total_us"])) if len(ctx.steps) else 0.0
+    if st <= 0:
+        return Value(None, reason="no step time")
+    return Value(float(np.median(list(f["model"].values()))) / (st * 1e-6) / 1e12)
