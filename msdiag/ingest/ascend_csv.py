@@ -244,7 +244,24 @@ def read_kernel_details(path: Path, rank: int) -> pd.DataFrame:
         | name.fillna("").str.lower().str.startswith("hcom")
     )
     cols["kind"] = pd.Series("compute", index=comm.index, dtype=model.STR).mask(comm.to_numpy(), "communication")
+    cols["type"] = typ.fillna(type_from_kernel_name(name))
     return model.KERNELS.frame(_present(cols))
+
+
+def type_from_kernel_name(names: pd.Series) -> pd.Series:
+    """Op types for rows whose Type is N/A (profiler Level0 writes none), from the kernel name.
+
+    aclnn kernels chain ``_``-separated parts and end with the op type
+    (``aclnnMm_MatMulCommon_MatMulV2`` -> ``MatMulV2``); HCCL rows end in instance numbers
+    (``hcom_allReduce__586_0_1`` -> ``hcom_allReduce``); other names are their own type.
+    """
+    n = names.astype("string")
+    aclnn = n.str.startswith("aclnn", na=False)
+    hcom = n.str.startswith("hcom_", na=False)
+    out = n.copy()
+    out[aclnn] = n[aclnn].str.rsplit("_", n=1).str[-1]
+    out[hcom] = n[hcom].str.split("__", n=1).str[0]
+    return out
 
 
 # --------------------------------------------------------------------------------------------

@@ -96,3 +96,27 @@ def _kernel_count(ctx: Context) -> Value:
         return Value(None, reason="no kernel table (kernel_details.csv / trace_view.json absent)")
     return Value(int(len(k)), {int(r): float(n) for r, n in k.groupby("rank").size().items()})
 
+
+
+@metric(
+    "host_bound_share",
+    "ratio",
+    "Share of step time the device idles for reasons other than data wait (host launch, scheduling, Python overhead)",
+    "free_share - data_wait_share (data wait counts as 0 where it is not measured)",
+)
+def _host_bound(ctx: Context) -> Value:
+    s = _timed_steps(ctx)
+    if not len(s):
+        return _no_steps(ctx)
+    idle = (s["free_us"].fillna(0.0) - s["data_wait_us"].fillna(0.0)).clip(lower=0.0)
+    per = {int(r): float(idle[g.index].sum() / g["total_us"].sum()) for r, g in s.groupby("rank")}
+    return Value(float(idle.sum() / s["total_us"].sum()), per)
+
+
+@metric("step_time_jitter", "ratio", "How much slower the 90th-percentile step is than the median step (p90 / median - 1)", "steps.total_us")
+def _jitter(ctx: Context) -> Value:
+    s = _timed_steps(ctx)
+    if len(s) < 3:
+        return Value(None, reason="fewer than 3 steps: no spread to measure")
+    med = float(np.median(s["total_us"]))
+    return Value(float(np.percentile(s["total_us"], 90)) / med - 1.0 if med > 0 else None)
