@@ -6,8 +6,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import SAMPLE_TRACES
+
 from msdiag.analysis import analyze
 
 

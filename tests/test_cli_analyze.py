@@ -13,10 +13,9 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from conftest import SAMPLE_TRACES
 
 from msdiag.cli import main
-
-from conftest import SAMPLE_TRACES
 
 SAMPLE = SAMPLE_TRACES / "train_small_cpu"
 

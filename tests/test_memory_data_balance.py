@@ -15,8 +15,8 @@ from typing import Any, Callable
 
 import pandas as pd
 import pytest
-
 from conftest import SAMPLE_TRACES
+
 from msdiag.analysis import Analysis, analyze
 from msdiag.ingest.ascend_csv import read_minddata_pipeline
 from msdiag.ingest.metadata import read_profiler_metadata

@@ -34,6 +34,7 @@ class Spec:
     read: Reader
     core: bool  # a core source that is present must parse, or the analysis stops
     absent_reason: Callable[[RankData], str]
+    table: str | None = None  # the table whose rows the source adds (for the rows count)
 
 
 def _put(rd: RankData, table: str, df: pd.DataFrame) -> None:
@@ -189,36 +190,36 @@ ASCEND_SOURCES: list[Spec] = [
     Spec("profiler_metadata.json", ".", _profiler_metadata, False, _why(
         "no profiler_metadata.json: parallel configuration unknown")),
     Spec("kernel_details.csv", "ASCEND_PROFILER_OUTPUT", _kernel_details, True, _why(
-        "no kernel_details.csv: kernels come from trace_view.json only")),
+        "no kernel_details.csv: kernels come from trace_view.json only"), table="kernels"),
     Spec("trace_view.json", "ASCEND_PROFILER_OUTPUT", _trace_view, True, _why(
-        "no trace_view.json: no timeline of host, HCCL and overlap lanes")),
+        "no trace_view.json: no timeline of host, HCCL and overlap lanes"), table="timeline"),
     Spec("step_trace_time.csv", "ASCEND_PROFILER_OUTPUT", _step_trace_time, True, _why(
-        "no step_trace_time.csv: the profiler's own step breakdown is not there to cross-check")),
-    Spec("communication.json", "ASCEND_PROFILER_OUTPUT", _communication, False, _why_comm),
-    Spec("communication_matrix.json", "ASCEND_PROFILER_OUTPUT", _communication_matrix, False, _why_comm),
-    Spec("op_statistic.csv", "ASCEND_PROFILER_OUTPUT", _op_statistic, False, _why_statistic),
-    Spec("memory_record.csv", "ASCEND_PROFILER_OUTPUT", _memory_record, False, _why_memory),
-    Spec("operator_memory.csv", "ASCEND_PROFILER_OUTPUT", _operator_memory, False, _why_memory),
-    Spec("npu_module_mem.csv", "ASCEND_PROFILER_OUTPUT", _npu_module_mem, False, _why_memory),
+        "no step_trace_time.csv: the profiler's own step breakdown is not there to cross-check"), table="profiler_steps"),
+    Spec("communication.json", "ASCEND_PROFILER_OUTPUT", _communication, False, _why_comm, table="comm_ops"),
+    Spec("communication_matrix.json", "ASCEND_PROFILER_OUTPUT", _communication_matrix, False, _why_comm, table="comm_links"),
+    Spec("op_statistic.csv", "ASCEND_PROFILER_OUTPUT", _op_statistic, False, _why_statistic, table="op_stats"),
+    Spec("memory_record.csv", "ASCEND_PROFILER_OUTPUT", _memory_record, False, _why_memory, table="memory"),
+    Spec("operator_memory.csv", "ASCEND_PROFILER_OUTPUT", _operator_memory, False, _why_memory, table="memory_allocs"),
+    Spec("npu_module_mem.csv", "ASCEND_PROFILER_OUTPUT", _npu_module_mem, False, _why_memory, table="memory"),
     Spec("static_op_mem.csv", "ASCEND_PROFILER_OUTPUT", _static_op_mem, False, _why(
-        "written only for static graphs compiled by GE (graph mode with memory profiling)")),
-    Spec("dataset.csv", "ASCEND_PROFILER_OUTPUT", _dataset_csv, False, _why_dataset),
-    Spec("minddata_pipeline_raw_{rank}.csv", "ASCEND_PROFILER_OUTPUT", _minddata, False, _why_minddata),
+        "written only for static graphs compiled by GE (graph mode with memory profiling)"), table="memory_allocs"),
+    Spec("dataset.csv", "ASCEND_PROFILER_OUTPUT", _dataset_csv, False, _why_dataset, table="dataset_stages"),
+    Spec("minddata_pipeline_raw_{rank}.csv", "ASCEND_PROFILER_OUTPUT", _minddata, False, _why_minddata, table="data_pipeline"),
 ]
 
 CPU_SOURCES: list[Spec] = [
     Spec("profiler_metadata.json", ".", _profiler_metadata, False, _why(
         "no profiler_metadata.json (written only when the job calls add_metadata)")),
     Spec("trace_view.json", "ASCEND_PROFILER_OUTPUT", _trace_view, True, _why(
-        "no trace_view.json: host ops come from FRAMEWORK/cpu_op_execute_timestamp")),
+        "no trace_view.json: host ops come from FRAMEWORK/cpu_op_execute_timestamp"), table="timeline"),
     Spec("cpu_op_execute_timestamp_{rank}.txt", "FRAMEWORK", _cpu_op_timestamps, False, _why(
-        "no cpu_op_execute_timestamp file")),
+        "no cpu_op_execute_timestamp file"), table="kernels"),
     Spec("cpu_framework_{rank}.txt", "FRAMEWORK", _cpu_framework, False, _why(
-        "no cpu_framework file: op input shapes unknown (FLOPs from shapes unavailable)")),
+        "no cpu_framework file: op input shapes unknown (FLOPs from shapes unavailable)"), table="host_shapes"),
     Spec("cpu_op_type_info_{rank}.csv", "FRAMEWORK", _cpu_op_type_info, False, _why(
-        "no cpu_op_type_info file")),
+        "no cpu_op_type_info file"), table="op_stats"),
     Spec("cpu_ms_memory_record_{rank}.txt", "FRAMEWORK", _cpu_memory, False, _why(
-        "profile_memory was off in this capture")),
+        "profile_memory was off in this capture"), table="memory"),
 ]
 
 # MindSpore on CPU never writes these: say so once instead of leaving the reader to wonder.
@@ -248,6 +249,7 @@ def load_rank(rd_dir: RankDir) -> RankData:
         if not p.exists():
             rd.sources.append(Source(rd.rank, fname, ABSENT, None, spec.absent_reason(rd)))
             continue
+        before = _rows_of(spec, rd) or 0
         try:
             spec.read(p, rd)
         except ParseError as e:
@@ -257,7 +259,9 @@ def load_rank(rd_dir: RankDir) -> RankData:
             continue
         if spec.core:
             present_core += 1
-        rd.sources.append(Source(rd.rank, fname, PRESENT, str(p), None, _rows_of(spec, rd)))
+        after = _rows_of(spec, rd)
+        rows = None if after is None else after - before  # a table can be fed by several files
+        rd.sources.append(Source(rd.rank, fname, PRESENT, str(p), None, rows))
     if rd_dir.family == MINDSPORE_CPU:
         for name, why in CPU_NEVER.items():
             rd.sources.append(Source(rd.rank, name.format(rank=rd.rank), ABSENT, None, why))
@@ -279,16 +283,7 @@ def load_rank(rd_dir: RankDir) -> RankData:
 
 
 def _rows_of(spec: Spec, rd: RankData) -> int | None:
-    table = {
-        _trace_view: "timeline", _kernel_details: "kernels", _step_trace_time: "profiler_steps",
-        _communication: "comm_ops", _communication_matrix: "comm_links", _op_statistic: "op_stats",
-        _cpu_framework: "host_shapes", _cpu_op_type_info: "op_stats", _cpu_op_timestamps: "kernels",
-        _operator_memory: "memory_allocs", _static_op_mem: "memory_allocs", _minddata: "data_pipeline",
-        _dataset_csv: "dataset_stages",
-    }.get(spec.read)
-    if table is None:
-        return None
-    t = rd.tables.get(table)
+    t = rd.tables.get(spec.table) if spec.table else None
     return None if t is None else len(t)
 
 

@@ -573,6 +573,7 @@ class _Accumulator:
         self.processes: list[str] = []
         self.events = 0
         self.phased = 0
+        self.found_steps = False
 
     def add(self, events: list[Any]) -> None:
         types = list(map(type, events))
@@ -614,13 +615,12 @@ class _Accumulator:
         names = np.array(self.names.values() or [""], dtype=object)
         timeline, host_ops = self._timeline(rank, names)
         counters = self._counters(rank, names)
-        found_steps = bool((timeline["lane"] == "step").any()) if len(timeline) else False
         return TraceView(
             timeline=timeline,
             counters=counters,
             host_ops=host_ops,
             processes=list(self.processes),
-            step_source=STEP_SOURCE if found_steps else None,
+            step_source=STEP_SOURCE if self.found_steps else None,
         )
 
     def _classify_keys(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
@@ -677,6 +677,7 @@ class _Accumulator:
         host_ops = _host_ops(rank, names, name_c[host], ts[host], dur[host])
 
         keep = (lane >= 0) & has_ts
+        self.found_steps = bool((step & has_ts).any())
         lane, track, name_c, ts, dur = lane[keep], track[keep], name_c[keep], ts[keep], dur[keep]
         track_values = np.array(tracks or [""], dtype=object)
         order = np.lexsort((ts, _ranks(track_values)[track], lane))  # (not by codes: they depend on chunking)
@@ -750,8 +751,12 @@ def _ranks(values: np.ndarray) -> np.ndarray:
 
 
 def _strings(values: np.ndarray, codes: np.ndarray) -> pd.api.extensions.ExtensionArray:
-    """A "string" column from interned values and their codes (None values become <NA>)."""
-    return pd.array(values[codes], dtype=model.STR)
+    """A "string" column from interned values and their codes (None values become <NA>).
+
+    The few distinct values are converted once, then taken by code: no per-row conversion, with
+    Python or Arrow string storage alike.
+    """
+    return pd.array(values, dtype=model.STR).take(np.asarray(codes, dtype=np.intp))
 
 
 def _const_int(value: int, n: int) -> pd.api.extensions.ExtensionArray:

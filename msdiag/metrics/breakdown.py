@@ -206,10 +206,10 @@ def step_breakdown(rd: RankData) -> pd.DataFrame:
             c = iv.clip(iv.make(extra_comm["start_us"].to_numpy(float), extra_comm["dur_us"].to_numpy(float)), w.lo, w.hi)
             comm = (np.concatenate([comm[0], c[0]]), np.concatenate([comm[1], c[1]]))
         bubble = iv.make(starts[m & is_comm & recv_all], durs[m & is_comm & recv_all])
-        r = _parts(comp, comm, bubble, w.lo, w.hi)
+        r: dict[str, object] = dict(_parts(comp, comm, bubble, w.lo, w.hi))
         r["rank"] = rd.rank
         r["step"] = w.step
-        r["stage_us"] = r["total_us"] - r["bubble_us"]
+        r["stage_us"] = float(r["total_us"]) - float(r["bubble_us"])  # type: ignore[arg-type]
         if w.step is not None and w.step in markers and not host_ops:
             r["preparing_us"] = max(0.0, w.lo - markers[w.step][0])
         host_lo, host_hi = markers.get(w.step, (w.lo, w.hi)) if w.step is not None else (w.lo, w.hi)

@@ -8,9 +8,8 @@ data the capture lacks is null with the reason, never 0.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
-import numpy as np
 import pandas as pd
 
 from msdiag.model import Capture
@@ -29,7 +28,7 @@ class Context:
 @dataclass
 class Value:
     value: float | int | str | None
-    per_rank: dict[int, float | str | None] = field(default_factory=dict)
+    per_rank: Mapping[int, float | str | None] = field(default_factory=dict)
     reason: str | None = None  # why the value is null
 
 
