@@ -206,3 +206,13 @@ def test_installed_command_runs(corpus: Path) -> None:
     )
     assert p.returncode == 0, p.stderr
     assert len(json.loads(p.stdout)["ranks"]) == 2
+
+
+def test_parallel_read_equals_serial(corpus: Path) -> None:
+    """Ranks read by the process pool give exactly what an in-process read gives."""
+    serial = analyze_json(corpus / "ascend/torchnpu-2rank-level1")
+    code, out, err = run("analyze", str(corpus / "ascend/torchnpu-2rank-level1"), "--format", "json", "--jobs", "2")
+    assert code == 0, err
+    parallel = json.loads(out)
+    parallel["options"]["jobs"] = serial["options"]["jobs"]
+    assert parallel == serial

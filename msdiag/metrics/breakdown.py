@@ -191,7 +191,9 @@ def step_breakdown(rd: RankData) -> pd.DataFrame:
     markers = _marker_steps(rd)
     tl = rd.table("timeline")
     host = tl[tl["lane"] == "host"]
-    waits = host[host["name"].astype("string").str.contains(DATA_WAIT_PATTERN, regex=True, na=False)]
+    names = pd.Series(host["name"].dropna().unique()).astype("string")  # distinct names: cheap on big traces
+    wait_names = set(names[names.str.contains(DATA_WAIT_PATTERN, regex=True, na=False)])
+    waits = host[host["name"].isin(wait_names).fillna(False).to_numpy(bool)]
     wait_iv = iv.make(waits["start_us"].to_numpy(float), waits["dur_us"].to_numpy(float))
 
     starts = ops["start_us"].to_numpy(float)

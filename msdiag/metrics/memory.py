@@ -325,10 +325,11 @@ def _recompute_on(ctx: Context) -> Value:
     tl = tl[tl["lane"].isin(["scope", "host"]).fillna(False).to_numpy()]
     per: dict[int, float | None] = {}
     for rank in ctx.capture.rank_ids():
-        kn = k.loc[k["rank"] == rank, "name"].dropna().astype(str)
+        # distinct names only: a big trace repeats the same few thousand names millions of times
+        kn = pd.Series(k.loc[k["rank"] == rank, "name"].dropna().unique()).astype(str)
         t = tl[tl["rank"] == rank]
-        scope = t.loc[t["lane"] == "scope", "name"].dropna().astype(str)
-        host = t.loc[t["lane"] == "host", "name"].dropna().astype(str)
+        scope = pd.Series(t.loc[t["lane"] == "scope", "name"].dropna().unique()).astype(str)
+        host = pd.Series(t.loc[t["lane"] == "host", "name"].dropna().unique()).astype(str)
         names = pd.concat([kn, scope, host], ignore_index=True).drop_duplicates()
         if names.str.contains(RECOMPUTE_EVIDENCE).any():
             per[rank] = 1.0
