@@ -35,6 +35,7 @@ _MAX_DEPTH = 6
 # Formats that exist in the wild and that this version does not read yet: recognise them so the
 # user gets a clear answer instead of "no capture found".
 _LEGACY_FILE = re.compile(r"^(step_trace_raw_\d+_detail_time\.csv|hccl_raw_\d+\.csv|framework_raw_\d+\.csv|aicore_intermediate_\d+_detail\.csv)$")
+_DB_RANK = re.compile(r"^ascend_(?:pytorch|mindspore)_profiler(?:_(\d+))?\.db$")
 _DB_FILE = re.compile(r"^(ascend_pytorch_profiler(_\d+)?|ascend_mindspore_profiler(_\d+)?|msprof_\d+|analysis|communication_analyzer)\.db$")
 
 
@@ -100,6 +101,12 @@ def _rank_and_family(d: Path, names: set[str]) -> RankDir:
                 rank, rank_from = int(m.group(1)), f"FRAMEWORK/{n}"
                 break
     if rank is None:
+        for n in text_files:
+            m = _DB_RANK.match(n)
+            if m and m.group(1) is not None:
+                rank, rank_from = int(m.group(1)), f"ASCEND_PROFILER_OUTPUT/{n}"
+                break
+    if rank is None:
         m = _RANK_DIR.search(d.name)
         if m:
             rank, rank_from = int(m.group(1)), f"folder name {d.name}"
@@ -111,7 +118,7 @@ def _rank_and_family(d: Path, names: set[str]) -> RankDir:
     ) and "kernel_details.csv" not in text_files
     if is_cpu:
         family = MINDSPORE_CPU
-    elif d.name.endswith("_ascend_pt"):
+    elif d.name.endswith("_ascend_pt") or any(n.startswith("ascend_pytorch_profiler") for n in text_files):
         family = ASCEND_PT
     elif d.name.endswith("_ascend_ms"):
         family = ASCEND_MS

@@ -17,7 +17,7 @@ from typing import Any, Callable
 import pandas as pd
 
 from msdiag.errors import InputError, ParseError
-from msdiag.ingest import ascend_csv, communication, metadata, mindspore_cpu
+from msdiag.ingest import ascend_csv, communication, metadata, mindspore_cpu, msdiag_markers, sqlite_export
 from msdiag.ingest.discover import ASCEND_PT, MINDSPORE_CPU, Discovery, RankDir, discover
 from msdiag.ingest.trace_view import read_trace_view
 from msdiag.model import ABSENT, FAILED, PRESENT, Capture, RankData, Source
@@ -117,6 +117,19 @@ def _profiler_metadata(p: Path, rd: RankData) -> None:
     rd.meta["profiler_metadata"] = metadata.read_profiler_metadata(p)
 
 
+def _msdiag_markers(p: Path, rd: RankData) -> None:
+    """msdiag capture's step markers and data waits; the profiler's own step markers win where present."""
+    doc = msdiag_markers.read_markers_doc(p)
+    rows = msdiag_markers.markers_timeline(doc, rd.rank)
+    tl = rd.table("timeline")
+    if len(tl) and (tl["lane"] == "step").any():
+        rows = rows[rows["lane"] != "step"]
+        rd.notes.append(f"{p.name}: the profiler's own ProfilerStep#N markers are used; msdiag's data waits are added")
+    else:
+        rd.meta["step_source"] = f"msdiag capture markers ({p.name}): {doc.get('steps_from') or 'source unknown'}"
+    _put(rd, "timeline", rows)
+
+
 def _cpu_framework(p: Path, rd: RankData) -> None:
     _put(rd, "host_shapes", mindspore_cpu.read_cpu_framework(p, rd.rank))
 
@@ -205,6 +218,8 @@ ASCEND_SOURCES: list[Spec] = [
         "written only for static graphs compiled by GE (graph mode with memory profiling)"), table="memory_allocs"),
     Spec("dataset.csv", "ASCEND_PROFILER_OUTPUT", _dataset_csv, False, _why_dataset, table="dataset_stages"),
     Spec("minddata_pipeline_raw_{rank}.csv", "ASCEND_PROFILER_OUTPUT", _minddata, False, _why_minddata, table="data_pipeline"),
+    Spec(msdiag_markers.MARKERS_FILE, ".", _msdiag_markers, False, _why(
+        "not captured by msdiag capture: no msdiag step markers"), table="timeline"),
 ]
 
 CPU_SOURCES: list[Spec] = [
@@ -220,6 +235,11 @@ CPU_SOURCES: list[Spec] = [
         "no cpu_op_type_info file"), table="op_stats"),
     Spec("cpu_ms_memory_record_{rank}.txt", "FRAMEWORK", _cpu_memory, False, _why(
         "profile_memory was off in this capture"), table="memory"),
+    Spec("minddata_pipeline_raw_{rank}.csv", "ASCEND_PROFILER_OUTPUT", _minddata, False, _why(
+        "MindData pipeline profiling was off (data_process has no effect on CPU; msdiag capture turns it on)"),
+        table="data_pipeline"),
+    Spec(msdiag_markers.MARKERS_FILE, ".", _msdiag_markers, False, _why(
+        "not captured by msdiag capture: no step markers (MindSpore on CPU writes none)"), table="timeline"),
 ]
 
 # MindSpore on CPU never writes these: say so once instead of leaving the reader to wonder.
@@ -234,6 +254,14 @@ CPU_NEVER = {
 
 def load_rank(rd_dir: RankDir) -> RankData:
     """Read one rank's folder into a RankData (raises ParseError on a broken core file)."""
+    if rd_dir.family != MINDSPORE_CPU and sqlite_export.is_db_rank(rd_dir.path):
+        # the SQLite export (export_type db) without the text files: read straight with SQL
+        rd = sqlite_export.load_db_rank(rd_dir.path, rd_dir.rank, rd_dir.family)
+        rd.meta["rank_from"] = rd_dir.rank_from
+        if rd_dir.captured_ns:
+            rd.meta["captured_ns"] = rd_dir.captured_ns
+        _check_span(rd)
+        return rd
     rd = RankData(rank=rd_dir.rank, family=rd_dir.family, path=str(rd_dir.path))
     rd.meta["rank_from"] = rd_dir.rank_from
     if rd_dir.captured_ns:
@@ -266,13 +294,6 @@ def load_rank(rd_dir: RankDir) -> RankData:
         for name, why in CPU_NEVER.items():
             rd.sources.append(Source(rd.rank, name.format(rank=rd.rank), ABSENT, None, why))
     if present_core == 0 and not len(rd.table("kernels")):
-        dbs = sorted(p.name for p in (rd_dir.path / "ASCEND_PROFILER_OUTPUT").glob("*.db"))
-        if dbs:
-            raise InputError(
-                rd_dir.path,
-                f"holds only the SQLite export ({', '.join(dbs)}), which this version of msdiag does not read yet; "
-                "capture with export_type text (the default) or keep the text files",
-            )
         raise InputError(
             rd_dir.path,
             "holds none of trace_view.json, kernel_details.csv, step_trace_time.csv: nothing to analyze "

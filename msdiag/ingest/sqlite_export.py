@@ -1,0 +1,1324 @@
+"""The SQLite export of the Ascend profilers (``export_type`` db), read straight with SQL.
+
+A rank folder written with ``export_type=db`` holds, in ``ASCEND_PROFILER_OUTPUT/``, a profiler
+database and an analysis database and often no text file at all:
+
+======================  ===================================  ==============================
+writer                  profiler database                    analysis database
+======================  ===================================  ==============================
+torch_npu               ``ascend_pytorch_profiler_N.db``     ``analysis.db``
+MindSpore 2.5+          ``ascend_mindspore_profiler[_N].db`` ``communication_analyzer.db``
+======================  ===================================  ==============================
+
+The MindSpore database is CANN's msprof export moved and renamed, with the same tables; no real
+MindSpore DB sample exists in the corpus, so that path is read with the torch_npu schema and is
+untested on real files. Everything lands in the same canonical tables as the text formats
+(:mod:`msdiag.ingest.ascend_csv`, :mod:`msdiag.ingest.trace_view`, :mod:`msdiag.ingest.communication`).
+
+Units: the profiler database stores times in ns (epoch), sizes in bytes, bandwidths in B/s;
+names are integer ids into ``STRING_IDS``. ns become us with integer arithmetic (durations are
+``end - start`` in int64, then / 1000; absolute times split into whole us + remainder before the
+one float rounding), since epoch ns (~1.7e18) exceed float64's 2^53. The analysis database
+stores step ids as text (``'50'`` in StepTraceTime, ``'step50'`` in CommAnalyzer*), step times in
+us and, like communication.json, communication times in **ms** (checked: CommAnalyzerTime's
+elapse_time 88.751 for an op whose COMMUNICATION_OP span is 88 750 993 ns).
+
+Tables and columns read (only these are selected):
+
+profiler database
+- ``TASK``: startNs, endNs, globalTaskId, streamId, connectionId (device tasks)
+- ``COMPUTE_TASK_INFO``: globalTaskId, name, opType, taskType (the accelerator core: AI_CORE,
+  AI_VECTOR_CORE, MIX_AIV, ...), blockDim (``block_dim`` in older msprof), inputShapes,
+  inputDataTypes, inputFormats, outputShapes, outputDataTypes, waitNs -> kernels (kind compute)
+- ``COMMUNICATION_OP``: opName, opType, groupName, startNs, endNs, connectionId, waitNs -> kernels
+  (core HCCL, kind communication) and the timeline's ``hccl`` lane
+- ``TASK_PMU_INFO``: globalTaskId, name, value: aic_total_time (ns) -> aicore_time_us,
+  aic_mac_ratio, aiv_vec_ratio, aic_mte2_ratio, aic/aiv_cube_fops -> cube_fops,
+  aic/aiv_vector_fops -> vector_fops
+- ``STEP_TIME``: id, startNs, endNs -> timeline ``step`` lane (ProfilerStep#id), and each kernel's
+  step: the step whose range holds the kernel's host launch (``CANN_API.startNs`` with the task's
+  connectionId), else its device start
+- ``OVERLAP_ANALYSIS``: startNs, endNs, type (0 Computing, 1 Communication, 2 Communication(Not
+  Overlapped), 3 Free: the counts match trace_view.json's Overlap Analysis threads) -> ``overlap`` lane
+- ``PYTORCH_API`` (startNs/endNs stored as TEXT), ``MSTX_EVENTS`` (ranges): startNs, endNs,
+  globalTid, name/message -> ``host`` lane "Python/Thread <tid>" / "MSTX/Thread <tid>"
+  (ProfilerStep#N names go to the step lane when STEP_TIME is absent)
+- ``CANN_API``: startNs, endNs, type, globalTid, name, connectionId -> ``host`` lane
+  "CANN/Thread <tid>", named "<level>@<api>" as in trace_view.json (AscendCL@, Node@, Hccl@)
+- ``ENUM_API_TYPE``: id, name (CANN_API levels); ``ENUM_MODULE``: id, name (NPU_MODULE_MEM)
+- ``MEMORY_RECORD``: component, timestamp, totalAllocated, totalReserved, totalActive, deviceId ->
+  memory (source memory_record, MB = 2^20 bytes)
+- ``NPU_MEM``: type (app/device), ddr, hbm, timestampNs, deviceId -> memory component APP (as
+  torch_npu's memory_record.csv) and counters "NPU MEM" (KB)
+- ``NPU_MODULE_MEM``: moduleId, timestampNs, totalReserved, deviceId -> memory (npu_module_mem)
+- ``OP_MEMORY``: name, size, allocationTime, releaseTime, duration, deviceId -> memory_allocs
+- ``AICORE_FREQ`` (freq MHz), ``HBM`` (bandwidth B/s, hbmId, type read/write), ``LLC`` (llcId,
+  hitRate %, throughput B/s, mode): -> counters named as trace_view.json names them
+- ``STRING_IDS``: id, value; ``RANK_DEVICE_MAP``: rankId, deviceId; ``META_DATA``: name, value;
+  ``HOST_INFO``: hostName; ``NPU_INFO``: name; ``SESSION_TIME_INFO``: startTimeNs, endTimeNs -> meta
+
+analysis database
+- ``StepTraceTime``: step, computing, communication_not_overlapped, overlapped, communication,
+  free, stage, bubble, preparing -> ``profiler_steps``
+- ``CommAnalyzerTime``: hccl_op_name, group_name, start_timestamp (us), elapse/transit/wait/
+  synchronization/idle_time (ms), step, type -> comm_ops
+- ``CommAnalyzerBandwidth``: hccl_op_name, group_name, transport_type, transit_size (MB),
+  transit_time (ms), large_packet_ratio, count (one row per packet size), step -> comm_transport
+- ``CommAnalyzerMatrix``: hccl_op_name (``<optype>-<variant>``), op_name, group_name, src_rank,
+  dst_rank, transport_type, transit_size, transit_time (ms), step, type -> comm_links
+
+Not read: NPU_OP_MEM, ACC_PMU, SOC_BANDWIDTH_LEVEL, COMMUNICATION_TASK_INFO, CONNECTION_IDS,
+PYTORCH_CALLCHAINS, and every TASK row that is neither a compute task nor a communication op
+(kernel_details.csv leaves them out too). op_stats (op_statistic.csv) has no DB counterpart.
+
+Files are never modified: a database is opened read-only and immutable (``mode=ro&immutable=1``),
+which creates no -wal / -shm / -journal file (plain ``mode=ro`` does create them beside a WAL
+database). When the profiler left a non-empty -wal or -journal beside it, the database and that
+file are copied to a temporary folder and opened there, so their content is read without
+touching the user's folder. A truncated or corrupt database raises :class:`ParseError`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shutil
+import sqlite3
+import tempfile
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
+
+import numpy as np
+import pandas as pd
+
+from msdiag import model
+from msdiag.errors import ParseError
+from msdiag.ingest import metadata
+from msdiag.ingest._csv import NA_VALUES
+from msdiag.ingest.ascend_csv import COMMUNICATION_CORE, type_from_kernel_name
+from msdiag.ingest.communication import op_type_of
+from msdiag.model import ABSENT, FAILED, PRESENT, RankData, Source
+
+OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
+PROFILER_DB_RE = re.compile(r"^ascend_(?:pytorch|mindspore)_profiler(?:_(\d+))?\.db$")
+ANALYSIS_DB_NAMES = ("analysis.db", "communication_analyzer.db")  # torch_npu, MindSpore
+# A rank folder holding any of these is read from its text files (the loader's core sources).
+TEXT_CORE_FILES = ("kernel_details.csv", "trace_view.json", "step_trace_time.csv")
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+NS_PER_US = 1000
+BYTES_PER_MB = float(1 << 20)  # memory and bandwidth "MB" as the text files write them
+BYTES_PER_KB = 1024.0
+US_PER_MS = 1000.0
+STEP_MARKER = "ProfilerStep#"
+STEP_SOURCE = "ProfilerStep#N markers"  # = trace_view.STEP_SOURCE, what the text path records
+
+# OVERLAP_ANALYSIS.type -> the Overlap Analysis lane names of trace_view.json
+OVERLAP_TYPES = {0: "Computing", 1: "Communication", 2: "Communication(Not Overlapped)", 3: "Free"}
+# ENUM_API_TYPE names -> the level prefix trace_view.json gives CANN API events
+CANN_LEVELS = {
+    "acl": "AscendCL",
+    "node": "Node",
+    "hccl": "Hccl",
+    "communication": "Hccl",
+    "runtime": "Runtime",
+    "model": "Model",
+}
+_TID_MASK = 0xFFFFFFFF  # globalTid = pid << 32 | tid
+
+# TASK_PMU_INFO metric name -> (kernels column, scale); *_time values are ns
+PMU_COLUMNS: dict[str, tuple[str, float]] = {
+    "aic_total_time": ("aicore_time_us", 1.0 / NS_PER_US),
+    "aic_mac_ratio": ("aic_mac_ratio", 1.0),
+    "aiv_vec_ratio": ("aiv_vec_ratio", 1.0),
+    "aic_mte2_ratio": ("aic_mte2_ratio", 1.0),
+    "aic_cube_fops": ("cube_fops", 1.0),
+    "aiv_cube_fops": ("cube_fops", 1.0),
+    "aic_vector_fops": ("vector_fops", 1.0),
+    "aiv_vector_fops": ("vector_fops", 1.0),
+}
+
+STEP_TRACE_COLUMNS: dict[str, str] = {
+    "computing_us": "computing",
+    "communication_exposed_us": "communication_not_overlapped",
+    "overlapped_us": "overlapped",
+    "communication_us": "communication",
+    "free_us": "free",
+    "stage_us": "stage",
+    "bubble_us": "bubble",
+    "preparing_us": "preparing",
+}
+_STEP_TEXT = re.compile(r"\s*(?:step)?\s*(\d+)\s*", re.IGNORECASE)
+_MATRIX_KEY = re.compile(r"(?P<optype>.+?)-(?P<variant>top\d+|middle|bottom\d+|total)")
+TOTAL_OP = "Total Op Info"
+_DB_NULLS = ("NULL", "N/A")  # text the exports write for a missing value (msprof writes NULL shapes)
+
+
+# --------------------------------------------------------------------------------------------
+# finding the databases
+# --------------------------------------------------------------------------------------------
+
+
+def _listing(folder: Path) -> list[str]:
+    try:
+        return sorted(os.listdir(folder))
+    except OSError:
+        return []
+
+
+def find_profiler_db(rank_dir: Path, rank: int | None = None) -> Path | None:
+    """The rank's profiler database in ASCEND_PROFILER_OUTPUT/ (the one suffixed with ``rank`` first)."""
+    out = Path(rank_dir) / OUTPUT_DIR
+    found = [(n, PROFILER_DB_RE.match(n)) for n in _listing(out)]
+    cands = [(n, m) for n, m in found if m]
+    if not cands:
+        return None
+    if rank is not None:
+        for n, m in cands:
+            if m.group(1) is not None and int(m.group(1)) == rank:
+                return out / n
+    return out / cands[0][0]
+
+
+def find_analysis_db(rank_dir: Path) -> Path | None:
+    """analysis.db (torch_npu) or communication_analyzer.db (MindSpore) beside the profiler database."""
+    out = Path(rank_dir) / OUTPUT_DIR
+    names = set(_listing(out))
+    for n in ANALYSIS_DB_NAMES:
+        if n in names:
+            return out / n
+    return None
+
+
+def is_db_rank(rank_dir: Path) -> bool:
+    """True when the rank folder is to be read from its SQLite export: it holds a profiler
+    database in ASCEND_PROFILER_OUTPUT/ and none of the text core files (kernel_details.csv,
+    trace_view.json, step_trace_time.csv). A folder exported as both text and db is read from text.
+    """
+    out = Path(rank_dir) / OUTPUT_DIR
+    names = set(_listing(out))
+    if not names or any(n in names for n in TEXT_CORE_FILES):
+        return False
+    return any(PROFILER_DB_RE.match(n) for n in names)
+
+
+# --------------------------------------------------------------------------------------------
+# opening a database read-only
+# --------------------------------------------------------------------------------------------
+
+
+def check_header(path: Path) -> None:
+    """Raise ParseError when the file is empty, not SQLite, or shorter than its header says."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            head = f.read(100)
+    except OSError as e:
+        raise ParseError(path, f"cannot be read ({e.strerror or e})") from None
+    if size == 0:
+        raise ParseError(path, "the file is empty (0 bytes): expected an SQLite database")
+    if not head.startswith(SQLITE_MAGIC):
+        raise ParseError(path, "is not an SQLite database (its first bytes are not 'SQLite format 3')")
+    if len(head) < 100:
+        raise ParseError(path, f"is truncated: {size} bytes, shorter than the 100-byte SQLite header")
+    page_size = int.from_bytes(head[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    pages = int.from_bytes(head[28:32], "big")
+    valid = head[24:28] == head[92:96]  # the in-header size is trusted only when this matches
+    if valid and pages and page_size * pages > size:
+        raise ParseError(
+            path,
+            f"is truncated: its header counts {pages} pages of {page_size} bytes ({page_size * pages} bytes) "
+            f"but the file holds {size} bytes",
+        )
+
+
+class Db:
+    """One open database: its tables and columns, STRING_IDS, and queries that name the file on error."""
+
+    def __init__(self, path: Path, con: sqlite3.Connection):
+        self.path = path
+        self.con = con
+        self.tables: dict[str, list[str]] = {}
+        for (name,) in self.query("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')"):
+            cols = [r[1] for r in self.query(f'PRAGMA table_info("{name}")')]
+            self.tables[name] = cols
+        self._strings: pd.Series | None = None
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        try:
+            return self.con.execute(sql, params).fetchall()
+        except sqlite3.DatabaseError as e:
+            raise ParseError(self.path, f"cannot be read as an SQLite database ({e}): the file is truncated or corrupt") from None
+
+    def has(self, table: str, *cols: str) -> bool:
+        have = self.tables.get(table)
+        return have is not None and all(c in have for c in cols)
+
+    def col(self, table: str, *alternatives: str) -> str | None:
+        """The first of ``alternatives`` that ``table`` has, quoted for SQL; None when none."""
+        have = self.tables.get(table, [])
+        for c in alternatives:
+            if c in have:
+                return f'"{c}"'
+        return None
+
+    def require(self, table: str, *cols: str) -> None:
+        missing = [c for c in cols if c not in self.tables.get(table, [])]
+        if missing:
+            raise ParseError(self.path, f"table {table} lacks column(s) {', '.join(missing)}: not a profiler export msdiag reads")
+
+    def count(self, table: str) -> int:
+        return int(self.query(f'SELECT COUNT(*) FROM "{table}"')[0][0])
+
+    def strings(self) -> pd.Series:
+        """STRING_IDS as a Series id -> value (empty when the table is absent)."""
+        if self._strings is None:
+            if self.has("STRING_IDS", "id", "value"):
+                rows = self.query("SELECT id, value FROM STRING_IDS")
+                self._strings = pd.Series([r[1] for r in rows], index=[r[0] for r in rows], dtype=object)
+            else:
+                self._strings = pd.Series(dtype=object)
+        return self._strings
+
+    def names(self, codes: Sequence[Any] | pd.Series) -> pd.Series:
+        """STRING_IDS values of integer ids; a value that is already text is kept (some exports inline it)."""
+        s = pd.Series(list(codes), dtype=object)
+        out = s.map(self.strings())
+        text = s.map(lambda v: isinstance(v, str))
+        out[text] = s[text]
+        return _clean_strings(out)
+
+    def ids_of(self, values: Sequence[str]) -> dict[int, str]:
+        strings = self.strings()
+        want = set(values)
+        return {int(i): v for i, v in strings.items() if v in want}
+
+
+@contextmanager
+def open_db(path: Path) -> Iterator[Db]:
+    """Open a database without writing anything beside it (see the module doc)."""
+    path = Path(path)
+    check_header(path)
+    sidecars = [path.with_name(path.name + s) for s in ("-wal", "-journal")]
+    live = [s for s in sidecars if s.exists() and s.stat().st_size > 0]
+    tmp: str | None = None
+    con: sqlite3.Connection | None = None
+    try:
+        if live:
+            # the file's latest content is partly in the sidecar: read a private copy of both
+            tmp = tempfile.mkdtemp(prefix="msdiag-db-")
+            target = Path(tmp) / path.name
+            shutil.copyfile(path, target)
+            for s in live:
+                shutil.copyfile(s, Path(tmp) / s.name)
+            uri = f"{target.resolve().as_uri()}?mode=rw"
+        else:
+            uri = f"{path.resolve().as_uri()}?mode=ro&immutable=1"
+        try:
+            con = sqlite3.connect(uri, uri=True)
+        except sqlite3.Error as e:
+            raise ParseError(path, f"cannot be opened as an SQLite database ({e})") from None
+        yield Db(path, con)
+    finally:
+        if con is not None:
+            con.close()
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------------------------
+# value helpers
+# --------------------------------------------------------------------------------------------
+
+
+def _int_array(values: Sequence[Any] | pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """(int64 values, null mask), exact for epoch ns; integers stored as TEXT are parsed too."""
+    s = pd.Series(list(values), dtype=object)
+    mask = s.isna().to_numpy(bool)
+    filled = s.where(~mask, 0).tolist()
+    try:
+        out = np.array(filled, dtype=np.int64)
+    except (TypeError, ValueError, OverflowError):
+        out = np.array([int(str(v).strip()) for v in filled], dtype=np.int64)
+    return out, mask
+
+
+def ns_to_us(values: Sequence[Any] | pd.Series) -> pd.Series:
+    """Epoch ns -> us (float64): whole us and the ns remainder are split in int64 before one rounding."""
+    v, mask = _int_array(values)
+    us = (v // NS_PER_US).astype(np.float64) + (v % NS_PER_US).astype(np.float64) / NS_PER_US
+    us[mask] = np.nan
+    return pd.Series(us, dtype=model.FLOAT)
+
+
+def span_us(start: Sequence[Any] | pd.Series, end: Sequence[Any] | pd.Series) -> pd.Series:
+    """end - start in int64 ns, then us."""
+    s, ms = _int_array(start)
+    e, me = _int_array(end)
+    d = (e - s).astype(np.float64) / NS_PER_US
+    d[ms | me] = np.nan
+    return pd.Series(d, dtype=model.FLOAT)
+
+
+def _floats(values: Sequence[Any] | pd.Series, scale: float = 1.0) -> pd.Series:
+    return pd.Series(pd.to_numeric(pd.Series(list(values), dtype=object), errors="coerce"), dtype=model.FLOAT) * scale
+
+
+def _nullable_ints(values: Sequence[Any] | pd.Series) -> pd.Series:
+    v, mask = _int_array(values)
+    return pd.Series(pd.arrays.IntegerArray(v, mask), dtype=model.INT)
+
+
+def _clean_strings(s: pd.Series) -> pd.Series:
+    out = pd.Series(s, dtype=object).map(lambda v: v.strip() if isinstance(v, str) else None)
+    out = out.where(~(out.isin(NA_VALUES) | out.isin(_DB_NULLS)), None)
+    return out.astype(model.STR)
+
+
+def _shapes(s: pd.Series) -> pd.Series:
+    """'"32,3,224,224"' -> '32,3,224,224' (the DB stores shapes quoted, as the CSV does)."""
+    return s.str.strip('"').str.strip()
+
+
+def _columns(rows: list[tuple[Any, ...]], n: int) -> list[tuple[Any, ...]]:
+    """Query rows -> n column tuples (n empty tuples when there is no row)."""
+    return list(zip(*rows)) if rows else [() for _ in range(n)]
+
+
+def _const(n: int, value: Any, dtype: str = model.STR) -> pd.Series:
+    return pd.Series([value] * n, dtype=dtype)
+
+
+def _step_of_text(values: Sequence[Any]) -> tuple[list[int | None], list[bool]]:
+    """'step50' / '50' -> 50; blank -> None (kept); other text (summary rows) -> dropped."""
+    steps: list[int | None] = []
+    keep: list[bool] = []
+    for v in values:
+        if v is None or (isinstance(v, str) and v.strip() in NA_VALUES):
+            steps.append(None)
+            keep.append(True)
+            continue
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            steps.append(int(v))
+            keep.append(True)
+            continue
+        m = _STEP_TEXT.fullmatch(str(v))
+        steps.append(int(m.group(1)) if m else None)
+        keep.append(bool(m) or str(v).strip().lower() == "step")
+    return steps, keep
+
+
+def _device(values: Sequence[Any]) -> pd.Series:
+    return pd.Series([None if v is None else f"NPU:{int(v)}" for v in values], dtype=model.STR)
+
+
+def _tid(values: Sequence[Any]) -> list[int | None]:
+    return [None if v is None else int(v) & _TID_MASK for v in values]
+
+
+# --------------------------------------------------------------------------------------------
+# readers: one per canonical table (each returns the rows it added)
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Steps:
+    """Step ranges in ns (STEP_TIME, or ProfilerStep#N host ranges)."""
+
+    ids: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+
+    def of(self, t: np.ndarray, missing: np.ndarray) -> pd.Series:
+        """Step id of each time (ns); null outside every step or where the time is missing."""
+        out = np.zeros(len(t), dtype=np.int64)
+        mask = np.ones(len(t), dtype=bool)
+        if len(self.ids):
+            order = np.argsort(self.start, kind="stable")
+            st, en, ids = self.start[order], self.end[order], self.ids[order]
+            idx = np.searchsorted(st, t, side="right") - 1
+            ok = (idx >= 0) & ~missing
+            idx_c = np.clip(idx, 0, len(st) - 1)
+            ok &= t <= en[idx_c]
+            out[ok] = ids[idx_c[ok]]
+            mask = ~ok
+        return pd.Series(pd.arrays.IntegerArray(out, mask), dtype=model.INT)
+
+
+def read_step_time(db: Db) -> Steps:
+    db.require("STEP_TIME", "id", "startNs", "endNs")
+    rows = db.query("SELECT id, startNs, endNs FROM STEP_TIME WHERE id IS NOT NULL AND startNs IS NOT NULL AND endNs IS NOT NULL")
+    return Steps(
+        np.array([int(r[0]) for r in rows], dtype=np.int64),
+        np.array([int(r[1]) for r in rows], dtype=np.int64),
+        np.array([int(r[2]) for r in rows], dtype=np.int64),
+    )
+
+
+def _launch_times(db: Db) -> dict[int, int]:
+    """connectionId -> host launch time (ns) from CANN_API."""
+    if not db.has("CANN_API", "connectionId", "startNs"):
+        return {}
+    rows = db.query(
+        "SELECT connectionId, MIN(startNs) FROM CANN_API WHERE connectionId IS NOT NULL GROUP BY connectionId"
+    )
+    return {int(c): int(t) for c, t in rows if t is not None}
+
+
+def _steps_for(start_ns: Sequence[Any], conn: Sequence[Any], launch: dict[int, int], steps: Steps) -> pd.Series:
+    """A task's step: the step holding its host launch (by connectionId), else its device start."""
+    t, miss = _int_array(start_ns)
+    for i, c in enumerate(conn):
+        if c is not None:
+            lt = launch.get(int(c))
+            if lt is not None:
+                t[i] = lt
+    return steps.of(t, miss)
+
+
+def read_compute_tasks(db: Db, rank: int, steps: Steps, launch: dict[int, int]) -> pd.DataFrame:
+    """COMPUTE_TASK_INFO joined with TASK -> model.KERNELS rows (kind compute, or communication for hcom types)."""
+    db.require("TASK", "startNs", "endNs", "globalTaskId")
+    db.require("COMPUTE_TASK_INFO", "globalTaskId", "name")
+    c = "COMPUTE_TASK_INFO"
+
+    def pick(*alts: str) -> str:
+        col = db.col(c, *alts)
+        return f"c.{col}" if col else "NULL"
+
+    stream = "t.streamId" if db.has("TASK", "streamId") else "NULL"
+    conn = "t.connectionId" if db.has("TASK", "connectionId") else "NULL"
+    sql = (
+        f"SELECT t.startNs, t.endNs, {stream}, {conn}, c.name, {pick('opType')}, {pick('taskType')}, "
+        f"{pick('blockDim', 'block_dim', 'blockNum')}, {pick('inputShapes')}, {pick('inputDataTypes')}, "
+        f"{pick('inputFormats')}, {pick('outputShapes')}, {pick('outputDataTypes')}, {pick('waitNs')}, c.globalTaskId "
+        "FROM COMPUTE_TASK_INFO c JOIN TASK t ON t.globalTaskId = c.globalTaskId ORDER BY t.startNs, c.globalTaskId"
+    )
+    rows = db.query(sql)
+    cols = _columns(rows, 15)
+    n = len(rows)
+    name = db.names(cols[4])
+    typ = db.names(cols[5])
+    frame: dict[str, pd.Series] = {
+        "rank": _const(n, rank, model.INT),
+        "step": _steps_for(cols[0], cols[3], launch, steps),
+        "stream": _nullable_ints(cols[2]),
+        "name": name,
+        "type": typ.fillna(type_from_kernel_name(name)),
+        "core": db.names(cols[6]),
+        "start_us": ns_to_us(cols[0]),
+        "dur_us": span_us(cols[0], cols[1]),
+        "wait_us": _floats(cols[13], 1.0 / NS_PER_US),
+        "block_dim": _nullable_ints(cols[7]),
+        "input_shapes": _shapes(db.names(cols[8])),
+        "input_dtypes": db.names(cols[9]),
+        "input_formats": db.names(cols[10]),
+        "output_shapes": _shapes(db.names(cols[11])),
+        "output_dtypes": db.names(cols[12]),
+    }
+    pmu = _read_pmu(db, list(cols[14]))
+    frame.update(pmu)
+    comm = (
+        frame["core"].fillna("").eq(COMMUNICATION_CORE)
+        | frame["type"].fillna("").str.lower().str.startswith("hcom")
+        | name.fillna("").str.lower().str.startswith("hcom")
+    )
+    frame["kind"] = pd.Series("compute", index=range(n), dtype=model.STR).mask(comm.to_numpy(bool), "communication")
+    return model.KERNELS.frame(frame)
+
+
+def _read_pmu(db: Db, task_ids: list[Any]) -> dict[str, pd.Series]:
+    """TASK_PMU_INFO metrics of the given tasks, as kernels columns (absent metrics are left out)."""
+    if not task_ids or not db.has("TASK_PMU_INFO", "globalTaskId", "name", "value"):
+        return {}
+    ids = db.ids_of(list(PMU_COLUMNS))
+    if not ids:
+        return {}
+    marks = ",".join("?" * len(ids))
+    rows = db.query(f"SELECT globalTaskId, name, value FROM TASK_PMU_INFO WHERE name IN ({marks})", list(ids))
+    if not rows:
+        return {}
+    df = pd.DataFrame.from_records(rows, columns=["task", "metric", "value"])
+    df["metric"] = df["metric"].map(ids)
+    df["value"] = pd.to_numeric(df["value"], errors="coerce")
+    wide = df.pivot_table(index="task", columns="metric", values="value", aggfunc="first")
+    wide = wide.reindex(pd.Index(task_ids, dtype=object))
+    out: dict[str, pd.Series] = {}
+    for metric, (canon, scale) in PMU_COLUMNS.items():
+        if metric not in wide.columns:
+            continue
+        s = pd.Series(wide[metric].to_numpy(dtype=float) * scale, dtype=model.FLOAT)
+        if canon in out:  # aic_ + aiv_ parts of one kernel's FLOPs add up
+            out[canon] = pd.concat([out[canon], s], axis=1).sum(axis=1, min_count=1)
+        else:
+            out[canon] = s
+    return out
+
+
+def read_communication_ops(db: Db, rank: int, steps: Steps, launch: dict[int, int]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """COMMUNICATION_OP -> (KERNELS rows with core HCCL and kind communication, TIMELINE hccl lane rows)."""
+    t = "COMMUNICATION_OP"
+    db.require(t, "opName", "startNs", "endNs")
+
+    def pick(*alts: str) -> str:
+        return db.col(t, *alts) or "NULL"
+
+    rows = db.query(
+        f"SELECT opName, startNs, endNs, {pick('connectionId')}, {pick('groupName')}, {pick('opType')}, "
+        f"{pick('waitNs')} FROM COMMUNICATION_OP ORDER BY startNs"
+    )
+    cols = _columns(rows, 7)
+    n = len(rows)
+    name = db.names(cols[0])
+    typ = db.names(cols[5])
+    start = ns_to_us(cols[1])
+    dur = span_us(cols[1], cols[2])
+    kernels = model.KERNELS.frame(
+        {
+            "rank": _const(n, rank, model.INT),
+            "step": _steps_for(cols[1], cols[3], launch, steps),
+            "name": name,
+            "type": typ.fillna(type_from_kernel_name(name)),
+            "core": _const(n, COMMUNICATION_CORE),
+            "kind": _const(n, "communication"),
+            "start_us": start,
+            "dur_us": dur,
+            "wait_us": _floats(cols[6], 1.0 / NS_PER_US),
+        }
+    )
+    groups = db.names(cols[4])
+    hccl = model.TIMELINE.frame(
+        {
+            "rank": _const(n, rank, model.INT),
+            "lane": _const(n, "hccl"),
+            "track": pd.Series([f"Group {g} Communication" if isinstance(g, str) else "Group Communication" for g in groups], dtype=model.STR),
+            "name": name,
+            "start_us": start,
+            "dur_us": dur,
+        }
+    )
+    return kernels, hccl
+
+
+def _timeline(rank: int, lane: str, track: Sequence[Any], name: Sequence[Any], start: Sequence[Any], end: Sequence[Any]) -> pd.DataFrame:
+    n = len(name)
+    return model.TIMELINE.frame(
+        {
+            "rank": _const(n, rank, model.INT),
+            "lane": _const(n, lane),
+            "track": pd.Series(list(track), dtype=model.STR),
+            "name": pd.Series(list(name), dtype=model.STR),
+            "start_us": ns_to_us(start),
+            "dur_us": span_us(start, end),
+        }
+    )
+
+
+def step_timeline(rank: int, steps: Steps, track: str) -> pd.DataFrame:
+    order = np.argsort(steps.start, kind="stable")
+    return _timeline(
+        rank,
+        "step",
+        [track] * len(order),
+        [f"{STEP_MARKER}{int(i)}" for i in steps.ids[order]],
+        [int(x) for x in steps.start[order]],
+        [int(x) for x in steps.end[order]],
+    )
+
+
+def read_overlap(db: Db, rank: int) -> pd.DataFrame:
+    db.require("OVERLAP_ANALYSIS", "startNs", "endNs", "type")
+    rows = db.query("SELECT type, startNs, endNs FROM OVERLAP_ANALYSIS ORDER BY type, startNs")
+    rows = [r for r in rows if r[0] is not None and int(r[0]) in OVERLAP_TYPES]
+    names = [OVERLAP_TYPES[int(r[0])] for r in rows]
+    return _timeline(rank, "overlap", names, names, [r[1] for r in rows], [r[2] for r in rows])
+
+
+def read_host_ranges(db: Db, rank: int, table: str) -> tuple[pd.DataFrame, Steps]:
+    """PYTORCH_API or MSTX_EVENTS -> host lane rows, and the ProfilerStep#N ranges among them."""
+    if table == "PYTORCH_API":
+        db.require(table, "startNs", "endNs", "globalTid", "name")
+        name_col, label = "name", "Python"
+    else:
+        db.require(table, "startNs", "endNs", "globalTid", "message")
+        name_col, label = "message", "MSTX"
+    rows = db.query(
+        f"SELECT CAST(startNs AS INTEGER), CAST(endNs AS INTEGER), globalTid, {name_col} FROM {table} "
+        "WHERE startNs IS NOT NULL AND endNs IS NOT NULL ORDER BY CAST(startNs AS INTEGER)"
+    )
+    names = db.names([r[3] for r in rows]).astype(object)
+    tids = _tid([r[2] for r in rows])
+    is_step = np.array([isinstance(x, str) and x.startswith(STEP_MARKER) for x in names], dtype=bool)
+    ids, st, en = [], [], []
+    for i in np.flatnonzero(is_step):
+        try:
+            ids.append(int(str(names[i])[len(STEP_MARKER):]))
+        except ValueError:
+            continue
+        st.append(int(rows[i][0]))
+        en.append(int(rows[i][1]))
+    keep = ~is_step
+    host = _timeline(
+        rank,
+        "host",
+        [f"{label}/Thread {t}" for t, k in zip(tids, keep) if k],
+        [x if isinstance(x, str) else None for x, k in zip(names, keep) if k],
+        [r[0] for r, k in zip(rows, keep) if k],
+        [r[1] for r, k in zip(rows, keep) if k],
+    )
+    return host, Steps(np.array(ids, dtype=np.int64), np.array(st, dtype=np.int64), np.array(en, dtype=np.int64))
+
+
+def read_cann_api(db: Db, rank: int) -> pd.DataFrame:
+    db.require("CANN_API", "startNs", "endNs", "globalTid", "name")
+    levels: dict[int, str] = {}
+    if db.has("ENUM_API_TYPE", "id", "name"):
+        for i, nm in db.query("SELECT id, name FROM ENUM_API_TYPE"):
+            levels[int(i)] = CANN_LEVELS.get(str(nm).lower(), str(nm).capitalize())
+    typ = db.col("CANN_API", "type") or "NULL"
+    rows = db.query(f"SELECT startNs, endNs, globalTid, name, {typ} FROM CANN_API ORDER BY startNs")
+    api = db.names([r[3] for r in rows]).astype(object)
+    names = []
+    for r, a in zip(rows, api):
+        lvl = levels.get(int(r[4])) if r[4] is not None else None
+        names.append(f"{lvl}@{a}" if lvl and isinstance(a, str) else (a if isinstance(a, str) else None))
+    tracks = [f"CANN/Thread {t}" for t in _tid([r[2] for r in rows])]
+    return _timeline(rank, "host", tracks, names, [r[0] for r in rows], [r[1] for r in rows])
+
+
+def read_memory_record(db: Db, rank: int) -> pd.DataFrame:
+    t = "MEMORY_RECORD"
+    db.require(t, "component", "timestamp", "totalAllocated", "totalReserved")
+    active = db.col(t, "totalActive") or "NULL"
+    dev = db.col(t, "deviceId") or "NULL"
+    rows = db.query(f"SELECT component, timestamp, totalAllocated, totalReserved, {active}, {dev} FROM {t} ORDER BY timestamp")
+    cols = _columns(rows, 6)
+    n = len(rows)
+    return model.MEMORY.frame(
+        {
+            "rank": _const(n, rank, model.INT),
+            "component": db.names(cols[0]),
+            "source": _const(n, "memory_record"),
+            "ts_us": ns_to_us(cols[1]),
+            "allocated_mb": _floats(cols[2], 1 / BYTES_PER_MB),
+            "reserved_mb": _floats(cols[3], 1 / BYTES_PER_MB),
+            "active_mb": _floats(cols[4], 1 / BYTES_PER_MB),
+            "device": _device(cols[5]),
+        }
+    )
+
+
+def read_npu_mem(db: Db, rank: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """NPU_MEM -> (memory rows of component APP, as torch_npu's memory_record.csv; counters 'NPU MEM' in KB)."""
+    t = "NPU_MEM"
+    db.require(t, "type", "ddr", "hbm", "timestampNs")
+    dev = db.col(t, "deviceId") or "NULL"
+    rows = db.query(f"SELECT type, ddr, hbm, timestampNs, {dev} FROM {t} ORDER BY timestampNs")
+    kinds = db.names([r[0] for r in rows]).astype(object)
+    ddr = _floats([r[1] for r in rows])
+    hbm = _floats([r[2] for r in rows])
+    total = ddr + hbm
+    ts = ns_to_us([r[3] for r in rows])
+    app = np.array([isinstance(k, str) and k.lower() == "app" for k in kinds], dtype=bool)
+    m = int(app.sum())
+    memory = model.MEMORY.frame(
+        {
+            "rank": _const(m, rank, model.INT),
+            "component": _const(m, "APP"),
+            "source": _const(m, "memory_record"),
+            "ts_us": ts[app].reset_index(drop=True),
+            "reserved_mb": (total[app] / BYTES_PER_MB).reset_index(drop=True),
+            "device": _device([r[4] for r, a in zip(rows, app) if a]),
+        }
+    )
+    recs: list[tuple[str, float, float]] = []
+    for k, d, h, tot, when in zip(kinds, ddr, hbm, total, ts):
+        label = "APP" if isinstance(k, str) and k.lower() == "app" else ("Device" if isinstance(k, str) else "?")
+        recs += [(f"{label}/DDR", when, d), (f"{label}/HBM", when, h), (f"{label}/Memory", when, tot)]
+    counters = _counters(rank, "NPU MEM", [r[0] for r in recs], ["KB"] * len(recs), [r[1] for r in recs], [r[2] / BYTES_PER_KB for r in recs])
+    return memory, counters
+
+
+def read_npu_module_mem(db: Db, rank: int) -> pd.DataFrame:
+    t = "NPU_MODULE_MEM"
+    db.require(t, "moduleId", "timestampNs", "totalReserved")
+    dev = db.col(t, "deviceId") or "NULL"
+    rows = db.query(f"SELECT moduleId, timestampNs, totalReserved, {dev} FROM {t} ORDER BY moduleId, timestampNs")
+    modules: dict[int, str] = {}
+    if db.has("ENUM_MODULE", "id", "name"):
+        modules = {int(i): str(nm) for i, nm in db.query("SELECT id, name FROM ENUM_MODULE")}
+    n = len(rows)
+    reserved = _floats([r[2] for r in rows])
+    return model.MEMORY.frame(
+        {
+            "rank": _const(n, rank, model.INT),
+            "component": pd.Series([modules.get(int(r[0]), str(r[0])) if r[0] is not None else None for r in rows], dtype=model.STR),
+            "source": _const(n, "npu_module_mem"),
+            "ts_us": ns_to_us([r[1] for r in rows]),
+            "reserved_mb": (reserved.mask(reserved == -1)) / BYTES_PER_MB,  # -1: only releases collected
+            "device": _device([r[3] for r in rows]),
+        }
+    )
+
+
+def read_op_memory(db: Db, rank: int) -> pd.DataFrame:
+    t = "OP_MEMORY"
+    db.require(t, "name", "size", "allocationTime")
+    rel = db.col(t, "releaseTime") or "NULL"
+    dur = db.col(t, "duration") or "NULL"
+    dev = db.col(t, "deviceId") or "NULL"
+    rows = db.query(f"SELECT name, size, allocationTime, {rel}, {dur}, {dev} FROM {t} ORDER BY allocationTime")
+    cols = _columns(rows, 6)
+    n = len(rows)
+    return model.MEMORY_ALLOCS.frame(
+        {
+            "rank": _const(n, rank, model.INT),
+            "name": db.names(cols[0]),
+            "kind": _const(n, "dynamic"),
+            "size_kb": _floats(cols[1], 1 / BYTES_PER_KB),
+            "alloc_us": ns_to_us(cols[2]),
+            "release_us": ns_to_us(cols[3]),
+            "dur_us": _floats(cols[4], 1.0 / NS_PER_US),
+            "device": _device(cols[5]),
+        }
+    )
+
+
+def _counters(rank: int, track: str, names: Sequence[str], units: Sequence[str], ts_us: Sequence[float], values: Sequence[float]) -> pd.DataFrame:
+    n = len(names)
+    df = pd.DataFrame(
+        {
+            "rank": _const(n, rank, model.INT),
+            "track": _const(n, track),
+            "name": pd.Series(list(names), dtype=model.STR),
+            "unit": pd.Series(list(units), dtype=model.STR),
+            "ts_us": pd.Series(list(ts_us), dtype=model.FLOAT),
+            "value": pd.Series(list(values), dtype=model.FLOAT),
+        }
+    )
+    df = df.sort_values(["name", "ts_us"], kind="stable")
+    return model.COUNTERS.frame(df.reset_index(drop=True))
+
+
+def read_aicore_freq(db: Db, rank: int) -> pd.DataFrame:
+    db.require("AICORE_FREQ", "timestampNs", "freq")
+    rows = db.query("SELECT timestampNs, freq FROM AICORE_FREQ ORDER BY timestampNs")
+    n = len(rows)
+    return _counters(rank, "AI Core Freq", ["AI Core Freq"] * n, ["MHz"] * n, ns_to_us([r[0] for r in rows]), _floats([r[1] for r in rows]))
+
+
+def read_hbm(db: Db, rank: int) -> pd.DataFrame:
+    db.require("HBM", "timestampNs", "bandwidth", "hbmId", "type")
+    rows = db.query("SELECT timestampNs, bandwidth, hbmId, type FROM HBM ORDER BY timestampNs")
+    kinds = [str(k).capitalize() if isinstance(k, str) else "?" for k in db.names([r[3] for r in rows]).astype(object)]
+    return _counters(
+        rank,
+        "HBM",
+        [f"HBM {r[2]}/{k}" for r, k in zip(rows, kinds)],
+        [f"{k}(MB/s)" for k in kinds],
+        ns_to_us([r[0] for r in rows]),
+        _floats([r[1] for r in rows], 1 / BYTES_PER_MB),
+    )
+
+
+def read_llc(db: Db, rank: int) -> pd.DataFrame:
+    """LLC -> counters as trace_view.json writes them: hit rate as a fraction (the file's 'Hit Rate(%)'
+    track holds 0.78 for 78 %), throughput in MB/s."""
+    db.require("LLC", "timestampNs", "llcId", "hitRate", "throughput")
+    mode = db.col("LLC", "mode") or "NULL"
+    rows = db.query(f"SELECT timestampNs, llcId, hitRate, throughput, {mode} FROM LLC ORDER BY timestampNs")
+    modes = [str(k).capitalize() if isinstance(k, str) else "Read" for k in db.names([r[4] for r in rows]).astype(object)]
+    ts = ns_to_us([r[0] for r in rows])
+    hit = _floats([r[2] for r in rows], 0.01)
+    thr = _floats([r[3] for r in rows], 1 / BYTES_PER_MB)
+    names = [f"LLC {r[1]} {m}/Hit Rate" for r, m in zip(rows, modes)] + [f"LLC {r[1]} {m}/Throughput" for r, m in zip(rows, modes)]
+    units = ["Hit Rate(%)"] * len(rows) + ["Throughput(MB/s)"] * len(rows)
+    return _counters(rank, "LLC", names, units, list(ts) * 2, list(hit) + list(thr))
+
+
+# ---- analysis database ------------------------------------------------------------------------
+
+
+def read_step_trace_time(db: Db, rank: int) -> pd.DataFrame:
+    """StepTraceTime -> model.STEPS (the profiler's own breakdown), as ascend_csv.read_step_trace_time.
+
+    total_us = computing + communication_not_overlapped + free (the file has no total column).
+    """
+    t = "StepTraceTime"
+    db.require(t, "step", "computing", "communication_not_overlapped", "overlapped", "communication", "free", "stage", "bubble")
+    present = {canon: raw for canon, raw in STEP_TRACE_COLUMNS.items() if db.has(t, raw)}
+    rows = db.query(f"SELECT step, {', '.join(present.values())} FROM {t}")
+    steps, keep = _step_of_text([r[0] for r in rows])
+    rows = [r for r, k in zip(rows, keep) if k]
+    steps = [s for s, k in zip(steps, keep) if k]
+    n = len(rows)
+    frame: dict[str, pd.Series] = {"rank": _const(n, rank, model.INT), "step": pd.Series(steps, dtype=model.INT)}
+    for i, canon in enumerate(present, start=1):
+        frame[canon] = _floats([r[i] for r in rows])
+    frame["total_us"] = frame["computing_us"] + frame["communication_exposed_us"] + frame["free_us"]
+    frame["source"] = _const(n, f"{db.path.name}:{t}")
+    return model.STEPS.frame(frame)
+
+
+def read_comm_time(db: Db, rank: int) -> pd.DataFrame:
+    t = "CommAnalyzerTime"
+    db.require(t, "hccl_op_name", "elapse_time", "transit_time", "wait_time")
+
+    def pick(c: str) -> str:
+        return db.col(t, c) or "NULL"
+
+    rows = db.query(
+        f"SELECT hccl_op_name, {pick('group_name')}, {pick('start_timestamp')}, elapse_time, transit_time, wait_time, "
+        f"{pick('synchronization_time')}, {pick('idle_time')}, {pick('step')}, {pick('type')} FROM {t}"
+    )
+    rows = [r for r in rows if r[0] != TOTAL_OP]
+    steps, keep = _step_of_text([r[8] for r in rows])
+    rows = [r for r, k in zip(rows, keep) if k]
+    steps = [s for s, k in zip(steps, keep) if k]
+    n = len(rows)
+    cols = _columns(rows, 10)
+    elapse = _floats(cols[3], US_PER_MS)
+    transit = _floats(cols[4], US_PER_MS)
+    wait = _floats(cols[5], US_PER_MS)
+    idle = _floats(cols[7], US_PER_MS)
+    names = [str(x) for x in cols[0]]
+    return model.COMM_OPS.frame(
+        {
+            "rank": _const(n, rank, model.INT),
+            "step": pd.Series(steps, dtype=model.INT),
+            "category": _clean_strings(pd.Series(cols[9], dtype=object)),
+            "op_name": pd.Series(names, dtype=model.STR),
+            "op_type": pd.Series([op_type_of(x) for x in names], dtype=model.STR),
+            "group": _clean_strings(pd.Series([None if g is None else str(g) for g in cols[1]], dtype=object)),
+            "start_us": _floats(cols[2]),
+            "elapse_us": elapse,
+            "transit_us": transit,
+            "wait_us": wait,
+            "sync_us": _floats(cols[6], US_PER_MS),
+            "idle_us": idle.fillna(elapse - transit - wait),
+        }
+    )
+
+
+def read_comm_bandwidth(db: Db, rank: int) -> pd.DataFrame:
+    """CommAnalyzerBandwidth -> model.COMM_TRANSPORT: one row per op and transport that moved something.
+
+    The table repeats an op's transport totals on one row per packet size (package_size, count);
+    packets is the sum of count, null when there is no size distribution (SDMA).
+    """
+    t = "CommAnalyzerBandwidth"
+    db.require(t, "hccl_op_name", "transport_type", "transit_size", "transit_time")
+
+    def pick(c: str) -> str:
+        return db.col(t, c) or "NULL"
+
+    rows = db.query(
+        f"SELECT {pick('step')}, hccl_op_name, {pick('group_name')}, transport_type, transit_size, transit_time, "
+        f"{pick('large_packet_ratio')}, {pick('count')} FROM {t}"
+    )
+    out: dict[tuple[Any, ...], list[Any]] = {}
+    for r in rows:
+        if r[1] == TOTAL_OP:
+            continue
+        key = (r[0], r[1], None if r[2] is None else str(r[2]), r[3])
+        cnt = pd.to_numeric(r[7], errors="coerce")
+        if key not in out:
+            out[key] = [r[4], r[5], r[6], 0, False]
+        if cnt is not None and not pd.isna(cnt) and cnt > 0:
+            out[key][3] += int(cnt)
+            out[key][4] = True
+    recs = []
+    steps, keep = _step_of_text([k[0] for k in out])
+    for (key, v), step, k in zip(out.items(), steps, keep):
+        size = float(pd.to_numeric(v[0], errors="coerce"))
+        time_ms = float(pd.to_numeric(v[1], errors="coerce"))
+        if not k or not (size > 0 or time_ms > 0):
+            continue
+        bw = size / time_ms if time_ms > 0 and not math.isnan(size) else math.nan
+        lpr = pd.to_numeric(v[2], errors="coerce")
+        recs.append((step, key[1], key[2], key[3], size, time_ms * US_PER_MS, bw, float(lpr) if lpr is not None else math.nan, v[3] if v[4] else None))
+    cols = ["step", "op_name", "group", "transport", "size_mb", "time_us", "bandwidth_gbps", "large_packet_ratio", "packets"]
+    if not recs:
+        return model.COMM_TRANSPORT.empty()
+    df = pd.DataFrame.from_records(recs, columns=cols)
+    df.insert(0, "rank", rank)
+    df["step"] = df["step"].astype(model.INT)
+    df["packets"] = pd.array([None if p is None or (isinstance(p, float) and math.isnan(p)) else int(p) for p in df["packets"]], dtype=model.INT)
+    return model.COMM_TRANSPORT.frame(df)
+
+
+def read_comm_matrix(db: Db, rank: int) -> pd.DataFrame:
+    """CommAnalyzerMatrix -> model.COMM_LINKS (as communication.read_communication_matrix)."""
+    t = "CommAnalyzerMatrix"
+    db.require(t, "hccl_op_name", "src_rank", "dst_rank", "transit_size", "transit_time")
+
+    def pick(c: str) -> str:
+        return db.col(t, c) or "NULL"
+
+    rows = db.query(
+        f"SELECT {pick('step')}, {pick('type')}, hccl_op_name, {pick('op_name')}, {pick('group_name')}, src_rank, dst_rank, "
+        f"{pick('transport_type')}, transit_size, transit_time FROM {t}"
+    )
+    spelled: dict[str, str] = {}
+    for r in rows:
+        if isinstance(r[3], str) and r[3].strip():
+            full = op_type_of(r[3].strip())
+            spelled.setdefault(full.rsplit("_", 1)[-1].lower(), full)
+    recs = []
+    steps, keep = _step_of_text([r[0] for r in rows])
+    for r, step, k in zip(rows, steps, keep):
+        if not k or r[2] == TOTAL_OP:
+            continue
+        m = _MATRIX_KEY.fullmatch(str(r[2]))
+        if m:
+            raw = m.group("optype")
+            op_type, variant = spelled.get(raw.lower(), raw), m.group("variant")
+        else:
+            op_type, variant = op_type_of(str(r[2])), str(r[2])
+        try:
+            src, dst = int(r[5]), int(r[6])
+        except (TypeError, ValueError):
+            raise ParseError(db.path, f"{t}: src_rank/dst_rank {r[5]!r}/{r[6]!r} are not rank numbers") from None
+        size = float(pd.to_numeric(r[8], errors="coerce"))
+        time_ms = float(pd.to_numeric(r[9], errors="coerce"))
+        bw = size / time_ms if time_ms > 0 and not math.isnan(size) else math.nan
+        recs.append((step, r[1], op_type, variant, None if r[4] is None else str(r[4]), src, dst, r[7], size, time_ms * US_PER_MS, bw))
+    if not recs:
+        return model.COMM_LINKS.empty()
+    cols = ["step", "category", "op_type", "variant", "group", "src", "dst", "transport", "size_mb", "time_us", "bandwidth_gbps"]
+    df = pd.DataFrame.from_records(recs, columns=cols)
+    df.insert(0, "rank", rank)
+    df["step"] = df["step"].astype(model.INT)
+    return model.COMM_LINKS.frame(df)
+
+
+# ---- metadata ---------------------------------------------------------------------------------
+
+
+def read_db_meta(db: Db) -> dict[str, Any]:
+    """RANK_DEVICE_MAP, META_DATA, HOST_INFO, NPU_INFO, SESSION_TIME_INFO -> a plain dict."""
+    out: dict[str, Any] = {"profiler_db": str(db.path)}
+    if db.has("RANK_DEVICE_MAP", "rankId", "deviceId"):
+        rows = db.query("SELECT rankId, deviceId FROM RANK_DEVICE_MAP")
+        out["rank_device"] = [{"rank": r[0], "device_id": r[1]} for r in rows]
+        if len(rows) == 1:
+            out["rank_id"], out["device_id"] = rows[0]
+    if db.has("META_DATA", "name", "value"):
+        md: dict[str, Any] = {}
+        for name, value in db.query("SELECT name, value FROM META_DATA"):
+            if isinstance(value, str) and value[:1] in "{[":
+                try:
+                    value = json.loads(value)
+                except ValueError:
+                    pass
+            md[str(name)] = value
+        out["metadata"] = md
+        if "SCHEMA_VERSION" in md:
+            out["schema_version"] = md["SCHEMA_VERSION"]
+    if db.has("HOST_INFO", "hostName"):
+        rows = db.query("SELECT hostName FROM HOST_INFO")
+        if rows:
+            out["host"] = rows[0][0]
+    if db.has("NPU_INFO", "name"):
+        out["npu"] = sorted({r[0] for r in db.query("SELECT name FROM NPU_INFO") if r[0]})
+    if db.has("SESSION_TIME_INFO", "startTimeNs", "endTimeNs"):
+        rows = db.query("SELECT startTimeNs, endTimeNs FROM SESSION_TIME_INFO")
+        if rows:
+            out["session_start_ns"], out["session_end_ns"] = rows[0]
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# the rank
+# --------------------------------------------------------------------------------------------
+
+
+def _put(rd: RankData, table: str, df: pd.DataFrame) -> None:
+    if table in rd.tables and len(rd.tables[table]):
+        rd.tables[table] = pd.concat([rd.tables[table], df], ignore_index=True)
+    else:
+        rd.tables[table] = df
+
+
+def _info_flag(rd: RankData, key: str) -> Any:
+    return (rd.meta.get("profiler_info") or {}).get(key)
+
+
+def _why_memory(rd: RankData) -> str:
+    if _info_flag(rd, "profile_memory") is False:
+        return "profile_memory was off in this capture"
+    return "not written by this capture (profile_memory off?)"
+
+
+def _why_comm(rd: RankData) -> str:
+    if _info_flag(rd, "profiler_level") == "Level0":
+        return "profiler Level0 writes no communication analysis (use Level1 or higher)"
+    return "not written by this capture (no HCCL communication recorded: a single device?)"
+
+
+def _why(text: str) -> Callable[[RankData], str]:
+    return lambda rd: text
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """One table of a database: what reads it, and why it may be absent."""
+
+    table: str
+    read: Callable[[Db, RankData, "_State"], int]
+    absent_reason: Callable[[RankData], str]
+
+
+@dataclass
+class _State:
+    steps: Steps
+    launch: dict[int, int]
+    step_track: str
+
+
+def _r_compute(db: Db, rd: RankData, st: _State) -> int:
+    df = read_compute_tasks(db, rd.rank, st.steps, st.launch)
+    _put(rd, "kernels", df)
+    return len(df)
+
+
+def _r_comm_op(db: Db, rd: RankData, st: _State) -> int:
+    k, tl = read_communication_ops(db, rd.rank, st.steps, st.launch)
+    _put(rd, "kernels", k)
+    _put(rd, "timeline", tl)
+    return len(k)
+
+
+def _r_overlap(db: Db, rd: RankData, st: _State) -> int:
+    df = read_overlap(db, rd.rank)
+    _put(rd, "timeline", df)
+    return len(df)
+
+
+def _r_pytorch_api(db: Db, rd: RankData, st: _State) -> int:
+    return _host(db, rd, st, "PYTORCH_API")
+
+
+def _r_mstx(db: Db, rd: RankData, st: _State) -> int:
+    return _host(db, rd, st, "MSTX_EVENTS")
+
+
+def _host(db: Db, rd: RankData, st: _State, table: str) -> int:
+    host, marker_steps = read_host_ranges(db, rd.rank, table)
+    _put(rd, "timeline", host)
+    if not len(st.steps.ids) and len(marker_steps.ids):
+        st.steps = marker_steps  # no STEP_TIME: the host's ProfilerStep#N ranges are the steps
+    return len(host) + len(marker_steps.ids)
+
+
+def _r_cann(db: Db, rd: RankData, st: _State) -> int:
+    df = read_cann_api(db, rd.rank)
+    _put(rd, "timeline", df)
+    return len(df)
+
+
+def _r_memory_record(db: Db, rd: RankData, st: _State) -> int:
+    df = read_memory_record(db, rd.rank)
+    _put(rd, "memory", df)
+    return len(df)
+
+
+def _r_npu_mem(db: Db, rd: RankData, st: _State) -> int:
+    mem, counters = read_npu_mem(db, rd.rank)
+    _put(rd, "memory", mem)
+    _put(rd, "counters", counters)
+    return len(counters) // 3
+
+
+def _r_module_mem(db: Db, rd: RankData, st: _State) -> int:
+    df = read_npu_module_mem(db, rd.rank)
+    _put(rd, "memory", df)
+    return len(df)
+
+
+def _r_op_memory(db: Db, rd: RankData, st: _State) -> int:
+    df = read_op_memory(db, rd.rank)
+    _put(rd, "memory_allocs", df)
+    return len(df)
+
+
+def _counter_reader(fn: Callable[[Db, int], pd.DataFrame]) -> Callable[[Db, RankData, _State], int]:
+    def read(db: Db, rd: RankData, st: _State) -> int:
+        df = fn(db, rd.rank)
+        _put(rd, "counters", df)
+        return len(df)
+
+    return read
+
+
+def _r_step_trace(db: Db, rd: RankData, st: _State) -> int:
+    df = read_step_trace_time(db, rd.rank)
+    rd.tables["profiler_steps"] = df
+    return len(df)
+
+
+def _r_comm_time(db: Db, rd: RankData, st: _State) -> int:
+    df = read_comm_time(db, rd.rank)
+    _put(rd, "comm_ops", df)
+    return len(df)
+
+
+def _r_comm_bw(db: Db, rd: RankData, st: _State) -> int:
+    df = read_comm_bandwidth(db, rd.rank)
+    _put(rd, "comm_transport", df)
+    return len(df)
+
+
+def _r_comm_matrix(db: Db, rd: RankData, st: _State) -> int:
+    df = read_comm_matrix(db, rd.rank)
+    _put(rd, "comm_links", df)
+    return len(df)
+
+
+# Read in this order (host ranges before kernels: without STEP_TIME their ProfilerStep#N ranges
+# give the kernels' steps). Core tables: a failure stops the analysis.
+PROFILER_TABLES: list[TableSpec] = [
+    TableSpec("PYTORCH_API", _r_pytorch_api, lambda rd: (
+        "MindSpore writes no PYTORCH_API" if rd.family == "ascend_ms" else "host (CPU) activity was not recorded")),
+    TableSpec("MSTX_EVENTS", _r_mstx, _why("no mstx ranges were recorded (msprof_tx / mstx off)")),
+    TableSpec("CANN_API", _r_cann, _why("no CANN API calls recorded (profiler Level0 records none)")),
+    TableSpec("COMPUTE_TASK_INFO", _r_compute, _why("no compute kernels were recorded")),
+    TableSpec("COMMUNICATION_OP", _r_comm_op, _why_comm),
+    TableSpec("OVERLAP_ANALYSIS", _r_overlap, _why("no overlap analysis: no Computing / Communication / Free lanes")),
+    TableSpec("MEMORY_RECORD", _r_memory_record, _why_memory),
+    TableSpec("NPU_MEM", _r_npu_mem, _why_memory),
+    TableSpec("NPU_MODULE_MEM", _r_module_mem, _why_memory),
+    TableSpec("OP_MEMORY", _r_op_memory, _why_memory),
+    TableSpec("AICORE_FREQ", _counter_reader(read_aicore_freq), _why("AI Core frequency was not sampled in this capture")),
+    TableSpec("HBM", _counter_reader(read_hbm), _why("HBM bandwidth was not sampled (sys_hardware_mem off)")),
+    TableSpec("LLC", _counter_reader(read_llc), _why("LLC was not sampled (sys_hardware_mem off)")),
+]
+CORE_TABLES = frozenset({"COMPUTE_TASK_INFO", "COMMUNICATION_OP", "STEP_TIME"})
+
+ANALYSIS_TABLES: list[TableSpec] = [
+    TableSpec("StepTraceTime", _r_step_trace, _why(
+        "no StepTraceTime: the profiler's own step breakdown is not there to cross-check")),
+    TableSpec("CommAnalyzerTime", _r_comm_time, _why_comm),
+    TableSpec("CommAnalyzerBandwidth", _r_comm_bw, _why_comm),
+    TableSpec("CommAnalyzerMatrix", _r_comm_matrix, _why_comm),
+]
+
+
+def _read_tables(db: Db, rd: RankData, st: _State, specs: list[TableSpec], core: frozenset[str]) -> None:
+    for spec in specs:
+        name = f"{db.path.name}:{spec.table}"
+        if spec.table not in db.tables:
+            rd.sources.append(Source(rd.rank, name, ABSENT, None, spec.absent_reason(rd)))
+            continue
+        try:
+            rows = spec.read(db, rd, st)
+        except ParseError as e:
+            if spec.table in core or "truncated or corrupt" in e.problem:
+                raise
+            rd.sources.append(Source(rd.rank, name, FAILED, str(db.path), e.problem))
+            continue
+        rd.sources.append(Source(rd.rank, name, PRESENT, str(db.path), None, rows))
+
+
+def _json_sources(rank_dir: Path, rd: RankData) -> None:
+    for fname, key, read, why in (
+        (f"profiler_info_{rd.rank}.json", "profiler_info", metadata.read_profiler_info,
+         "no profiler_info_N.json: framework, version and profiler settings unknown"),
+        ("profiler_metadata.json", "profiler_metadata", metadata.read_profiler_metadata,
+         "no profiler_metadata.json: parallel configuration unknown"),
+    ):
+        p = rank_dir / fname
+        if not p.exists():
+            rd.sources.append(Source(rd.rank, fname, ABSENT, None, why))
+            continue
+        try:
+            rd.meta[key] = read(p)
+        except ParseError as e:
+            rd.sources.append(Source(rd.rank, fname, FAILED, str(p), e.problem))
+            continue
+        rd.sources.append(Source(rd.rank, fname, PRESENT, str(p)))
+
+
+def load_db_rank(rank_dir: Path, rank: int, family: str) -> RankData:
+    """Read one rank's SQLite export into a RankData with the text path's tables, meta and sources.
+
+    The databases are ``ASCEND_PROFILER_OUTPUT/ascend_{pytorch,mindspore}_profiler[_N].db`` and
+    ``analysis.db`` / ``communication_analyzer.db``; profiler_info_N.json and profiler_metadata.json
+    beside them are read as the text path reads them. Raises ParseError when a database is
+    truncated or corrupt, or when a core table (COMPUTE_TASK_INFO, COMMUNICATION_OP, STEP_TIME)
+    lacks the columns msdiag reads; an optional table that fails is recorded as failed.
+    """
+    rank_dir = Path(rank_dir)
+    prof = find_profiler_db(rank_dir, rank)
+    if prof is None:
+        raise ParseError(rank_dir / OUTPUT_DIR, "holds no ascend_pytorch_profiler_N.db / ascend_mindspore_profiler_N.db")
+    rd = RankData(rank=rank, family=family, path=str(rank_dir))
+    _json_sources(rank_dir, rd)
+    ana = find_analysis_db(rank_dir)
+    if ana is None:
+        name = ANALYSIS_DB_NAMES[1] if family == "ascend_ms" else ANALYSIS_DB_NAMES[0]
+        rd.sources.append(Source(rank, name, ABSENT, None,
+                                 "no analysis database: no StepTraceTime to cross-check, no communication analysis"))
+    return read_db_files(rd, prof, ana)
+
+
+def read_db_files(rd: RankData, prof: Path, ana: Path | None = None) -> RankData:
+    """Fill ``rd`` from a profiler database and, when given, its analysis database.
+
+    Also reads a CANN ``msprof_*.db`` (same TASK / COMPUTE_TASK_INFO / STRING_IDS schema, no
+    STEP_TIME and no analysis tables): kernels then carry no step id.
+    """
+    rank = rd.rank
+    step_track = "MindSpore" if rd.family == "ascend_ms" else "Python"
+    no_steps = Steps(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64))
+    st = _State(no_steps, {}, step_track)
+    with open_db(prof) as db:
+        rd.sources.append(Source(rank, prof.name, PRESENT, str(prof)))
+        if "TASK" not in db.tables and "COMPUTE_TASK_INFO" not in db.tables:
+            raise ParseError(prof, "holds no TASK / COMPUTE_TASK_INFO table: not an Ascend profiler export")
+        rd.meta["db"] = read_db_meta(db)
+        if "STEP_TIME" in db.tables:
+            st.steps = read_step_time(db)
+            rd.sources.append(Source(rank, f"{prof.name}:STEP_TIME", PRESENT, str(prof), None, len(st.steps.ids)))
+        else:
+            rd.sources.append(Source(rank, f"{prof.name}:STEP_TIME", ABSENT, None,
+                                     "no STEP_TIME: no step markers (no profiler schedule / step() calls)"))
+        st.launch = _launch_times(db)
+        _read_tables(db, rd, st, PROFILER_TABLES[:3], CORE_TABLES)  # host ranges (may give the steps)
+        if len(st.steps.ids):
+            _put(rd, "timeline", step_timeline(rank, st.steps, st.step_track))
+        rd.meta["step_source"] = STEP_SOURCE if len(st.steps.ids) else None
+        _read_tables(db, rd, st, PROFILER_TABLES[3:], CORE_TABLES)
+        pmu_name = f"{prof.name}:TASK_PMU_INFO"
+        if "TASK_PMU_INFO" in db.tables:
+            rd.sources.append(Source(rank, pmu_name, PRESENT, str(prof)))
+        else:
+            rd.sources.append(Source(rank, pmu_name, ABSENT, None,
+                                     "no TASK_PMU_INFO: AI Core metrics were off (aic_metrics None, or profiler Level0)"))
+    rd.meta["kernels_from"] = f"{prof.name} (TASK + COMPUTE_TASK_INFO + COMMUNICATION_OP)"
+    if ana is not None:
+        with open_db(ana) as adb:
+            rd.sources.append(Source(rank, ana.name, PRESENT, str(ana)))
+            _read_tables(adb, rd, st, ANALYSIS_TABLES, frozenset())
+    _check_rank_map(rd)
+    _sort_timeline(rd)
+    if not len(rd.table("kernels")):
+        rd.notes.append(f"{prof.name}: no kernels (COMPUTE_TASK_INFO and COMMUNICATION_OP are empty or absent)")
+    return rd
+
+
+def _check_rank_map(rd: RankData) -> None:
+    db_rank = rd.meta.get("db", {}).get("rank_id")
+    if db_rank is not None and db_rank >= 0 and db_rank != rd.rank:
+        rd.notes.append(f"RANK_DEVICE_MAP says rank {db_rank}, the folder was taken as rank {rd.rank}")
+
+
+def _sort_timeline(rd: RankData) -> None:
+    tl = rd.tables.get("timeline")
+    if tl is not None and len(tl):
+        rd.tables["timeline"] = tl.sort_values(["lane", "track", "start_us"], kind="stable").reset_index(drop=True)
