@@ -122,7 +122,7 @@ def _agreement(steps: pd.DataFrame, prof: pd.DataFrame) -> list[dict[str, Any]]:
             rel_step = abs(a - b) / max(float(row["total_us_prof"]), 1e-9)
             out.append(
                 {
-                    "check": "step_trace_time.csv",
+                    "check": str(row["source_prof"]),  # step_trace_time.csv, analysis.db:StepTraceTime, ...
                     "rank": int(row["rank"]),
                     "step": int(row["step"]),
                     "column": col,

@@ -78,7 +78,7 @@ def test_communication_totals_match_communication_json(corpus: Path) -> None:
             for cat in step.values()
             if "Total Op Info" in cat
         )
-        assert r["communication"]["source"] == "communication.json"
+        assert r["communication"]["source"] == "communication analysis"
         assert r["communication"]["elapse_us"] == pytest.approx(total_ms * 1000, rel=1e-6)
 
 

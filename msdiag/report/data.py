@@ -46,7 +46,7 @@ def _comm_summary(a: Analysis, rank: int) -> dict[str, Any] | None:
     ops = ops[ops["rank"] == rank]
     if len(ops):
         return {
-            "source": "communication.json",
+            "source": "communication analysis",
             "ops": int(len(ops)),
             "elapse_us": float(ops["elapse_us"].sum()),
             "transit_us": float(ops["transit_us"].sum()),

@@ -102,7 +102,8 @@ def render(report: dict[str, Any]) -> str:
     bad = [c for c in report.get("checks", []) if not c["ok"]]
     if report.get("checks"):
         n_ok = sum(1 for c in report["checks"] if c["ok"])
-        out.append(f"\nCross-check with step_trace_time.csv: {n_ok}/{len(report['checks'])} figures agree within 1%")
+        against = ", ".join(sorted({c["check"] for c in report["checks"]}))
+        out.append(f"\nCross-check with the profiler's own breakdown ({against}): {n_ok}/{len(report['checks'])} figures agree within 1%")
         for c in bad[:5]:
             out.append(f"  rank {c['rank']} step {c['step']} {c['column']}: msdiag {c['msdiag']:.1f} vs profiler {c['profiler']:.1f}")
     absent = [s for s in report["sources"] if s["status"] != "present"]
