@@ -67,6 +67,11 @@ class Analysis:
     skipped: list[dict[str, Any]] = field(default_factory=list)
 
 
+# A rank's first step slower than this many times the median of its other steps is warm-up
+# (graph compilation, first data fetch, communicator set-up): reported, but left out of the shares.
+WARMUP_FACTOR = 2.0
+WARMUP_MIN_STEPS = 3
+
 # Beyond this disagreement with step_trace_time.csv the kernel table is taken as incomplete
 # (e.g. a trimmed kernel_details.csv without trace_view.json) and the profiler's rows are used.
 INCOMPLETE_TIMELINE = 0.05
@@ -104,8 +109,28 @@ def _steps_for(cap: Capture) -> tuple[pd.DataFrame, pd.DataFrame, list[dict[str,
         else:
             notes.append(f"rank {rd.rank}: no timeline and no step_trace_time.csv: no step rows")
     steps = pd.concat(ours, ignore_index=True) if ours else STEPS.empty()
+    notes.extend(_mark_warmup(steps))
     prof_all = pd.concat(theirs, ignore_index=True) if theirs else STEPS.empty()
     return steps, prof_all, checks, notes
+
+
+def _mark_warmup(steps: pd.DataFrame) -> list[str]:
+    """Flag each rank's first step when it is far slower than the rank's other steps."""
+    steps["warmup"] = pd.array([False] * len(steps), dtype="boolean")
+    notes = []
+    for rank, g in steps[steps["step"].notna()].groupby("rank"):
+        if len(g) < WARMUP_MIN_STEPS:
+            continue
+        g = g.sort_values("step")
+        first, rest = g.iloc[0], g.iloc[1:]["total_us"]
+        med = float(rest.median())
+        if med > 0 and first["total_us"] > WARMUP_FACTOR * med:
+            steps.loc[g.index[0], "warmup"] = True
+            notes.append(
+                f"rank {rank}: step {int(first['step'])} ({first['total_us'] / 1000:.1f} ms, {first['total_us'] / med:.1f}x "
+                "the median of the others) looks like warm-up: left out of the step-time shares"
+            )
+    return notes
 
 
 def _agreement(steps: pd.DataFrame, prof: pd.DataFrame) -> list[dict[str, Any]]:
@@ -190,6 +215,8 @@ def finite_or_none(x: Any) -> Any:
     """JSON-safe numbers: NaN/inf and pandas NA become None; numpy scalars become Python."""
     if x is None or x is pd.NA:
         return None
+    if isinstance(x, (bool, np.bool_)):
+        return bool(x)
     if isinstance(x, (np.integer,)):
         return int(x)
     if isinstance(x, (float, np.floating)):

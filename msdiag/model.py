@@ -97,6 +97,7 @@ STEPS = _t(
         ("data_wait_us", FLOAT, "host time inside the step waiting on the dataset (GetNext, DataLoader)"),
         ("stage_us", FLOAT, "step span minus bubble"),
         ("source", STR, "where the row comes from (file name or 'timeline')"),
+        ("warmup", BOOL, "the rank's first step, far slower than its others (compilation, warm-up): left out of shares"),
     ],
 )
 

@@ -55,9 +55,19 @@ def test_empty_or_unrelated_folder(tmp_path: Path) -> None:
         discover(tmp_path)
 
 
-def test_legacy_folder_is_named_not_silently_ignored(corpus: Path) -> None:
-    with pytest.raises(InputError, match="MindSpore 1.x-2.2"):
-        discover(corpus / "mindspore-legacy/single-rank")
+def test_legacy_and_cann_folders_are_found(corpus: Path) -> None:
+    # single-rank/ holds step_trace_raw_0_... and step_trace_raw_10_... (ranks 0 and 10, among others)
+    d = discover(corpus / "mindspore-legacy/single-rank")
+    assert d.family == "mindspore_legacy" and {0, 10} <= {r.rank for r in d.ranks}
+    # two PROF_ folders, device_0 and device_1 (info.json.0 / info.json.1)
+    d = discover(corpus / "cann-msprof")
+    assert d.family == "cann_msprof" and {0, 1} <= {r.rank for r in d.ranks}
+
+
+def test_profiler_info_alone_is_not_a_capture(tmp_path: Path) -> None:
+    (tmp_path / "profiler_info_0.json").write_text("{}")
+    with pytest.raises(InputError, match="profiler_info without ASCEND_PROFILER_OUTPUT"):
+        discover(tmp_path)
 
 
 def test_mixed_cpu_and_ascend_ranks_are_refused(tmp_path: Path, corpus: Path) -> None:
@@ -65,5 +75,5 @@ def test_mixed_cpu_and_ascend_ranks_are_refused(tmp_path: Path, corpus: Path) ->
     (tmp_path / "a_ascend_pt").symlink_to(corpus / "ascend/torchnpu-2rank-level0/rank0_ascend_pt")
     cpu = next((corpus / "mindspore-cpu/msrun_dp2_pynative").glob("vm_17651*"))
     (tmp_path / "b_ascend_ms").symlink_to(cpu)
-    with pytest.raises(InputError, match="mixes captures of different devices"):
+    with pytest.raises(InputError, match="mixes captures of different kinds"):
         discover(tmp_path)

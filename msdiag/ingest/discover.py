@@ -14,16 +14,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from msdiag.errors import InputError
+from msdiag.ingest import cann_msprof, legacy
 
 # Format families msdiag reads today.
 ASCEND_MS = "ascend_ms"  # MindSpore 2.3+ Ascend text output
 ASCEND_PT = "ascend_pt"  # torch_npu, same text formats
 MINDSPORE_CPU = "mindspore_cpu"  # MindSpore on CPU (trace_view.json + FRAMEWORK/cpu_*)
+MINDSPORE_LEGACY = legacy.FAMILY  # MindSpore 1.x-2.2 flat profiler/ folders (MindInsight era)
+CANN_MSPROF = cann_msprof.FAMILY  # raw CANN msprof output (PROF_*)
 
 FAMILY_LABEL = {
     ASCEND_MS: "MindSpore Ascend profiler output (2.3+)",
     ASCEND_PT: "torch_npu Ascend profiler output",
     MINDSPORE_CPU: "MindSpore CPU profiler output",
+    MINDSPORE_LEGACY: "MindSpore 1.x-2.2 profiler files",
+    CANN_MSPROF: "raw CANN msprof output",
 }
 
 _PROFILER_INFO = re.compile(r"^profiler_info_(\d+)\.json$")
@@ -32,9 +37,7 @@ _RANK_DIR = re.compile(r"(?:^|[_-])rank[_-]?(\d+)(?:$|[_-])", re.IGNORECASE)
 _TS_DIR = re.compile(r"_(\d{13,17})_ascend_(?:ms|pt)$")
 _MAX_DEPTH = 6
 
-# Formats that exist in the wild and that this version does not read yet: recognise them so the
-# user gets a clear answer instead of "no capture found".
-_LEGACY_FILE = re.compile(r"^(step_trace_raw_\d+_detail_time\.csv|hccl_raw_\d+\.csv|framework_raw_\d+\.csv|aicore_intermediate_\d+_detail\.csv)$")
+# Database files outside a rank folder are named in the error when nothing else is found.
 _DB_RANK = re.compile(r"^ascend_(?:pytorch|mindspore)_profiler(?:_(\d+))?\.db$")
 _DB_FILE = re.compile(r"^(ascend_pytorch_profiler(_\d+)?|ascend_mindspore_profiler(_\d+)?|msprof_\d+|analysis|communication_analyzer)\.db$")
 
@@ -148,35 +151,79 @@ def _family_from_info(d: Path, names: set[str]) -> str:
     return ASCEND_MS
 
 
-def _walk(root: Path) -> tuple[list[Path], list[str]]:
-    """Rank folders under root, and hints of formats not read yet."""
-    found: list[Path] = []
-    hints: list[str] = []
+@dataclass
+class _Found:
+    rank_dirs: list[Path] = field(default_factory=list)  # MindSpore 2.3+ / torch_npu / CPU rank folders
+    legacy: list[Path] = field(default_factory=list)  # MindSpore 1.x-2.2 flat profiler folders
+    prof: list[Path] = field(default_factory=list)  # raw CANN PROF_* folders
+    hints: list[str] = field(default_factory=list)  # files of kinds msdiag does not read
+
+
+def _walk(root: Path) -> _Found:
+    """Capture folders under root, by kind, and hints of files not read."""
+    f = _Found()
     stack = [(root, 0)]
     while stack:
         d, depth = stack.pop()
         names = _listdir(d)
         if _is_rank_dir(d, names):
-            found.append(d)
+            f.rank_dirs.append(d)
+            continue
+        if cann_msprof.is_prof_dir(d):
+            f.prof.append(d)
+            continue
+        if legacy.is_legacy_folder(d):
+            f.legacy.append(d)  # its PROF_* folders, if any, are read with it
             continue
         for n in names:
-            if _LEGACY_FILE.match(n):
-                hints.append(f"{d / n}: MindSpore 1.x-2.2 (MindInsight-era) profiler files")
-            elif _DB_FILE.match(n):
-                hints.append(f"{d / n}: SQLite profiler export")
-            elif n.startswith("PROF_") and (d / n).is_dir():
-                hints.append(f"{d / n}: raw CANN msprof output")
+            if _DB_FILE.match(n):
+                f.hints.append(f"{d / n}: a SQLite profiler database outside a rank folder")
             elif _PROFILER_INFO.match(n):
-                hints.append(
-                    f"{d / n}: profiler_info without ASCEND_PROFILER_OUTPUT/ (a MindSpore 1.x-2.2 folder, "
-                    "or a capture whose offline analysis has not run)"
+                f.hints.append(
+                    f"{d / n}: profiler_info without ASCEND_PROFILER_OUTPUT/ or MindSpore 1.x-2.2 profiler files "
+                    "(a capture whose offline analysis has not run?)"
                 )
         if depth < _MAX_DEPTH:
             for n in sorted(names):
                 p = d / n
                 if p.is_dir() and not n.startswith("."):
                     stack.append((p, depth + 1))
-    return sorted(found), hints
+    f.rank_dirs.sort()
+    f.legacy.sort()
+    f.prof.sort()
+    return f
+
+
+_PROF_TS = re.compile(r"^PROF_\d+_(\d{17})_")
+
+
+def _prof_captured_ns(p: Path) -> int | None:
+    """The capture time in a PROF_<n>_<YYYYmmddHHMMSSfff>_... folder name."""
+    m = _PROF_TS.match(p.name)
+    if not m:
+        return None
+    import datetime as _dt
+
+    t = _dt.datetime.strptime(m.group(1)[:14], "%Y%m%d%H%M%S").replace(tzinfo=_dt.timezone.utc)
+    return int(t.timestamp()) * 10**9 + int(m.group(1)[14:]) * 10**6
+
+
+def _other_rank_dirs(root: Path, f: _Found) -> list[RankDir]:
+    out: list[RankDir] = []
+    for d in f.legacy:
+        for rank, p in legacy.find_legacy_ranks(d):
+            out.append(RankDir(rank, p, MINDSPORE_LEGACY, f"file-name suffixes in {p.name}/", None))
+    profs = list(f.prof)
+    if not f.rank_dirs and not f.legacy and not profs and cann_msprof.has_loose_output(root):
+        profs = [root]  # msprof's exported files copied into a plain folder
+    seen: set[tuple[int, Path]] = set()
+    for d in profs:
+        for rank, p in cann_msprof.find_msprof_ranks(d):
+            if (rank, p) in seen:
+                continue
+            seen.add((rank, p))
+            out.append(RankDir(rank, p, CANN_MSPROF, f"device / info.json of {p.name}", _prof_captured_ns(p)))
+    return out
 
 
 def discover(path: str | Path) -> Discovery:
@@ -191,35 +238,35 @@ def discover(path: str | Path) -> Discovery:
         )
     if root.name in ("ASCEND_PROFILER_OUTPUT", "FRAMEWORK"):
         root = root.parent
-    dirs, hints = _walk(root)
-    if not dirs:
+    found = _walk(root)
+    hints = found.hints
+    rank_dirs = [_rank_and_family(d, _listdir(d)) for d in found.rank_dirs] + _other_rank_dirs(root, found)
+    if not rank_dirs:
         if hints:
-            kinds = sorted({h.split(": ", 1)[1] for h in hints})
-            raise InputError(
-                root,
-                f"holds {', '.join(kinds)} (e.g. {hints[0].split(': ')[0]}), which this version of msdiag does not read yet; "
-                "it reads MindSpore 2.3+ / torch_npu ASCEND_PROFILER_OUTPUT text output and MindSpore CPU output",
-            )
+            raise InputError(root, f"no profiler capture found, only {hints[0]}")
         raise InputError(
             root,
             "no profiler capture found: expected *_ascend_ms / *_ascend_pt folders with ASCEND_PROFILER_OUTPUT/, "
-            "profiler_info_N.json, or MindSpore CPU FRAMEWORK/cpu_*_N files",
+            "MindSpore CPU FRAMEWORK/cpu_*_N files, MindSpore 1.x-2.2 profiler files, or CANN PROF_* folders",
         )
-    rank_dirs = [_rank_and_family(d, _listdir(d)) for d in dirs]
     notes: list[str] = []
     for r in rank_dirs:
         if r.rank_from.startswith("no rank id"):
             notes.append(f"{r.path}: {r.rank_from}")
 
     families = {r.family for r in rank_dirs}
-    cpu = {f for f in families if f == MINDSPORE_CPU}
-    if cpu and len(families) > 1:
-        listing = "; ".join(f"{r.path.name}: {FAMILY_LABEL[r.family]}" for r in rank_dirs[:4])
+    # torch_npu and MindSpore Ascend text output are one format; any other mix is two captures
+    kinds = {ASCEND_MS if f == ASCEND_PT else f for f in families}
+    if len(kinds) > 1:
+        firsts = {}
+        for r in rank_dirs:
+            firsts.setdefault(r.family, r)
+        listing = "; ".join(f"{r.path.name}: {FAMILY_LABEL[r.family]}" for r in firsts.values())
         raise InputError(
             root,
-            f"mixes captures of different devices ({listing}); analyze each capture folder on its own",
+            f"mixes captures of different kinds ({listing}); analyze each capture folder on its own",
         )
-    family = ASCEND_PT if families == {ASCEND_PT} else (MINDSPORE_CPU if cpu else ASCEND_MS)
+    family = ASCEND_PT if families == {ASCEND_PT} else next(iter(kinds))
 
     by_rank: dict[int, list[RankDir]] = {}
     for r in rank_dirs:

@@ -17,8 +17,25 @@ from typing import Any, Callable
 import pandas as pd
 
 from msdiag.errors import InputError, ParseError
-from msdiag.ingest import ascend_csv, communication, metadata, mindspore_cpu, msdiag_markers, sqlite_export
-from msdiag.ingest.discover import ASCEND_PT, MINDSPORE_CPU, Discovery, RankDir, discover
+from msdiag.ingest import (
+    ascend_csv,
+    cann_msprof,
+    communication,
+    legacy,
+    metadata,
+    mindspore_cpu,
+    msdiag_markers,
+    sqlite_export,
+)
+from msdiag.ingest.discover import (
+    ASCEND_PT,
+    CANN_MSPROF,
+    MINDSPORE_CPU,
+    MINDSPORE_LEGACY,
+    Discovery,
+    RankDir,
+    discover,
+)
 from msdiag.ingest.trace_view import read_trace_view
 from msdiag.model import ABSENT, FAILED, PRESENT, Capture, RankData, Source
 
@@ -127,6 +144,8 @@ def _msdiag_markers(p: Path, rd: RankData) -> None:
         rd.notes.append(f"{p.name}: the profiler's own ProfilerStep#N markers are used; msdiag's data waits are added")
     else:
         rd.meta["step_source"] = f"msdiag capture markers ({p.name}): {doc.get('steps_from') or 'source unknown'}"
+    if (doc.get("window") or {}).get("mode") == "time":
+        rd.notes.append(f"{p.name}: nothing marked steps when the job was captured: msdiag capture recorded a time window")
     _put(rd, "timeline", rows)
 
 
@@ -254,6 +273,13 @@ CPU_NEVER = {
 
 def load_rank(rd_dir: RankDir) -> RankData:
     """Read one rank's folder into a RankData (raises ParseError on a broken core file)."""
+    if rd_dir.family in (MINDSPORE_LEGACY, CANN_MSPROF):
+        reader = legacy.load_legacy_rank if rd_dir.family == MINDSPORE_LEGACY else cann_msprof.load_msprof_rank
+        rd = reader(rd_dir.path, rd_dir.rank)
+        if rd_dir.captured_ns:
+            rd.meta["captured_ns"] = rd_dir.captured_ns
+        _check_span(rd)
+        return rd
     if rd_dir.family != MINDSPORE_CPU and sqlite_export.is_db_rank(rd_dir.path):
         # the SQLite export (export_type db) without the text files: read straight with SQL
         rd = sqlite_export.load_db_rank(rd_dir.path, rd_dir.rank, rd_dir.family)
@@ -346,7 +372,10 @@ def describe(cap: Capture) -> dict[str, Any]:
         if pm.get("distributed_args") and "parallel" not in info:
             info["parallel"] = metadata.parallel_config(pm["distributed_args"])
     fam = family_of(cap)
-    info.setdefault("framework", {"ascend_pt": "torch_npu", "ascend_ms": "mindspore", "mindspore_cpu": "mindspore"}.get(fam))
+    info.setdefault(
+        "framework",
+        {"ascend_pt": "torch_npu", "ascend_ms": "mindspore", "mindspore_cpu": "mindspore", MINDSPORE_LEGACY: "mindspore"}.get(fam),
+    )
     info["family"] = fam
     info["device"] = "CPU" if fam == MINDSPORE_CPU else "Ascend NPU"
     info["ranks"] = len(cap.ranks)

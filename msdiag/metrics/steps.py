@@ -11,8 +11,12 @@ from msdiag.metrics.registry import Context, Value, metric
 
 
 def _timed_steps(ctx: Context) -> pd.DataFrame:
+    """Steps with a measured duration, warm-up steps left out (they are reported, not averaged in)."""
     s = ctx.steps
-    return s[s["total_us"].notna() & (s["total_us"] > 0)]
+    keep = s["total_us"].notna() & (s["total_us"] > 0)
+    if "warmup" in s.columns:
+        keep &= ~s["warmup"].fillna(False)
+    return s[keep.to_numpy(bool)]
 
 
 def _per_rank(df: pd.DataFrame, col: str, how: str = "median") -> dict[int, float | None]:

@@ -17,7 +17,7 @@ from msdiag.model import SCHEMA_VERSION
 
 STEP_COLUMNS = [
     "rank", "step", "total_us", "computing_us", "communication_us", "communication_exposed_us",
-    "overlapped_us", "free_us", "bubble_us", "preparing_us", "data_wait_us", "stage_us", "start_us", "end_us", "source",
+    "overlapped_us", "free_us", "bubble_us", "preparing_us", "data_wait_us", "stage_us", "start_us", "end_us", "source", "warmup",
 ]
 TOP_KERNELS = 10
 

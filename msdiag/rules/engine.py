@@ -211,7 +211,13 @@ def verdict(outcomes: list[Outcome], metrics: Mapping[str, Any]) -> dict[str, An
         runner = ranked[1] if len(ranked) > 1 else None
         margin = share / runner[1][0] if runner and runner[1][0] > 0 else math.inf
         n = metrics.get("step_count") or 0
-        confidence = "high" if margin >= 2 and n >= 3 else ("medium" if margin >= 1.25 else "low")
+        # sure when the overhead is large, well ahead of the next one, and seen over several steps
+        if margin >= 2 and share >= 0.3 and n >= 3:
+            confidence = "high"
+        elif margin >= 1.25 and share >= 0.15:
+            confidence = "medium"
+        else:
+            confidence = "low"
         out = {
             "bottleneck": b,
             "share": share,
