@@ -263,7 +263,9 @@ def test_legacy_folder_with_prof_output(tmp_path: Path, msprof: Path, corpus: Pa
     _copytree(msprof / OLD0, tmp_path / OLD0)
     shutil.copyfile(corpus / "mindspore-legacy" / "single-rank" / "step_trace_raw_0_detail_time.csv",
                     tmp_path / "step_trace_raw_0_detail_time.csv")
-    rd = legacy.load_legacy_rank(tmp_path, 0)
+    from msdiag.ingest.loader import _prof_beside_legacy
+
+    rd = legacy.load_legacy_rank(tmp_path, 0, prof_reader=_prof_beside_legacy)
     assert len(rd.tables["kernels"]) == 152
     assert rd.meta["ai_core_num"] == 32
     assert any(s.name.startswith(OLD0 + "/") and s.status == "present" for s in rd.sources)

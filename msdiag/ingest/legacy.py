@@ -64,6 +64,11 @@ from msdiag.ingest import ascend_csv, metadata
 from msdiag.ingest._csv import NA_VALUES, check_last_row, read_csv, to_float
 from msdiag.model import ABSENT, FAILED, PRESENT, RankData, Source
 
+# Reads the raw CANN PROF_* output kept beside the flat files: (folder, rank) -> (PROF folder, its
+# RankData), or None. Passed in by the loader, so that this module does not import cann_msprof
+# (which builds on this module's step-trace helpers).
+ProfReader = Callable[[Path, int], "tuple[Path, RankData] | None"]
+
 FAMILY = "mindspore_legacy"
 
 TICKS_PER_US = 100.0  # step_trace_raw: 10 ns system-counter ticks
@@ -1068,6 +1073,7 @@ class _Ctx:
     aicpu: pd.DataFrame | None = None
     flops: dict[str, Any] | None = None
     queue_row: pd.DataFrame | None = None
+    prof_reader: ProfReader | None = None
 
 
 @dataclass(frozen=True)
@@ -1216,7 +1222,7 @@ LEGACY_SOURCES: list[LegacySpec] = [
 ]
 
 
-def load_legacy_rank(folder: Path, rank: int) -> RankData:
+def load_legacy_rank(folder: Path, rank: int, prof_reader: ProfReader | None = None) -> RankData:
     """Read rank ``rank`` of the MindSpore 1.x-2.2 profiler folder ``folder`` into a RankData.
 
     Every source of :data:`LEGACY_SOURCES` is listed in ``sources`` (present / absent with why /
@@ -1226,7 +1232,7 @@ def load_legacy_rank(folder: Path, rank: int) -> RankData:
     folder = Path(folder)
     rd = RankData(rank=rank, family=FAMILY, path=str(folder))
     rd.meta["rank_from"] = "file-name suffixes of the MindSpore 1.x-2.2 profiler files"
-    ctx = _Ctx(folder, rd)
+    ctx = _Ctx(folder, rd, prof_reader=prof_reader)
     for spec in LEGACY_SOURCES:
         name = spec.name.format(rank=rank)
         _read_source(ctx, spec.read, folder / name, name, spec.core, spec.absent_reason)
@@ -1329,14 +1335,11 @@ def _why_not_read(name: str) -> str:
 
 def _merge_prof(ctx: _Ctx) -> None:
     """Kernels, op statistics and the device description from PROF_* folders beside the flat files
-    (MindSpore 2.1/2.2 kept the raw CANN output there)."""
-    from msdiag.ingest import cann_msprof  # here: cann_msprof imports this module
-
+    (MindSpore 2.1/2.2 kept the raw CANN output there), read by the caller's ``prof_reader``."""
     rd = ctx.rd
-    for r, prof in cann_msprof.find_msprof_ranks(ctx.folder):
-        if r != rd.rank:
-            continue
-        sub = cann_msprof.load_msprof_rank(prof, r)
+    found = ctx.prof_reader(ctx.folder, rd.rank) if ctx.prof_reader else None
+    if found is not None:
+        prof, sub = found
         for name in ("kernels", "op_stats", "timeline", "counters"):
             t = sub.tables.get(name)
             if t is not None and len(t) and not (name == "op_stats" and len(rd.table("op_stats"))):
@@ -1352,4 +1355,3 @@ def _merge_prof(ctx: _Ctx) -> None:
             k = k.copy()
             k["step"] = assign_steps(k["start_us"].to_numpy(float), ctx.step_trace.steps)
             rd.tables["kernels"] = k
-        break

@@ -271,11 +271,21 @@ CPU_NEVER = {
 }
 
 
+def _prof_beside_legacy(folder: Path, rank: int) -> tuple[Path, RankData] | None:
+    """The raw CANN output MindSpore 2.1/2.2 kept in PROF_* beside its flat files, for one rank."""
+    for r, prof in cann_msprof.find_msprof_ranks(folder):
+        if r == rank:
+            return prof, cann_msprof.load_msprof_rank(prof, r)
+    return None
+
+
 def load_rank(rd_dir: RankDir) -> RankData:
     """Read one rank's folder into a RankData (raises ParseError on a broken core file)."""
     if rd_dir.family in (MINDSPORE_LEGACY, CANN_MSPROF):
-        reader = legacy.load_legacy_rank if rd_dir.family == MINDSPORE_LEGACY else cann_msprof.load_msprof_rank
-        rd = reader(rd_dir.path, rd_dir.rank)
+        if rd_dir.family == MINDSPORE_LEGACY:
+            rd = legacy.load_legacy_rank(rd_dir.path, rd_dir.rank, prof_reader=_prof_beside_legacy)
+        else:
+            rd = cann_msprof.load_msprof_rank(rd_dir.path, rd_dir.rank)
         if rd_dir.captured_ns:
             rd.meta["captured_ns"] = rd_dir.captured_ns
         _check_span(rd)
