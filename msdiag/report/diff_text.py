@@ -1,0 +1,179 @@
+"""The terminal view of a diff object (``msdiag.diff.compare``): `msdiag diff` and `analyze --baseline`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from msdiag.report.text import _mb, _us
+
+
+def _pct(x: float | None, digits: int = 1) -> str:
+    return "n/a" if x is None else f"{100 * x:+.{digits}f}%"
+
+
+def _val(x: Any, unit: str | None) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, str):
+        return x
+    if unit == "us":
+        return _us(float(x))
+    if unit == "ms":
+        return _us(float(x) * 1e3)
+    if unit == "MB":
+        return _mb(float(x))
+    if unit == "ratio":
+        return f"{100 * float(x):.1f}%"
+    return f"{float(x):.4g}" + (f" {unit}" if unit and unit not in ("rank", "flag") else "")
+
+
+def _side(s: dict[str, Any]) -> str:
+    cap = s.get("capture") or {}
+    what = ", ".join(str(x) for x in (cap.get("family"), cap.get("device"), cap.get("profiler_level")) if x)
+    warm = f", {s['warmup_steps_left_out']} warm-up left out" if s.get("warmup_steps_left_out") else ""
+    return f"{s['label']} ({what}; {len(s['ranks'])} rank(s), {s['steps']} step(s){warm})"
+
+
+def _judged(j: dict[str, Any], unit: str) -> str:
+    return (
+        f"{_val(j['baseline'], unit)} -> {_val(j['candidate'], unit)} ({_pct(j['relative_change'])}): "
+        f"{j['judgement'].upper()}"
+    )
+
+
+def _step_lines(d: dict[str, Any]) -> list[str]:
+    out = []
+    st = d.get("step_time")
+    if st:
+        out.append(f"Step time (median): {_judged(st, 'us')}, confidence {st['confidence']}")
+        out.append(f"  {st['sentence']}")
+    p9 = d.get("step_time_p90")
+    if p9:
+        out.append(f"Step time (p90):    {_judged(p9, 'us')}")
+    return out
+
+
+def render(d: dict[str, Any]) -> str:
+    """The full text view of a diff."""
+    out = [f"msdiag diff: baseline {_side(d['baseline'])}", f"          candidate {_side(d['candidate'])}", ""]
+    out += _step_lines(d)
+    if d["breakdown"]:
+        out.append("\nBreakdown (share of the step; judged over the same per-step samples):")
+        for j in d["breakdown"]:
+            pts = 100 * (j["candidate"] - j["baseline"])
+            out.append(
+                f"  {j['metric']:<30} {100 * j['baseline']:6.1f}% -> {100 * j['candidate']:6.1f}% ({pts:+.1f} pts)  {j['judgement']}"
+            )
+    if d["per_rank_step_time"] and len(d["per_rank_step_time"]) > 1:
+        out.append("\nMedian step time per rank (ranks both have):")
+        for r in d["per_rank_step_time"][:16]:
+            out.append(f"  rank {r['rank']:>4}: {_us(r['baseline_us'])} -> {_us(r['candidate_us'])} ({_pct(r['relative_change'])})")
+        if len(d["per_rank_step_time"]) > 16:
+            out.append(f"  ... {len(d['per_rank_step_time']) - 16} more (--format json)")
+    v = d["verdict"]
+    vb, vc = v["baseline"], v["candidate"]
+
+    def vtxt(x: dict[str, Any]) -> str:
+        share = f" {100 * x['share']:.0f}%" if x.get("share") is not None else ""
+        return f"{x.get('bottleneck') or '-'}{share}"
+
+    out.append(f"\nVerdict: {vtxt(vb)} -> {vtxt(vc)}" + (" (changed)" if v["changed"] else ""))
+    f = d["findings"]
+    for r in f["appeared"]:
+        out.append(f"  appeared [{r['severity']}] {r['rule_id']}: {r['message']}")
+    for r in f["resolved"]:
+        out.append(f"  resolved [{r['severity']}] {r['rule_id']}")
+    sev = [p for p in f["persisting"] if p["baseline_severity"] != p["candidate_severity"]]
+    for p in sev:
+        out.append(f"  {p['rule_id']}: {p['baseline_severity']} -> {p['candidate_severity']}")
+    if f["persisting"] and not sev:
+        out.append(f"  still firing: {', '.join(p['rule_id'] for p in f['persisting'])}")
+    focus = [
+        "mfu", "hfu", "achieved_tflops", "memory_peak_allocated_mb", "memory_peak_reserved_mb",
+        "data_wait_ms_per_step", "data_queue_empty_share", "comm_wait_ratio", "kernels_per_step",
+    ]
+    rows = {r["metric"]: r for r in d["metrics"]}
+    shown = [rows[m] for m in focus if m in rows]
+    moved = [r for r in d["metrics"] if r["metric"] not in focus and r["metric"] not in {j["metric"] for j in d["breakdown"]}
+             and r["metric"] not in ("step_time_us", "step_time_p90_us") and r.get("outcome") in ("better", "worse")]
+    if shown or moved:
+        out.append("\nMetrics:")
+        for r in shown + moved[:12]:
+            rel = f" ({_pct(r.get('relative_change'))})" if r.get("relative_change") is not None else ""
+            why = f": {r['reason']}" if r.get("reason") else ""
+            out.append(f"  {r['metric']:<30} {_val(r['baseline'], r['unit'])} -> {_val(r['candidate'], r['unit'])}{rel}  {r['outcome']}{why}")
+        if len(moved) > 12:
+            out.append(f"  ... {len(moved) - 12} more better or worse (--format json)")
+    k = d["kernels"]
+    if k["compared"]:
+        out.append(
+            f"\nKernel types (time per step over {k['rank_steps']['baseline']} vs {k['rank_steps']['candidate']} rank-steps; "
+            f"{k['types']['common']} types in common):"
+        )
+        for title, key in (("slower", "slower"), ("faster", "faster")):
+            for r in k[key][:5]:
+                pc = f", per call {_us(r['baseline_us_per_call'])} -> {_us(r['candidate_us_per_call'])} ({_pct(r['relative_change_per_call'])})"
+                out.append(
+                    f"  {title} {r['type']}: {_us(r['baseline_us_per_step'])} -> {_us(r['candidate_us_per_step'])} per step "
+                    f"({_pct(r['relative_change'])}){pc}"
+                )
+        for title, key, col in (("new", "new", "candidate_us_per_step"), ("gone", "gone", "baseline_us_per_step")):
+            if k[key]:
+                out.append(f"  {title}: " + "; ".join(f"{r['type']} {_us(r[col])}/step" for r in k[key][:5]))
+        if k.get("naming"):
+            out.append(f"  ({k['naming']})")
+    c = d["communication"]
+    if c["compared"]:
+        out.append(f"\nCommunication per step, by {c['keyed_by']}:")
+        for r in c["rows"][:8]:
+            out.append(
+                f"  {r['group'][:24]:<24} {r['op_type']:<22} elapse {_us(r['baseline_elapse_us_per_step'])} -> "
+                f"{_us(r['candidate_elapse_us_per_step'])} ({_pct(r['relative_change'])}), wait {_us(r['baseline_wait_us_per_step'])} -> "
+                f"{_us(r['candidate_wait_us_per_step'])}"
+            )
+    g = d.get("gate")
+    if g:
+        out.append(f"\nGate (--fail-on-regression {100 * g['threshold']:g}%): {'FAILED' if g['failed'] else 'passed'}")
+        for e in g["metrics"]:
+            out.append(f"  {e['metric']}: {e['sentence']}")
+    if d["not_compared"]:
+        out.append("\nNot compared:")
+        out += [f"  {x}" for x in d["not_compared"]]
+    for n in d["notes"]:
+        out.append(f"note: {n}")
+    s = d["settings"]
+    out.append(
+        f"(bootstrap: {s['resamples']} resamples, seed {s['seed']}, {int(100 * s['ci_level'])}% interval; "
+        f"minimum effect {100 * s['min_effect']:g}%; {s['samples']})"
+    )
+    return "\n".join(out) + "\n"
+
+
+def render_section(d: dict[str, Any]) -> str:
+    """The short 'against baseline NAME' section appended to `msdiag analyze --baseline NAME`."""
+    name = d["baseline"].get("saved_baseline") or d["baseline"]["label"]
+    saved = f", saved {d['baseline']['saved_at']}" if d["baseline"].get("saved_at") else ""
+    out = [f"\nAgainst baseline {name} ({d['baseline'].get('path')}{saved}):"]
+    out += ["  " + x for x in _step_lines(d)]
+    for j in d["breakdown"]:
+        if j["judgement"] in ("improved", "regressed"):
+            out.append(f"  {j['metric']}: {100 * j['baseline']:.1f}% -> {100 * j['candidate']:.1f}% ({j['judgement']})")
+    v = d["verdict"]
+    if v["changed"]:
+        out.append(f"  verdict: {v['baseline']['bottleneck']} -> {v['candidate']['bottleneck']}")
+    f = d["findings"]
+    if f["appeared"]:
+        out.append("  findings appeared: " + ", ".join(r["rule_id"] for r in f["appeared"]))
+    if f["resolved"]:
+        out.append("  findings resolved: " + ", ".join(r["rule_id"] for r in f["resolved"]))
+    k = d["kernels"]
+    if k["compared"]:
+        for key in ("slower", "faster"):
+            if k[key]:
+                out.append(f"  {key} kernel types: " + "; ".join(f"{r['type']} ({_pct(r['relative_change'])})" for r in k[key][:3]))
+    for x in d["not_compared"][:3]:
+        out.append(f"  not compared: {x}")
+    for n in d["notes"]:
+        out.append(f"  note: {n}")
+    out.append(f"  (msdiag diff baseline:{name} PATH for the full comparison)" if d["baseline"].get("saved_baseline") else "")
+    return "\n".join(x for x in out if x) + "\n"

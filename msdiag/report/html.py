@@ -1,0 +1,381 @@
+"""The HTML report: one self-contained, deterministic file built from an Analysis.
+
+``render(a)`` turns the report object (``report.data.build``, the JSON contract) and the charts
+(``report.charts``) into a page through jinja2 templates in ``reports/templates/`` (shipped as
+``msdiag._templates``): autoescape on and StrictUndefined, so a kernel named ``Cast<float>`` shows
+as text and a missing key is an error rather than a blank. The page carries inline CSS and inline
+SVG only: no script, font, stylesheet or image is loaded from anywhere, so it opens on an
+air-gapped cluster. Nothing in it depends on the clock, the host or a random number: the same
+input gives the same bytes.
+
+jinja2 and matplotlib are imported here and in ``charts`` only, off the analyze path.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Any, Callable
+
+import jinja2
+from markupsafe import Markup
+
+from msdiag.analysis import Analysis
+from msdiag.report import charts as ch
+from msdiag.report import diff_html
+from msdiag.report.data import build
+from msdiag.resources import resource_dir
+
+BASE_TEMPLATE = "report.html.j2"
+PER_RANK_LIST_LIMIT = 8  # beyond this many ranks per-rank values collapse to min / median / max
+SEVERITIES = ("critical", "warning", "info")
+
+# How a bottleneck is named at the top of the page, and its accent colour (the charts' colours).
+BOTTLENECK = {
+    "communication": ("Communication", ch.COMM),
+    "compute": ("Compute", ch.COMPUTE),
+    "data": ("Data pipeline", ch.DATA),
+    "memory": ("Memory", ch.MEMORY),
+    "host": ("Host / free time", "#8C8C8C"),
+    "bubble": ("Pipeline bubble", ch.BUBBLE),
+    "balanced": ("Balanced", "#6B9E78"),
+}
+
+
+# ---- value formats -------------------------------------------------------------------------
+
+
+def _finite(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(float(x))
+
+
+def fmt_value(v: Any, unit: str | None) -> str:
+    """A metric value with its unit, in the form a reader expects (ms / us, %, GB)."""
+    if v is None:
+        return "-"
+    if isinstance(v, str):
+        return v
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if not _finite(v):
+        return "-"
+    x = float(v)
+    u = unit or ""
+    if u == "us":
+        return ch.fmt_us(x)
+    if u == "ms":
+        return ch.fmt_us(x * 1e3)
+    if u == "ratio":
+        return ch.fmt_pct(x)
+    if u == "MB":
+        return ch.fmt_mb(x)
+    if u == "GB":
+        return f"{x:g} GB"
+    if u == "FLOP":
+        return ch.fmt_flop(x)
+    if u in ("GB/s", "TFLOP/s"):
+        return f"{x:.2f} {u}"
+    if u == "flag":
+        return "yes" if x else "no"
+    if u in ("rank", "steps", "kernels", "groups", "votes", "workers", "ops") or x.is_integer():
+        return f"{x:,.0f}" if u in ("rank", "") else f"{x:,.0f} {u}"
+    return f"{x:.3g} {u}".strip()
+
+
+# Units of metrics whose value is a label (a rank, a link, an op): their per-rank values are
+# numbers of another kind (the metric's doc says which), shown without the label's unit.
+LABEL_UNITS = ("rank", "link", "op", "transport", "text")
+
+
+def _plain(v: Any) -> str:
+    if not _finite(v):
+        return "-" if v is None else str(v)
+    x = float(v)
+    return f"{x:,.0f}" if abs(x) >= 1000 or x.is_integer() else f"{x:.3g}"
+
+
+def _per_rank(per: dict[str, Any], unit: str | None) -> str:
+    """Per-rank values: listed for a few ranks, min / median / max beyond that."""
+    if len(per) <= 1:
+        return ""
+    if unit in LABEL_UNITS:
+        unit = ""
+    items = sorted(((int(r), v) for r, v in per.items()), key=lambda kv: kv[0])
+    show: Callable[[Any], str] = _plain if not unit else (lambda v: fmt_value(v, unit))
+    if len(items) <= PER_RANK_LIST_LIMIT:
+        return " · ".join(f"{r}: {show(v)}" for r, v in items)
+    nums = [(r, float(v)) for r, v in items if _finite(v)]
+    if not nums:
+        distinct = sorted({str(v) for _, v in items if v is not None})
+        return f"{len(items)} ranks; values: {', '.join(distinct[:4])}" + (" …" if len(distinct) > 4 else "")
+    nums.sort(key=lambda kv: (kv[1], kv[0]))
+    lo, hi = nums[0], nums[-1]
+    mid = nums[(len(nums) - 1) // 2][1]
+    return f"min {show(lo[1])} (rank {lo[0]}) · median {show(mid)} · max {show(hi[1])} (rank {hi[0]}) over {len(nums)} ranks"
+
+
+def _shorten(s: str, n: int = 110) -> str:
+    return s if len(s) <= n else s[: n - 1] + "…"
+
+
+# ---- the page's parts ----------------------------------------------------------------------
+
+
+def _verdict(report: dict[str, Any]) -> dict[str, Any]:
+    v = report.get("verdict") or {}
+    key = v.get("bottleneck") or "balanced"
+    label, colour = BOTTLENECK.get(key, (key.capitalize(), "#8C8C8C"))
+    share = v.get("share")
+    ru = v.get("runner_up") or None
+    return {
+        "key": key,
+        "label": label,
+        "colour": colour,
+        "share": ch.fmt_pct(share, 0) + " of step time" if _finite(share) else "",
+        "sentence": v.get("sentence") or "No verdict: the rules did not run.",
+        "confidence": v.get("confidence") or "",
+        "causes": list(v.get("causes") or []),
+        "runner_up": (
+            f"{BOTTLENECK.get(ru['bottleneck'], (ru['bottleneck'],))[0]} "
+            f"({ch.fmt_pct(ru.get('share'), 0)} of the step, {ru.get('rule_id')})" if ru else ""
+        ),
+        "time_per_step": ch.fmt_us(v["time_us_per_step"]) if _finite(v.get("time_us_per_step")) else "",
+    }
+
+
+def _tile(report: dict[str, Any], mid: str, label: str, sub: str = "") -> dict[str, str]:
+    m = report["metrics"].get(mid)
+    det = report["metric_details"].get(mid) or {}
+    if m is None:
+        reason = det.get("reason") or "not computed"
+        return {"label": label, "value": "unknown", "sub": _shorten(reason, 90), "title": reason, "missing": "1"}
+    return {"label": label, "value": fmt_value(m, det.get("unit")), "sub": sub, "title": det.get("doc") or "", "missing": ""}
+
+
+def _tiles(report: dict[str, Any]) -> list[dict[str, str]]:
+    m = report["metrics"]
+    p90 = m.get("step_time_p90_us")
+    return [
+        _tile(report, "step_time_us", "Step time (median)", f"p90 {ch.fmt_us(p90)}" if _finite(p90) else ""),
+        _tile(report, "mfu", "MFU", "model FLOPs / (step time x peak)"),
+        _tile(report, "computing_share", "Computing", "share of step time"),
+        _tile(report, "communication_exposed_share", "Exposed communication", "share of step time"),
+        _tile(report, "free_share", "Free (device idle)", "share of step time"),
+        _tile(report, "memory_peak_allocated_mb", "Peak memory allocated", "max over ranks"),
+    ]
+
+
+def _span(ids: list[int]) -> str:
+    if not ids:
+        return ""
+    if len(ids) <= 6:
+        return ", ".join(str(i) for i in ids)
+    if ids == list(range(ids[0], ids[-1] + 1)):
+        return f"{ids[0]}-{ids[-1]}"
+    return ", ".join(str(i) for i in ids[:4]) + f", … ({len(ids)})"
+
+
+def _identity(a: Analysis, report: dict[str, Any]) -> list[tuple[str, str]]:
+    cap = report["capture"]
+    fw = " ".join(str(x) for x in (cap.get("framework"), cap.get("framework_version")) if x)
+    out: list[tuple[str, str]] = [("capture", str(report["path"]))]
+    if fw:
+        out.append(("framework", fw))
+    if cap.get("cann_version"):
+        out.append(("CANN", str(cap["cann_version"])))
+    if cap.get("device"):
+        out.append(("device", str(cap["device"])))
+    if cap.get("profiler_level") or cap.get("aic_metrics"):
+        out.append(("profiler", " · ".join(str(x) for x in (cap.get("profiler_level"), cap.get("aic_metrics")) if x)))
+    ranks = sorted(int(r["rank"]) for r in report["ranks"])
+    out.append(("ranks", f"{len(ranks)} ({_span(ranks)})" if ranks else "0"))
+    s = a.steps
+    if len(s):
+        per = s.groupby("rank").size()
+        ids = sorted({int(x) for x in s["step"].dropna()})
+        n = f"{int(per.iloc[0])} per rank" if per.nunique() == 1 else f"{int(per.min())}-{int(per.max())} per rank"
+        out.append(("steps", n + (f" (step {_span(ids)})" if ids else " (no step markers)")))
+    else:
+        out.append(("steps", "none found"))
+    par = cap.get("parallel") or {}
+    if par:
+        out.append(("parallel", ", ".join(f"{k}={v}" for k, v in par.items() if v is not None) or "-"))
+    else:
+        out.append(("parallel", "not recorded (profiler_metadata.json has no parallel layout)"))
+    fam = sorted({str(r["family"]) for r in report["ranks"]})
+    if fam:
+        out.append(("format", ", ".join(fam)))
+    return out
+
+
+_RANK_SUFFIX = re.compile(r"_(\d+)(\.\w+)$")
+
+
+def _absent(report: dict[str, Any]) -> list[dict[str, str]]:
+    """Sources not present, one line per (file, status, reason) with the ranks it concerns."""
+    groups: dict[tuple[str, str, str], list[int]] = {}
+    for s in report["sources"]:
+        if s["status"] == "present":
+            continue
+        name = s["name"]
+        m = _RANK_SUFFIX.search(name)
+        if m and s["rank"] is not None and int(m.group(1)) == int(s["rank"]):
+            name = _RANK_SUFFIX.sub(r"_N\2", name)
+        key = (name, s["status"], s["reason"] or "")
+        groups.setdefault(key, []).append(-1 if s["rank"] is None else int(s["rank"]))
+    nranks = len(report["ranks"])
+    out = []
+    for (name, status, reason), ranks in groups.items():
+        rs = sorted(set(r for r in ranks if r >= 0))
+        where = "all ranks" if len(rs) == nranks and nranks > 1 else (f"rank {_span(rs)}" if rs else "")
+        out.append({"name": name, "status": status, "reason": reason or "-", "ranks": where})
+    return out
+
+
+def _findings(report: dict[str, Any]) -> list[dict[str, Any]]:
+    det = report["metric_details"]
+    out = []
+    for f in report.get("findings") or []:
+        ev = []
+        for k, v in (f.get("evidence") or {}).items():
+            unit = (det.get(k) or {}).get("unit")
+            ev.append({"metric": k, "value": fmt_value(v, unit)})
+        sugg = [
+            {
+                "action": s.get("action") or "",
+                "api": s.get("api") or "",
+                "snippet": (s.get("snippet") or "").rstrip("\n"),
+                "effect": s.get("effect") or "",
+            }
+            for s in f.get("suggestions") or []
+        ]
+        refs = [str(r) for r in f.get("references") or []]
+        out.append(
+            {
+                "rule_id": f["rule_id"],
+                "name": f.get("name") or f["rule_id"],
+                "category": f.get("category") or "",
+                "severity": f.get("severity") or "info",
+                "message": f.get("message") or "",
+                "evidence": ev,
+                "suggestions": sugg,
+                "references": [{"url": r, "is_link": r.startswith(("http://", "https://"))} for r in refs],
+            }
+        )
+    return out
+
+
+def _metrics(report: dict[str, Any]) -> list[dict[str, str]]:
+    out = []
+    for mid, v in report["metrics"].items():
+        d = report["metric_details"].get(mid) or {}
+        unit = d.get("unit") or ""
+        value = fmt_value(v, unit) if v is not None else "-"
+        detail = _per_rank(d.get("per_rank") or {}, unit)
+        if unit == "text" and isinstance(v, str) and ":" in v:
+            # a long explanation ("kernel shapes: FLOPs of ..."): its head as the value, the rest beside it
+            value, rest = v.split(":", 1)
+            detail = rest.strip()
+        out.append(
+            {
+                "id": mid,
+                "value": value,
+                "unit": unit,
+                "per_rank": detail,
+                "reason": (d.get("reason") or "") if v is None else "",
+                "doc": d.get("doc") or "",
+                "source": d.get("source") or "",
+            }
+        )
+    return out
+
+
+def _checks(report: dict[str, Any]) -> dict[str, Any]:
+    cs = report.get("checks") or []
+    bad = [c for c in cs if not c["ok"]]
+    return {
+        "n": len(cs),
+        "ok": len(cs) - len(bad),
+        "bad": [
+            f"rank {c['rank']} step {c['step']} {c['column']}: msdiag {ch.fmt_us(c['msdiag'])} vs profiler "
+            f"{ch.fmt_us(c['profiler'])} ({ch.fmt_pct(c['relative_difference'])})"
+            for c in bad[:10]
+        ],
+        "more": max(0, len(bad) - 10),
+    }
+
+
+def _options(report: dict[str, Any]) -> str:
+    o = report.get("options") or {}
+    parts = []
+    for k, v in o.items():
+        if v in (None, [], {}, ()):
+            continue
+        parts.append(f"{k}={v}")
+    return ", ".join(parts) or "defaults"
+
+
+# ---- rendering -----------------------------------------------------------------------------
+
+
+def environment() -> jinja2.Environment:
+    """The templates' environment: autoescape on, StrictUndefined, loaded from the shipped folder."""
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(resource_dir("templates"))),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+
+
+def context(a: Analysis, report: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Everything the templates read, already formatted."""
+    r = report if report is not None else build(a)
+    charts = ch.all_charts(a)
+    findings = _findings(r)
+    by_sev = [(sev, [f for f in findings if f["severity"] == sev]) for sev in SEVERITIES]
+    others = [f for f in findings if f["severity"] not in SEVERITIES]
+    if others:
+        by_sev.append(("other", others))
+    name = Path(str(r["path"]).rstrip("/")).name or str(r["path"])
+    return {
+        "title": f"msdiag report: {name}",
+        "path": str(r["path"]),
+        "msdiag_version": r["msdiag_version"],
+        "schema_version": r["schema_version"],
+        "verdict": _verdict(r),
+        "tiles": _tiles(r),
+        "identity": _identity(a, r),
+        "absent": _absent(r),
+        "charts": [
+            {
+                "id": c.id,
+                "title": c.title,
+                "caption": c.caption,
+                "svg": Markup(c.svg) if c.svg else None,  # matplotlib escapes its text itself
+                "absent": c.absent,
+                "table": c.table,
+                "columns": c.table_columns,
+            }
+            for c in charts
+        ],
+        "findings": [(sev, fs) for sev, fs in by_sev if fs],
+        "finding_count": len(findings),
+        "skipped": [{"rule_id": s["rule_id"], "reason": s.get("reason") or ""} for s in r.get("rules_skipped") or []],
+        "metrics": _metrics(r),
+        "checks": _checks(r),
+        "notes": [str(n) for n in r.get("notes") or []]
+        + [f"rank {x['rank']}: {n}" for x in r["ranks"] for n in x.get("notes") or []],
+        "options": _options(r),
+        "colours": {"compute": ch.COMPUTE, "comm": ch.COMM, "free": ch.FREE, "bubble": ch.BUBBLE},
+        # the comparison with a baseline (`report --baseline NAME`, `diff --report`): None without one
+        "baseline_diff": diff_html.context(r.get("baseline_diff")),
+    }
+
+
+def render(a: Analysis, report: dict[str, Any] | None = None) -> str:
+    """The report page of an analysis, as one HTML string."""
+    return environment().get_template(BASE_TEMPLATE).render(**context(a, report))

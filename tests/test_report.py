@@ -1,0 +1,399 @@
+"""`msdiag report`: one self-contained, deterministic HTML file, checked as text and in a real browser.
+
+The browser tests render reports of a corpus capture and of the bundled sample in headless
+Chromium (Debian's ``chromium`` package), take a screenshot and check that it is not blank, and
+read back the DOM Chromium built to check the text a reader sees. Without chromium they are
+skipped with that reason.
+"""
+
+from __future__ import annotations
+
+import html as htmllib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from conftest import SAMPLE_TRACES
+
+from msdiag.cli import main
+
+SAMPLE = SAMPLE_TRACES / "train_small_cpu"
+LEVEL1 = "ascend/torchnpu-2rank-level1"
+MINDDATA = "mindspore-cpu/minddata_manual/md_parsed"
+CHART_TITLES = (
+    "Step time by rank and step",
+    "Timeline of",
+    "Top kernel types by time",
+    "Communication ops: where the time goes",
+    "Link bandwidth, rank by rank",
+    "Device memory over time",
+    "Data pipeline: queue usage per op",
+    "Balance across ranks",
+)
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    r = CliRunner().invoke(main, list(args))
+    return r.exit_code, r.stdout, r.stderr
+
+
+def report(path: Path, out: Path, *extra: str) -> str:
+    code, _, err = run("report", str(path), "-o", str(out), "--jobs", "1", *extra)
+    assert code == 0, err
+    assert err.strip() == f"msdiag: wrote {out.resolve()}"
+    return out.read_text(encoding="utf-8")
+
+
+def analyze_json(path: Path) -> dict:
+    code, out, err = run("analyze", str(path), "--format", "json", "--jobs", "1")
+    assert code == 0, err
+    return json.loads(out)
+
+
+def figures(page: str) -> dict[str, str]:
+    """Chart id -> the markup of its <figure>."""
+    return dict(re.findall(r'<figure class="chart" id="([^"]+)">(.*?)</figure>', page, flags=re.DOTALL))
+
+
+def assert_self_contained(page: str) -> None:
+    """Nothing is loaded from anywhere: no script, stylesheet, image, font or frame, no remote URL in
+    a loading attribute or in CSS. Plain <a href> links (references in findings) are allowed."""
+    assert not re.search(r"<script\b|<link\b|<img\b|<iframe\b|<object\b|<embed\b|<video\b|<audio\b", page, re.I)
+    assert not re.search(r"@import|@font-face|url\(\s*['\"]?(https?:)?//", page, re.I)
+    for tag in re.findall(r"<[a-zA-Z][^>]*>", page):
+        for attr, url in re.findall(r"\b([a-zA-Z:-]+)\s*=\s*\"([^\"]*)\"", tag):
+            if re.match(r"\s*(https?:)?//", url):
+                assert tag.lower().startswith("<a ") and attr == "href", f"remote resource: {tag[:200]}"
+            if attr.lower() in ("src", "xlink:href", "href") and not tag.lower().startswith("<a "):
+                # a fragment of the page, or an image inlined by matplotlib (imshow) as a data: URI
+                assert url.startswith(("#", "data:image/png;base64,")), f"{attr} outside the page: {tag[:200]}"
+
+
+def assert_unique_ids(page: str) -> None:
+    ids = re.findall(r'\bid="([^"]+)"', page)
+    dup = {i for i in ids if ids.count(i) > 1}
+    assert not dup, f"duplicate ids: {sorted(dup)[:5]}"
+    # every internal reference points at an id of the page
+    for ref in set(re.findall(r'url\(#([^)]+)\)|href="#([^"]+)"', page)):
+        target = ref[0] or ref[1]
+        assert target in ids, f"dangling reference #{target}"
+
+
+# ---- corpus and sample reports, as text ------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def corpus_report(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    """The corpus capture's report (written once for the module) and its JSON report object."""
+    out = tmp_path_factory.mktemp("corpus-report") / "report.html"
+    report(corpus / LEVEL1, out)
+    return out, analyze_json(corpus / LEVEL1)
+
+
+def test_corpus_report(corpus_report: tuple[Path, dict]) -> None:
+    page = corpus_report[0].read_text(encoding="utf-8")
+    data = corpus_report[1]
+    assert page.startswith("<!DOCTYPE html>")
+    # the top of the page: the verdict sentence and its share, step time, MFU, identity, absent data
+    assert htmllib.escape(data["verdict"]["sentence"], quote=False) in page
+    assert "74% of step time" in page  # share 0.7386 (comm-exposed)
+    assert "134.25 ms" in page and "p90 136.11 ms" in page  # step_time_us 134246.75, p90 136114.15
+    assert "MFU" in page and "no peak FLOP/s known" in page  # no peak without --device: reason shown
+    assert "torch_npu" in page and "Level1" in page and "2 (0, 1)" in page
+    assert "1 per rank (step 50)" in page
+    assert "dataset.csv" in page and "torch_npu writes no dataset.csv" in page
+    # every chart is there, drawn or replaced by one line saying why
+    figs = figures(page)
+    assert len(figs) == len(CHART_TITLES)
+    for title in CHART_TITLES:
+        assert title in page
+    drawn = {k for k, v in figs.items() if "<svg" in v}
+    assert drawn == {"c-steps", "c-timeline", "c-kernels", "c-comm", "c-links", "c-memory", "c-balance"}
+    assert "Not drawn: no MindData pipeline profile: minddata_pipeline_raw_0.csv absent" in figs["c-data"]
+    assert "<svg" not in figs["c-data"]
+    # kernel types with FLOPs and achieved TFLOP/s where the type has a formula
+    assert "MatMulV2" in figs["c-kernels"] and "TFLOP/s" in figs["c-kernels"]
+    assert "hcom_allReduce__586_0_1" in figs["c-comm"]
+    assert "no link below 0.8 x its standard bandwidth" in figs["c-links"]  # slow_link null: its reason
+    assert "No capacity line: device memory unknown" in figs["c-memory"]
+    # findings with evidence and the fix's snippet in <pre>; metrics with units and reasons
+    from markupsafe import escape
+
+    assert data["findings"], "comm-exposed fires on this capture"
+    for f in data["findings"]:
+        assert f'<span class="mono muted">{escape(f["rule_id"])}</span>' in page
+        assert str(escape(f["message"])) in page
+        for k in f["evidence"]:
+            assert f'<span class="mono">{k}</span> = <strong>' in page
+        for sg in f["suggestions"]:
+            if sg.get("snippet"):
+                assert f"<pre>{escape(sg['snippet'].rstrip(chr(10)))}</pre>" in page
+    assert "communication_exposed_share</span> = <strong>73.9%</strong>" in page  # 0.7386 as a share
+    assert "memory_peak_allocated_mb" in page and "1.23 GB" in page
+    assert "10 / 10" in page  # step_trace_time.csv cross-check
+    assert_self_contained(page)
+    assert_unique_ids(page)
+
+
+def test_sample_cpu_report(tmp_path: Path) -> None:
+    page = report(SAMPLE, tmp_path / "cpu.html")
+    data = analyze_json(SAMPLE)  # the sample is re-captured now and then: figures come from its analysis
+    figs = figures(page)
+    drawn = {k for k, v in figs.items() if "<svg" in v}
+    assert {"c-steps", "c-timeline", "c-kernels", "c-memory"} <= drawn
+    # absent data: one line with the reason, never an empty axis
+    assert not {"c-comm", "c-links", "c-balance"} & drawn
+    assert "MindSpore on CPU writes no HCCL communication analysis" in figs["c-comm"]
+    assert "communication_matrix.json absent" in figs["c-links"]
+    assert "one rank in the capture (rank 0)" in figs["c-balance"]
+    for k, v in figs.items():
+        assert ("<svg" in v) != ("Not drawn: " in v), k
+    assert "MatMul" in figs["c-kernels"]
+    from msdiag.report.charts import fmt_mb
+
+    assert f"peak allocated {fmt_mb(data['metrics']['memory_peak_allocated_mb'])} (rank 0)" in figs["c-memory"]
+    from msdiag.report.html import _span
+
+    ids = sorted({s["step"] for s in data["steps"]})
+    assert f"{len(ids)} per rank (step {_span(ids)})" in page
+    assert "1 (0)" in page
+    absent = [s["name"] for s in data["sources"] if s["status"] != "present"]
+    assert absent and all(n.replace("_0.", "_N.") in page or n in page for n in absent)
+    assert_self_contained(page)
+    assert_unique_ids(page)
+
+
+def test_deterministic_across_processes(tmp_path: Path) -> None:
+    """Same input, same bytes: two separate processes with different hash seeds."""
+    outs = []
+    for seed in ("1", "2"):
+        out = tmp_path / f"r{seed}.html"
+        env = dict(os.environ, PYTHONHASHSEED=seed)
+        r = subprocess.run([sys.executable, "-m", "msdiag.cli", "report", str(SAMPLE), "-o", str(out), "--jobs", "1"],
+                           env=env, capture_output=True, text=True, check=False)
+        assert r.returncode == 0, r.stderr
+        outs.append(out.read_bytes())
+    assert outs[0] == outs[1]
+
+
+def test_autoescape(tmp_path: Path) -> None:
+    """Kernel names such as Cast<float> and any text from a rule are text, never markup."""
+    import jinja2
+
+    from msdiag.analysis import analyze
+    from msdiag.report import html
+    from msdiag.report.data import build
+
+    env = html.environment()
+    assert env.autoescape is True and env.undefined is jinja2.StrictUndefined
+    a = analyze(SAMPLE, None)
+    k = a.capture.ranks[0].tables["kernels"]
+    top = k.loc[k["kind"] == "compute", "type"].value_counts().index[0]
+    k.loc[k["type"] == top, "type"] = "Cast<float>"
+    data = build(a)
+    data["findings"] = [
+        {"rule_id": "x<script>", "name": "<b>bold</b>", "category": "host", "severity": "warning",
+         "message": "a <i>message</i> & more", "evidence": {"free_share": 0.5},
+         "suggestions": [{"action": "do <this>", "api": "ms.f(<x>)", "snippet": "if a < b and c > d:\n    pass\n",
+                          "effect": "e"}],
+         "references": ["https://www.mindspore.cn/docs/en/master/index.html"], "bottleneck": "host"}
+    ]
+    page = html.render(a, data)
+    assert "Cast&lt;float&gt;" in page and "Cast<float>" not in page
+    assert "<b>bold</b>" not in page and "&lt;b&gt;bold&lt;/b&gt;" in page
+    assert "<i>message</i>" not in page and "x<script>" not in page
+    assert "<pre>if a &lt; b and c &gt; d:\n    pass</pre>" in page
+    # a reference is a plain link to follow, not a resource the page loads
+    assert '<a href="https://www.mindspore.cn/docs/en/master/index.html" rel="noreferrer">' in page
+    assert_self_contained(page)
+    (tmp_path / "escaped.html").write_text(page, encoding="utf-8")
+
+
+def test_report_imports_stay_off_the_analyze_path() -> None:
+    code = (
+        "import sys\n"
+        "from msdiag.cli import main\n"
+        "from msdiag.analysis import analyze\n"
+        "from msdiag.report import data, text\n"
+        f"text.render(data.build(analyze({str(SAMPLE)!r})))\n"
+        "print(sorted(m for m in ('matplotlib', 'jinja2') if m in sys.modules))\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert r.stdout.strip() == "[]"
+
+
+def test_strict_undefined_is_an_error() -> None:
+    import jinja2
+
+    from msdiag.report import html
+
+    with pytest.raises(jinja2.UndefinedError):
+        html.environment().get_template(html.BASE_TEMPLATE).render(title="x")
+
+
+# ---- the command: errors and exit codes ------------------------------------------------------
+
+
+def test_bad_path_exits_2(tmp_path: Path) -> None:
+    code, out, err = run("report", str(tmp_path / "nope"), "-o", str(tmp_path / "r.html"))
+    assert code == 2
+    assert err.startswith("msdiag: error:") and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_output_required(tmp_path: Path) -> None:
+    code, _, err = run("report", str(SAMPLE))
+    assert code == 2 and "--output" in err
+
+
+def test_output_folder_missing(tmp_path: Path) -> None:
+    out = tmp_path / "no" / "such" / "r.html"
+    code, _, err = run("report", str(SAMPLE), "-o", str(out))
+    assert code == 2 and "does not exist" in err and len(err.strip().splitlines()) == 1
+
+
+def test_refuses_output_inside_capture(tmp_path: Path) -> None:
+    cap = tmp_path / "cap"
+    shutil.copytree(SAMPLE, cap)
+    before = sorted(p.relative_to(cap) for p in cap.rglob("*"))
+    for path, out in (
+        (cap, cap / "report.html"),
+        (cap, cap / "ASCEND_PROFILER_OUTPUT" / "report.html"),
+        (cap / "ASCEND_PROFILER_OUTPUT", cap / "report.html"),  # the rank folder above the given folder
+        (cap, tmp_path / "cap" / ".." / "cap" / "r.html"),
+    ):
+        code, _, err = run("report", str(path), "-o", str(out), "--jobs", "1")
+        assert code == 2, err
+        assert "inside the capture folder" in err and "never writes into a capture" in err
+        assert len(err.strip().splitlines()) == 1
+    assert sorted(p.relative_to(cap) for p in cap.rglob("*")) == before
+
+
+def test_fail_on(corpus: Path, tmp_path: Path) -> None:
+    out = tmp_path / "r.html"
+    code, _, err = run("report", str(corpus / LEVEL1), "-o", str(out), "--fail-on", "critical", "--jobs", "1")
+    assert code == 1, err  # comm-exposed is critical on this capture
+    assert out.is_file()
+
+
+def test_analysis_options_reach_the_report(corpus: Path, tmp_path: Path) -> None:
+    """--device gives a peak (MFU) and a capacity line (memory)."""
+    page = report(corpus / LEVEL1, tmp_path / "r.html", "--device", "910B2")
+    figs = figures(page)
+    assert "Capacity line: 64 GB per device" in figs["c-memory"]
+    assert "device capacity" in figs["c-memory"]
+    assert "device=910B2" in page
+
+
+# ---- scale: many ranks, and the data pipeline chart ------------------------------------------
+
+
+def _many_ranks(corpus: Path, dst: Path, n: int) -> Path:
+    """``n`` ranks linked from the 2-rank corpus capture, renumbered, with MindData pipeline files."""
+    srcs = sorted((corpus / LEVEL1).glob("rank*_ascend_pt"))
+    md = corpus / MINDDATA
+    for r in range(n):
+        src, rd = srcs[r % len(srcs)], dst / f"rank{r}_ascend_pt"
+        (rd / "ASCEND_PROFILER_OUTPUT").mkdir(parents=True)
+        for f in (src / "ASCEND_PROFILER_OUTPUT").iterdir():
+            os.symlink(f, rd / "ASCEND_PROFILER_OUTPUT" / f.name)
+        os.symlink(src / "profiler_metadata.json", rd / "profiler_metadata.json")
+        info = json.loads(next(src.glob("profiler_info_*.json")).read_text())
+        info["rank_id"] = r
+        (rd / f"profiler_info_{r}.json").write_text(json.dumps(info))
+        os.symlink(md / "minddata_pipeline_raw_0.csv", rd / "ASCEND_PROFILER_OUTPUT" / f"minddata_pipeline_raw_{r}.csv")
+        os.symlink(md / "minddata_pipeline_summary_0.json",
+                   rd / "ASCEND_PROFILER_OUTPUT" / f"minddata_pipeline_summary_{r}.json")
+    return dst
+
+
+def test_many_ranks(corpus: Path, tmp_path: Path) -> None:
+    from msdiag.report import charts
+
+    n = charts.LANE_RANK_LIMIT + 2
+    cap = _many_ranks(corpus, tmp_path / "cap", n)
+    page = report(cap, tmp_path / "r.html")
+    figs = figures(page)
+    assert f"{n} ranks: one row per rank" in figs["c-timeline"]  # a heatmap, not 3 lanes per rank
+    assert "rank 17  compute" not in figs["c-timeline"]
+    assert "<svg" in figs["c-data"] and "Batch (id 1)" in figs["c-data"]
+    assert f"({n} rank(s)" in figs["c-kernels"]
+    assert f"over {n} ranks" in page  # per-rank metric values collapsed to min / median / max
+    assert f"{n} (0-{n - 1})" in page
+    assert_self_contained(page)
+    assert_unique_ids(page)
+
+
+# ---- in a real browser -----------------------------------------------------------------------
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+needs_chromium = pytest.mark.skipif(
+    CHROMIUM is None,
+    reason="chromium is not installed (Debian: apt-get install -y chromium): the browser tests are skipped",
+)
+
+
+def _chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    assert CHROMIUM is not None
+    cmd = [
+        CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync",
+        f"--user-data-dir={tmp_path / 'chromium-profile'}", *args,
+    ]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=180, check=False)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return r
+
+
+def _screenshot(tmp_path: Path, page: Path, png: Path) -> None:
+    import matplotlib.image as mpimg
+    import numpy as np
+
+    _chromium(tmp_path, f"--screenshot={png}", "--window-size=1400,3000", page.resolve().as_uri())
+    img = mpimg.imread(str(png))
+    assert img.shape[0] == 3000 and img.shape[1] == 1400
+    rgb = img[..., :3]
+    assert float(rgb.std()) > 0.05, "the screenshot is blank"
+    # the page header (dark) and drawn charts: a good part of the page is not background white
+    assert float((rgb < 0.9).any(axis=2).mean()) > 0.05
+    # the charts' colours made it to the screen (computing blue #4C78A8 somewhere)
+    blue = np.all(np.abs(rgb - np.array([0x4C, 0x78, 0xA8]) / 255.0) < 0.03, axis=2)
+    assert int(blue.sum()) > 500, "no chart drawn in the screenshot"
+
+
+def _dom(tmp_path: Path, page: Path) -> str:
+    return _chromium(tmp_path, "--dump-dom", page.resolve().as_uri()).stdout
+
+
+@needs_chromium
+def test_browser_corpus(corpus_report: tuple[Path, dict], tmp_path: Path) -> None:
+    page = corpus_report[0]
+    _screenshot(tmp_path, page, tmp_path / "report.png")
+    dom = _dom(tmp_path, page)
+    sentence = corpus_report[1]["verdict"]["sentence"]
+    assert htmllib.escape(sentence, quote=False) in dom
+    for title in CHART_TITLES:
+        assert title in dom
+    assert dom.count("<svg") == 7  # every chart but the data pipeline's (absent on torch_npu)
+    assert "ForeachAddList" in dom and "hcom_allReduce__586_0_1" in dom
+
+
+@needs_chromium
+def test_browser_sample_and_escaping(tmp_path: Path) -> None:
+    page = tmp_path / "cpu.html"
+    report(SAMPLE, page)
+    _screenshot(tmp_path, page, tmp_path / "cpu.png")
+    dom = _dom(tmp_path, page)
+    assert htmllib.escape(analyze_json(SAMPLE)["verdict"]["sentence"], quote=False) in dom
+    assert "Not drawn: " in dom
+    # a kernel named Cast<float> reaches the reader as text: serialised back as &lt;, never an element
+    test_autoescape(tmp_path)
+    dom = _dom(tmp_path, tmp_path / "escaped.html")
+    assert "Cast&lt;float&gt;" in dom and "<float>" not in dom.lower()
+    assert "&lt;b&gt;bold&lt;/b&gt;" in dom
