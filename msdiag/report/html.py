@@ -124,7 +124,8 @@ def _shorten(s: str, n: int = 110) -> str:
 
 def _verdict(report: dict[str, Any]) -> dict[str, Any]:
     v = report.get("verdict") or {}
-    key = v.get("bottleneck") or "balanced"
+    alone = bool(report.get("requests")) and not report["ranks"]  # a request log alone: no step-time verdict
+    key = v.get("bottleneck") or ("request log" if alone else "balanced")
     label, colour = BOTTLENECK.get(key, (key.capitalize(), "#8C8C8C"))
     share = v.get("share")
     ru = v.get("runner_up") or None
@@ -133,7 +134,10 @@ def _verdict(report: dict[str, Any]) -> dict[str, Any]:
         "label": label,
         "colour": colour,
         "share": ch.fmt_pct(share, 0) + " of step time" if _finite(share) else "",
-        "sentence": v.get("sentence") or "No verdict: the rules did not run.",
+        "sentence": v.get("sentence") or (
+            "A request log has no steps, so no step-time verdict: the inference findings say what to change."
+            if alone else "No verdict: the rules did not run."
+        ),
         "confidence": v.get("confidence") or "",
         "causes": list(v.get("causes") or []),
         "runner_up": (
@@ -155,6 +159,10 @@ def _tile(report: dict[str, Any], mid: str, label: str, sub: str = "") -> dict[s
 
 def _tiles(report: dict[str, Any]) -> list[dict[str, str]]:
     m = report["metrics"]
+    if report.get("requests") and not report["ranks"]:  # a request log alone: its latencies instead
+        from msdiag.report.inference_charts import TILES
+
+        return [_tile(report, mid, label, sub) for mid, label, sub in TILES]
     p90 = m.get("step_time_p90_us")
     return [
         _tile(report, "step_time_us", "Step time (median)", f"p90 {ch.fmt_us(p90)}" if _finite(p90) else ""),
@@ -334,7 +342,10 @@ def environment() -> jinja2.Environment:
 def context(a: Analysis, report: dict[str, Any] | None = None) -> dict[str, Any]:
     """Everything the templates read, already formatted."""
     r = report if report is not None else build(a)
-    charts = ch.all_charts(a)
+    from msdiag.report import inference_charts
+
+    # a request log alone has no capture: only the inference charts apply
+    charts = (ch.all_charts(a) if a.capture.ranks else []) + inference_charts.all_charts(a)
     findings = _findings(r)
     by_sev = [(sev, [f for f in findings if f["severity"] == sev]) for sev in SEVERITIES]
     others = [f for f in findings if f["severity"] not in SEVERITIES]
