@@ -9,7 +9,7 @@ It has no profiler code: ``msdiag capture`` profiles it from outside. Run it wit
     python examples/train_small.py --steps 20 --mode pynative
 
 Every step prints its wall time. Other scripts can import ``build_dataset``, ``build_train_net`` and
-``train`` (``examples/capture_with_profiler_api.py`` does, to wrap the steps in a profiler).
+``train`` (its ``on_step_end`` callback runs after every step).
 """
 
 from __future__ import annotations
@@ -18,10 +18,9 @@ import argparse
 import time
 from typing import Callable, Iterator, Optional
 
-import numpy as np
-
 import mindspore
 import mindspore.dataset as ds
+import numpy as np
 from mindspore import nn, ops
 
 SEQ_LEN = 32

@@ -38,6 +38,11 @@ class Options:
     host_cores: int | None = None
     rules_dirs: tuple[str, ...] = ()
     overrides: dict[str, str] = field(default_factory=dict)
+    cache: str | None = None  # rank cache folder (ingest/cache.py); None: parse every rank
+    scheduler: str | None = None  # Dask scheduler address: ranks are read on its workers
+    requests: str | None = None  # a request timing log analyzed with the capture (--requests)
+    slo_ttft_ms: float | None = None
+    slo_tpot_ms: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -50,6 +55,10 @@ class Options:
             "host_cores": self.host_cores,
             "rules": list(self.rules_dirs),
             "set": dict(self.overrides),
+            "scheduler": self.scheduler,
+            "requests": self.requests,
+            "slo_ttft_ms": self.slo_ttft_ms,
+            "slo_tpot_ms": self.slo_tpot_ms,
         }
 
 
@@ -65,6 +74,9 @@ class Analysis:
     verdict: dict[str, Any] = field(default_factory=dict)
     findings: list[dict[str, Any]] = field(default_factory=list)
     skipped: list[dict[str, Any]] = field(default_factory=list)
+    requests: Any = None  # the request log (msdiag.inference.requests.RequestLog), where one was given
+    inference: dict[str, Any] = field(default_factory=dict)  # {"requests": summary, "phases": summary}
+    cluster: dict[str, Any] = field(default_factory=dict)  # rank_table, link_heatmap (metrics/cluster.py)
 
 
 # A rank's first step slower than this many times the median of its other steps is warm-up
@@ -81,19 +93,29 @@ def _steps_for(cap: Capture) -> tuple[pd.DataFrame, pd.DataFrame, list[dict[str,
     """Steps from each rank's timeline, cross-checked against the profiler's own rows."""
     ours: list[pd.DataFrame] = []
     theirs: list[pd.DataFrame] = []
-    checks: list[dict[str, Any]] = []
     notes: list[str] = []
+    per_rank = []
     for rd in cap.ranks:
         prof = rd.tables.get("profiler_steps")
-        has_prof = prof is not None and len(prof) > 0
+        mine = rd.tables.get("steps")  # computed where the rank was read (metrics/reduce.py)
+        if mine is None:
+            mine = step_breakdown(rd)
+        per_rank.append((rd, mine, prof, prof is not None and len(prof) > 0))
+    # one comparison over every rank (rows keep the ranks' order): not a merge per rank
+    pairs = [(mine, prof) for _, mine, prof, has_prof in per_rank if has_prof and len(mine)]
+    checks = (
+        _agreement(pd.concat([m for m, _ in pairs], ignore_index=True), pd.concat([p for _, p in pairs], ignore_index=True))
+        if pairs
+        else []
+    )
+    worst_of: dict[int, float] = {}
+    for c in checks:
+        if c["column"] == "total_us":
+            worst_of[c["rank"]] = max(worst_of.get(c["rank"], 0.0), c["relative_difference"])
+    for rd, mine, prof, has_prof in per_rank:
         if has_prof:
             theirs.append(prof)
-        mine = step_breakdown(rd)
-        rank_checks = _agreement(mine, prof) if has_prof and len(mine) else []
-        checks.extend(rank_checks)
-        worst = max(
-            (c["relative_difference"] for c in rank_checks if c["column"] == "total_us"), default=0.0
-        )
+        worst = worst_of.get(int(rd.rank), 0.0) if has_prof and len(mine) else 0.0
         if len(mine) and worst <= INCOMPLETE_TIMELINE:
             ours.append(mine)
         elif has_prof:
@@ -137,19 +159,24 @@ def _agreement(steps: pd.DataFrame, prof: pd.DataFrame) -> list[dict[str, Any]]:
     """Compare msdiag's breakdown with step_trace_time.csv, column by column."""
     m = steps.merge(prof, on=["rank", "step"], suffixes=("", "_prof"))
     out = []
-    for _, row in m.iterrows():
-        for col in ("computing_us", "communication_us", "communication_exposed_us", "free_us", "total_us"):
-            a, b = row[col], row[f"{col}_prof"]
-            if pd.isna(a) or pd.isna(b):
+    cols = ("computing_us", "communication_us", "communication_exposed_us", "free_us", "total_us")
+    # plain Python values, column by column (no row Series per row: ranks x steps rows)
+    values = {c: m[c].astype(object).where(m[c].notna(), None).tolist() for c in cols}
+    values.update({f"{c}_prof": m[f"{c}_prof"].astype(object).where(m[f"{c}_prof"].notna(), None).tolist() for c in cols})
+    sources, ranks, step_ids = m["source_prof"].tolist(), m["rank"].tolist(), m["step"].tolist()
+    for i in range(len(m)):
+        for col in cols:
+            a, b = values[col][i], values[f"{col}_prof"][i]
+            if a is None or b is None:
                 continue
             rel = abs(a - b) / abs(b) if b else (0.0 if abs(a) < 1e-6 else float("inf"))
             # a part that is tiny against the step is compared against the step's span instead
-            rel_step = abs(a - b) / max(float(row["total_us_prof"]), 1e-9)
+            rel_step = abs(a - b) / max(float(values["total_us_prof"][i]), 1e-9)
             out.append(
                 {
-                    "check": str(row["source_prof"]),  # step_trace_time.csv, analysis.db:StepTraceTime, ...
-                    "rank": int(row["rank"]),
-                    "step": int(row["step"]),
+                    "check": str(sources[i]),  # step_trace_time.csv, analysis.db:StepTraceTime, ...
+                    "rank": int(ranks[i]),
+                    "step": int(step_ids[i]),
                     "column": col,
                     "msdiag": float(a),
                     "profiler": float(b),
@@ -178,17 +205,37 @@ def _check_options(opts: Options) -> None:
 
 def analyze(path: str | Path, options: Options | None = None) -> Analysis:
     """Read the capture at ``path`` and compute its step breakdown and metrics."""
+    from msdiag.inference import summary as inference
+
     opts = options or Options()
     _check_options(opts)
-    cap = load(path, jobs=opts.jobs)
-    steps, prof, checks, notes = _steps_for(cap)
-    cap.notes.extend(notes)
-    ctx = Context(capture=cap, steps=steps, options=opts.as_dict())
+    from msdiag.metrics.reduce import reduce_rank
+
+    log, alone = inference.request_log_for(path, opts.requests)  # a request log is a file discovery refuses
+    if alone and log is not None:
+        cap, identity = inference.empty_capture(log)
+        steps, prof = STEPS.empty(), STEPS.empty()
+        checks: list[dict[str, Any]] = []
+        _mark_warmup(steps)
+    else:
+        cap = load(path, jobs=opts.jobs, cache=opts.cache, scheduler=opts.scheduler, reduce=reduce_rank)
+        identity = describe(cap)
+        steps, prof, checks, notes = _steps_for(cap)
+        cap.notes.extend(notes)
+    ctx = Context(capture=cap, steps=steps, options=opts.as_dict(), requests=log)
     metrics = compute_all(ctx)
+    if inference.workload(ctx):
+        identity["workload"] = inference.workload(ctx)
     verdict, findings, skipped = diagnose({k: v.value for k, v in metrics.items()}, opts)
+    from msdiag.metrics import cluster
+
+    views = {
+        "rank_table": cluster.rank_table(cap, steps, metrics, opts.ranks_per_node),
+        "link_heatmap": cluster.link_heatmap(cap),
+    }
     return Analysis(
         capture=cap,
-        identity=describe(cap),
+        identity=identity,
         steps=steps,
         profiler_steps=prof,
         checks=checks,
@@ -197,6 +244,9 @@ def analyze(path: str | Path, options: Options | None = None) -> Analysis:
         verdict=verdict,
         findings=findings,
         skipped=skipped,
+        cluster=views,
+        requests=log,
+        inference=inference.build(ctx),
     )
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Any, Callable
 
 import click
@@ -33,6 +34,12 @@ def analysis_options(f: Callable[..., Any]) -> Callable[..., Any]:
     """The options every command that analyzes accepts (analyze, report, diff)."""
     opts = [
         click.option("--jobs", type=click.IntRange(min=1), default=None, help="Worker processes for reading ranks (default: all CPUs)."),
+        click.option("--cache", "cache_dir", type=click.Path(file_okay=False), default=None,
+                     help="Keep each rank's tables here as Parquet and reuse them while its files are unchanged "
+                          "(default: $MSDIAG_HOME/cache, else $XDG_CACHE_HOME/msdiag or ~/.cache/msdiag; never inside the capture)."),
+        click.option("--no-cache", is_flag=True, help="Parse every rank; neither read nor write the cache."),
+        click.option("--scheduler", default=None, metavar="tcp://HOST:PORT",
+                     help="Read the ranks on this Dask cluster's workers (pip install 'msdiag[cluster]')."),
         click.option("--peak-tflops", type=click.FloatRange(min=0, min_open=True), default=None, help="Peak dense TFLOP/s per device, for MFU."),
         click.option("--device", default=None, help="Device model for the peak FLOPs table (e.g. 910B2, A100, H100)."),
         click.option("--model-config", type=click.Path(exists=True, dir_okay=False), default=None, help="Model description YAML for analytic FLOPs."),
@@ -41,6 +48,10 @@ def analysis_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--host-cores", type=click.IntRange(min=1), default=None, help="CPU cores of each training host (for data-pipeline workers)."),
         click.option("--rules", "rules_dirs", multiple=True, type=click.Path(exists=True, file_okay=False), help="Extra rules folder (adds or overrides)."),
         click.option("--set", "overrides", multiple=True, help="Override a rule parameter: RULE.PARAM=VALUE."),
+        click.option("--requests", "requests_log", type=click.Path(), default=None, metavar="LOG",
+                     help="Request timing log (msdiag JSONL/CSV or vLLM benchmark_serving JSON) analyzed with the capture."),
+        click.option("--slo-ttft-ms", type=click.FloatRange(min=0, min_open=True), default=None, help="TTFT objective (ms) for goodput."),
+        click.option("--slo-tpot-ms", type=click.FloatRange(min=0, min_open=True), default=None, help="TPOT objective (ms) for goodput."),
         click.option("--debug", is_flag=True, help="Show the traceback of an error."),
     ]
     for o in reversed(opts):
@@ -48,10 +59,25 @@ def analysis_options(f: Callable[..., Any]) -> Callable[..., Any]:
     return f
 
 
+def _cache_dir(kw: dict[str, Any]) -> str | None:
+    """--cache DIR, the user cache folder by default, None with --no-cache."""
+    if kw.get("no_cache"):
+        if kw.get("cache_dir"):
+            raise click.UsageError("--cache and --no-cache exclude each other")
+        return None
+    if kw.get("cache_dir"):
+        return str(kw["cache_dir"])
+    from msdiag.ingest.cache import default_dir
+
+    return str(default_dir())
+
+
 def _options(kw: dict[str, Any]) -> Any:
     from msdiag.analysis import Options
 
     return Options(
+        cache=_cache_dir(kw),
+        scheduler=kw.get("scheduler"),
         jobs=kw["jobs"],
         peak_tflops=kw["peak_tflops"],
         device=kw["device"],
@@ -61,6 +87,9 @@ def _options(kw: dict[str, Any]) -> Any:
         host_cores=kw["host_cores"],
         rules_dirs=tuple(kw["rules_dirs"]),
         overrides=_parse_set(tuple(kw["overrides"])),
+        requests=kw.get("requests_log"),
+        slo_ttft_ms=kw.get("slo_ttft_ms"),
+        slo_tpot_ms=kw.get("slo_tpot_ms"),
     )
 
 
@@ -90,15 +119,19 @@ def _exit_for(report: dict[str, Any], fail_on: str | None) -> int:
 @click.argument("path", type=click.Path())
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("--fail-on", type=click.Choice(["warning", "critical"]), default=None, help="Exit 1 when a finding of this severity or worse exists.")
+@click.option("--baseline", "baseline_name", default=None, metavar="NAME", help="Compare with a saved baseline (msdiag baseline save).")
 @analysis_options
-def analyze(path: str, fmt: str, fail_on: str | None, **kw: Any) -> None:
-    """Analyze a profiler capture (a rank folder or a folder of ranks): verdict, findings, figures."""
+def analyze(path: str, fmt: str, fail_on: str | None, baseline_name: str | None, **kw: Any) -> None:
+    """Analyze a profiler capture (a rank folder or a folder of ranks) or a request timing log: verdict, findings, figures."""
     from msdiag.analysis import analyze as run
     from msdiag.report.data import build
 
     try:
+        saved = _load_baseline(baseline_name) if baseline_name else None  # a wrong name fails before any work
         a = run(path, _options(kw))
         report = build(a)
+        if saved is not None:
+            report["baseline_diff"] = _against_baseline(saved, a, report, path)
     except MsdiagError as e:
         _fail(e, kw["debug"])
         return
@@ -108,7 +141,172 @@ def analyze(path: str, fmt: str, fail_on: str | None, **kw: Any) -> None:
         from msdiag.report.text import render
 
         click.echo(render(report), nl=False)
+        if saved is not None:
+            from msdiag.report.diff_text import render_section
+
+            click.echo(render_section(report["baseline_diff"]), nl=False)
     sys.exit(_exit_for(report, fail_on))
+
+
+def _inside(child: Path, folder: Path) -> bool:
+    try:
+        child.resolve().relative_to(folder.resolve())
+    except (ValueError, OSError):
+        return False
+    return True
+
+
+def _check_output(output: str, folders: list[Path]) -> Path:
+    """The report's path, refused inside a capture folder (msdiag never writes into one)."""
+    from msdiag.errors import InputError
+
+    out = Path(output)
+    for f in folders:
+        if f.is_dir() and _inside(out, f):
+            raise InputError(output, f"is inside the capture folder {f}; msdiag never writes into a capture: choose a path outside it")
+    if out.is_dir():
+        raise InputError(output, "is a folder; give the report's file name (e.g. report.html)")
+    if not out.resolve().parent.is_dir():
+        raise InputError(output, f"its folder {out.resolve().parent} does not exist")
+    return out
+
+
+@main.command()
+@click.argument("path", type=click.Path())
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="The HTML file to write (outside the capture folder).")
+@click.option("--fail-on", type=click.Choice(["warning", "critical"]), default=None, help="Exit 1 when a finding of this severity or worse exists.")
+@click.option("--baseline", "baseline_name", default=None, metavar="NAME", help="Add the comparison with a saved baseline (msdiag baseline save).")
+@analysis_options
+def report(path: str, output: str, fail_on: str | None, baseline_name: str | None, **kw: Any) -> None:
+    """Write one self-contained HTML report of a capture (opens offline: inline CSS and SVG charts)."""
+    from msdiag.analysis import analyze as run
+    from msdiag.errors import InputError
+    from msdiag.report.data import build
+
+    try:
+        p = Path(path)
+        # a rank's ASCEND_PROFILER_OUTPUT/ belongs to the rank folder above it
+        _check_output(output, [p, p.parent] if p.name == "ASCEND_PROFILER_OUTPUT" else [p])
+        saved = _load_baseline(baseline_name) if baseline_name else None
+        a = run(path, _options(kw))
+        out = _check_output(output, [Path(rd.path) for rd in a.capture.ranks])
+        data = build(a)
+        if saved is not None:
+            data["baseline_diff"] = _against_baseline(saved, a, data, path)
+        from msdiag.report.html import render
+
+        page = render(a, data)
+        try:
+            out.write_text(page, encoding="utf-8")
+        except OSError as e:
+            raise InputError(output, f"cannot write the report: {e.strerror or e}") from None
+    except MsdiagError as e:
+        _fail(e, kw["debug"])
+        return
+    click.echo(f"msdiag: wrote {out.resolve()}", err=True)
+    sys.exit(_exit_for(data, fail_on))
+
+
+@main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--out", type=click.Path(file_okay=False), default=None, help="Capture folder (default: ./msdiag_capture_<UTC timestamp>).")
+@click.option("--skip", type=click.IntRange(min=0), default=2, show_default=True, help="Steps left out first (compilation, warm-up).")
+@click.option("--warmup", type=click.IntRange(min=0), default=1, show_default=True, help="Profiler warm-up steps before recording.")
+@click.option("--steps", type=click.IntRange(min=1), default=5, show_default=True, help="Steps recorded.")
+@click.option("--stop-after", is_flag=True, help="Stop the job once the window is captured (exit 0).")
+@click.option("--seconds", type=click.FloatRange(min=0, min_open=True), default=10.0, show_default=True, help="Length of the time window used when nothing marks steps.")
+@click.option("--wait-for-steps", type=click.FloatRange(min=0), default=30.0, show_default=True, help="Seconds after `import mindspore` without a step before the time-window fallback.")
+@click.option("--no-memory", is_flag=True, help="Do not profile memory (profile_memory=False).")
+@click.option("--no-minddata", is_flag=True, help="Do not profile the MindData pipeline.")
+@click.option("--minddata-interval", type=click.IntRange(min=1), default=None, help="MindData queue sampling period in ms (default: MindSpore's, 1000; finer costs step time).")
+@click.option("--report", "report_path", type=click.Path(dir_okay=False), default=None, help="Also write the HTML report to this file.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@analysis_options
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def capture(
+    out: str | None, skip: int, warmup: int, steps: int, stop_after: bool, seconds: float, wait_for_steps: float,
+    no_memory: bool, no_minddata: bool, minddata_interval: int | None, report_path: str | None, fmt: str, command: tuple[str, ...], **kw: Any,
+) -> None:
+    """Run COMMAND (your job, unchanged) under the MindSpore Profiler, capture a window of steps, analyze it.
+
+    msdiag capture [options] -- python train.py ... | msrun --worker_num=2 ... train.py
+
+    The job's output passes through; msdiag's exit code is the job's. With --format json the report
+    is one line, the last of stdout.
+    """
+    from msdiag.capture import CaptureOptions, default_out, run_capture
+    from msdiag.errors import InputError
+
+    debug = kw["debug"]
+    folder = Path(out) if out else default_out()
+    try:
+        opts = _options(kw)  # checked before the job runs
+        from msdiag.analysis import _check_options
+
+        _check_options(opts)
+        if report_path and _inside(Path(report_path), folder):
+            raise InputError(report_path, f"is inside the capture folder {folder}: choose a path outside it")
+        res = run_capture(
+            list(command),
+            CaptureOptions(
+                out=folder, skip=skip, warmup=warmup, steps=steps, stop_after=stop_after, seconds=seconds,
+                wait_for_steps=wait_for_steps, profile_memory=not no_memory, minddata=not no_minddata,
+                minddata_interval_ms=minddata_interval,
+            ),
+        )
+    except MsdiagError as e:
+        _fail(e, debug)
+        return
+    m = res.manifest
+    ranks = [r for r in res.ranks if r.get("state") == "captured"]
+    click.echo(
+        f"msdiag: capture in {folder}: {len(ranks)} rank(s) captured; job exit code {m['job_returncode']}"
+        + (" (stopped by msdiag after the window)" if m.get("stopped_by_msdiag") else ""),
+        err=True,
+    )
+    for r in res.ranks:
+        for note in r.get("notes") or []:
+            click.echo(f"msdiag: capture: rank {r.get('rank')}: {note}", err=True)
+    for p in res.problems:
+        click.echo(f"msdiag: capture: {p}", err=True)
+    if not ranks:
+        log = folder / "msdiag_capture.log"
+        click.echo("msdiag: nothing was captured, nothing to analyze" + (f" (see {log})" if log.exists() else ""), err=True)
+        sys.exit(res.exit_code)
+    from msdiag.analysis import analyze as run
+    from msdiag.report.data import build
+
+    try:
+        a = run(folder, opts)
+        data = build(a)
+    except MsdiagError as e:
+        if debug:
+            raise
+        click.echo(f"msdiag: error: the capture could not be analyzed: {e}", err=True)
+        sys.exit(res.exit_code)
+    if fmt == "json":  # one line, the last of stdout (the job's own output comes before it)
+        click.echo(json.dumps(data, ensure_ascii=False))
+    else:
+        from msdiag.report.text import render
+
+        click.echo(render(data), nl=False)
+    if report_path:
+        _capture_report(a, data, report_path)
+    sys.exit(res.exit_code)
+
+
+def _capture_report(a: Any, data: dict[str, Any], report_path: str) -> None:
+    """--report: the HTML report, when this msdiag has the HTML renderer."""
+    try:
+        from msdiag.report.html import render as render_html
+    except ImportError:
+        click.echo("msdiag: --report: this msdiag has no HTML report (msdiag.report.html): not written", err=True)
+        return
+    try:
+        Path(report_path).write_text(render_html(a, data), encoding="utf-8")
+    except OSError as e:
+        click.echo(f"msdiag: --report: cannot write {report_path}: {e.strerror or e}", err=True)
+        return
+    click.echo(f"msdiag: wrote {Path(report_path).resolve()}", err=True)
 
 
 @main.group()
@@ -177,6 +375,188 @@ def rules_explain(rule_id: str, rules_dirs: tuple[str, ...]) -> None:
         click.echo(f"    Effect: {s['effect']}")
     for ref in r.references:
         click.echo(f"Reference: {ref}")
+
+
+# ---- diff and baselines (msdiag/diff.py, msdiag/baseline.py) --------------------------------
+
+
+def _load_baseline(name: str) -> dict[str, Any]:
+    """A saved baseline by name (``baseline:NAME`` accepted too)."""
+    from msdiag import baseline as store
+
+    return store.load(store.check_name(name[len(store.PREFIX):] if name.startswith(store.PREFIX) else name))
+
+
+def _baseline_label(snap: dict[str, Any]) -> str:
+    return f"baseline {snap['name']}"
+
+
+def _against_baseline(saved: dict[str, Any], a: Any, report: dict[str, Any], path: str) -> dict[str, Any]:
+    """The diff of a fresh analysis against a saved baseline (`analyze --baseline`, `report --baseline`)."""
+    from msdiag.diff import compare, snapshot
+
+    return compare(saved, snapshot(a, report), _baseline_label(saved), path)
+
+
+def _diff_side(arg: str, opts: Any) -> tuple[dict[str, Any], str, Any]:
+    """(snapshot, label, Analysis or None): a saved baseline name stands where a path stands."""
+    from msdiag import baseline as store
+    from msdiag.analysis import analyze as run
+    from msdiag.diff import snapshot
+    from msdiag.errors import InputError
+
+    named = store.resolve(arg)
+    if named:
+        snap = store.load(named[1])
+        return snap, _baseline_label(snap), None
+    if store.exists(arg):
+        click.echo(f"msdiag: note: '{arg}' is a path and a saved baseline: the path is used (write baseline:{arg} for the baseline)", err=True)
+    elif not Path(arg).exists():
+        raise InputError(arg, f"no such file or folder, and no saved baseline of that name in {store.store_dir()}")
+    a = run(arg, opts)
+    return snapshot(a), arg, a
+
+
+@main.command()
+@click.argument("baseline_arg", metavar="BASELINE")
+@click.argument("candidate_arg", metavar="CANDIDATE")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--report", "report_path", type=click.Path(dir_okay=False), default=None,
+              help="Also write the candidate's HTML report with the comparison (CANDIDATE must be a capture path).")
+@click.option("--fail-on-regression", type=click.FloatRange(min=0), default=None, metavar="PCT",
+              help="Exit 1 when step time (or each --metric) is worse by more than PCT percent and beyond noise.")
+@click.option("--metric", "metric_ids", multiple=True, metavar="ID",
+              help="Gate on this metric instead of step time (repeat, or comma-separated); needs --fail-on-regression.")
+@click.option("--min-effect", type=click.FloatRange(min=0), default=2.0, show_default=True, metavar="PCT",
+              help="Smallest relative change (percent) judged improved or regressed.")
+@analysis_options
+def diff(
+    baseline_arg: str, candidate_arg: str, fmt: str, report_path: str | None, fail_on_regression: float | None,
+    metric_ids: tuple[str, ...], min_effect: float, **kw: Any,
+) -> None:
+    """Compare CANDIDATE with BASELINE (capture paths or saved baseline names): what changed, beyond noise?
+
+    Step time is judged over the per-step samples of all ranks (warm-up left out): a bootstrap
+    interval of the relative change, a Mann-Whitney rank test and a minimum effect size.
+    Exit 0 ok, 1 a regression beyond --fail-on-regression and beyond noise, 2 usage or input error
+    (including captures that cannot be compared).
+    """
+    from msdiag.diff import check_gate_metrics, compare
+    from msdiag.errors import InputError
+
+    debug = kw["debug"]
+    ids = tuple(x.strip() for m in metric_ids for x in m.split(",") if x.strip())
+    try:
+        if ids and fail_on_regression is None:
+            raise InputError("--metric", "names what --fail-on-regression gates: give --fail-on-regression PCT too")
+        if kw.get("requests_log"):
+            raise InputError("--requests", "would pair one request log with both sides: give each side's request log as BASELINE / CANDIDATE")
+        check_gate_metrics(ids)
+        opts = _options(kw)
+        if report_path:
+            from msdiag import baseline as store
+
+            if store.resolve(candidate_arg):
+                raise InputError("--report", "the HTML report is of the candidate capture: give CANDIDATE as a capture path, not a saved baseline")
+            p = Path(candidate_arg)
+            _check_output(report_path, [p, p.parent] if p.name == "ASCEND_PROFILER_OUTPUT" else [p])
+        sb, lb, _ = _diff_side(baseline_arg, opts)
+        sc, lc, ac = _diff_side(candidate_arg, opts)
+        d = compare(sb, sc, lb, lc, min_effect=min_effect / 100.0, fail_on_regression=fail_on_regression, gate_metrics=ids)
+        if report_path:
+            out = _check_output(report_path, [Path(r["path"]) for s in (sb, sc) for r in s["report"]["ranks"] if r.get("path")])
+            from msdiag.report.html import render as render_html
+
+            data = dict(sc["report"])
+            data["baseline_diff"] = d
+            try:
+                out.write_text(render_html(ac, data), encoding="utf-8")
+            except OSError as e:
+                raise InputError(report_path, f"cannot write the report: {e.strerror or e}") from None
+            click.echo(f"msdiag: wrote {out.resolve()}", err=True)
+    except MsdiagError as e:
+        _fail(e, debug)
+        return
+    if fmt == "json":
+        click.echo(json.dumps(d, indent=1, ensure_ascii=False))
+    else:
+        from msdiag.report.diff_text import render
+
+        click.echo(render(d), nl=False)
+    sys.exit(EXIT_FINDINGS if d["gate"] and d["gate"]["failed"] else EXIT_OK)
+
+
+@main.group()
+def baseline() -> None:
+    """Named baselines kept in a local store ($MSDIAG_HOME/baselines, else ~/.local/share/msdiag/baselines)."""
+
+
+@baseline.command("save")
+@click.argument("name")
+@click.argument("path", type=click.Path())
+@click.option("--force", is_flag=True, help="Replace a baseline of the same name.")
+@analysis_options
+def baseline_save(name: str, path: str, force: bool, **kw: Any) -> None:
+    """Analyze PATH and keep it as baseline NAME (the analysis, not the raw capture)."""
+    from msdiag import baseline as store
+    from msdiag.analysis import analyze as run
+    from msdiag.diff import snapshot
+
+    try:
+        store.check_name(name)
+        if store.exists(name) and not force:
+            raise MsdiagError(f"{name}: a baseline of that name exists: use --force to replace it, or another name")
+        a = run(path, _options(kw))
+        f = store.save(name, snapshot(a), path, force=force)
+    except MsdiagError as e:
+        _fail(e, kw["debug"])
+        return
+    m = a.metrics
+    st = m["step_time_us"].value if "step_time_us" in m else None
+    click.echo(
+        f"msdiag: saved baseline {name} ({len(a.capture.ranks)} rank(s), median step "
+        f"{'-' if st is None else f'{float(st) / 1000:.2f} ms'}) to {f}",
+        err=True,
+    )
+
+
+@baseline.command("list")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+def baseline_list(fmt: str) -> None:
+    """List the saved baselines."""
+    from msdiag import baseline as store
+
+    items = store.list_baselines()
+    if fmt == "json":
+        click.echo(json.dumps({"store": str(store.store_dir()), "baselines": items}, indent=1, ensure_ascii=False))
+        return
+    if not items:
+        click.echo(f"no saved baselines in {store.store_dir()}")
+        return
+    for b in items:
+        if b.get("problem") and not b.get("saved_at"):
+            click.echo(f"{b['name']:<24} {b['problem']}")
+            continue
+        st = b.get("step_time_us")
+        click.echo(
+            f"{b['name']:<24} {b.get('saved_at') or '-':<21} {b.get('ranks')} rank(s)  median step "
+            f"{'-' if st is None else f'{st / 1000:.2f} ms'}  {b.get('verdict') or '-':<13} {b.get('source_path')}"
+            + (f"  ({b['problem']})" if b.get("problem") else "")
+        )
+
+
+@baseline.command("delete")
+@click.argument("name")
+def baseline_delete(name: str) -> None:
+    """Delete saved baseline NAME."""
+    from msdiag import baseline as store
+
+    try:
+        f = store.delete(name)
+    except MsdiagError as e:
+        _fail(e, False)
+        return
+    click.echo(f"msdiag: deleted baseline {name} ({f})", err=True)
 
 
 if __name__ == "__main__":

@@ -63,7 +63,7 @@ NEUTRAL = frozenset(
         "data_workers_total", "data_workers_vs_cores", "recompute_on", "kernel_mean_us", "vector_time_share",
         "matmul_time_share", "memory_activation_share", "slow_rank_votes", "stage_imbalance", "groups_spanning_nodes",
         "request_count", "ttft_prompt_corr", "prompt_tokens_p50", "decode_batch_size_p50", "decode_batch_size_max",
-        "prefill_share", "arrived_during_decode_share",
+        "prefill_share", "arrived_busy_share",
     }
 )
 # Units of metrics whose value is a label (a rank, a link, an op): compared as same / changed.

@@ -286,6 +286,35 @@ HOST_SHAPES = _t(
     ],
 )
 
+REQUESTS = _t(
+    "requests",
+    "One row per completed request of a request log.",
+    [
+        ("request_id", STR, "the log's request id (or its position)"),
+        ("arrival_s", FLOAT, "arrival time (s, the log's clock; null when the log has none)"),
+        ("first_token_s", FLOAT, "first output token (s, the log's clock)"),
+        ("finish_s", FLOAT, "last output token (s, the log's clock)"),
+        ("prompt_tokens", INT, "prompt length in tokens"),
+        ("output_tokens", INT, "tokens generated"),
+        ("batch_size", INT, "decode batch the request ran in, where recorded"),
+        ("ttft_ms", FLOAT, "time to first token"),
+        ("tpot_ms", FLOAT, "time per output token after the first: mean inter-token latency (null for 1 token)"),
+        ("e2e_ms", FLOAT, "end-to-end latency: arrival to last token"),
+    ],
+)
+
+TOKEN_GAPS = _t(
+    "token_gaps",
+    "One row per inter-token gap of a completed request (logs with per-token times).",
+    [
+        ("req", INT, "row of the request in REQUESTS"),
+        ("start_s", FLOAT, "the earlier token's time (null when arrival times are unknown)"),
+        ("end_s", FLOAT, "the later token's time"),
+        ("itl_ms", FLOAT, "inter-token latency"),
+    ],
+)
+
+
 TABLES: dict[str, Table] = {
     t.name: t
     for t in (
@@ -302,6 +331,8 @@ TABLES: dict[str, Table] = {
         OP_STATS,
         DATA_PIPELINE,
         HOST_SHAPES,
+        REQUESTS,
+        TOKEN_GAPS,
     )
 }
 
@@ -357,15 +388,30 @@ class Capture:
     path: str
     ranks: list[RankData]
     notes: list[str] = field(default_factory=list)
+    # how the ranks were read (executor, cache hits, which worker read each rank): provenance for
+    # tests and benchmarks, not part of the report
+    ingest: dict[str, Any] = field(default_factory=dict)
+    _tables: dict[str, tuple[Any, ...]] = field(default_factory=dict, repr=False, compare=False)
 
     def table(self, name: str) -> pd.DataFrame:
-        """The named canonical table over all ranks (empty with the right columns if none)."""
+        """The named canonical table over all ranks (empty with the right columns if none).
+
+        The concatenation is kept while the ranks' frames are the same objects (metrics and charts ask
+        for the same table many times; with a thousand ranks, concatenating each time dominates).
+        Callers must not modify the frame returned (it may be a rank's own table).
+        """
         parts = [r.tables[name] for r in self.ranks if name in r.tables and len(r.tables[name])]
         if not parts:
             return TABLES[name].empty()
         if len(parts) == 1:
             return parts[0]
-        return pd.concat(parts, ignore_index=True)
+        ident = tuple(id(p) for p in parts)
+        kept = self._tables.get(name)
+        if kept is not None and kept[0] == ident:
+            return kept[1]
+        whole = pd.concat(parts, ignore_index=True)
+        self._tables[name] = (ident, whole, parts)  # parts held: their ids stay theirs
+        return whole
 
     @property
     def sources(self) -> list[Source]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,5 +27,15 @@ def repo() -> Path:
     return REPO
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _user_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The CLI caches ranks in the user's cache folder by default: the tests' go to a temp folder."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv("MSDIAG_HOME", raising=False)
+        mp.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache")))
+        yield
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "mindspore: needs MindSpore installed (capture tests)")
+    config.addinivalue_line("markers", "dask: starts a local Dask cluster (skipped without Dask: pip install 'msdiag[cluster]')")

@@ -39,10 +39,13 @@ def test_cpu_steps_found_from_repeating_iterations(corpus: Path, folder: str, n_
         assert g["total_us"].sum() == pytest.approx(float((k["start_us"] + k["dur_us"]).max() - k["start_us"].min()), rel=1e-9)
 
 
-def test_sample_has_its_three_active_steps() -> None:
-    # sample_traces/README.md: 3 active training steps were recorded
+def test_sample_has_its_five_active_steps() -> None:
+    # sample_traces/README.md: `msdiag capture` of train_small.py (20 steps) with the default window:
+    # skip 2 steps, warm up 1 (step 3), record 5 -> steps 4-8, each marked by the dataset fetch that
+    # starts it (msdiag_steps.json), numbered as the job counts its steps
     a, s = _steps(SAMPLE_TRACES / "train_small_cpu")
-    assert list(s["step"]) == [1, 2, 3]
+    assert list(s["step"]) == [4, 5, 6, 7, 8]
+    assert a.capture.ranks[0].meta["steps_from"] == "ProfilerStep#N markers"
 
 
 def test_breakdown_identities_on_every_row(corpus: Path) -> None:

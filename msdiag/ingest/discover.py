@@ -234,7 +234,8 @@ def discover(path: str | Path) -> Discovery:
     if root.is_file():
         raise InputError(
             root,
-            "is a file; give the capture folder (a *_ascend_ms / *_ascend_pt rank folder or the folder holding the ranks)",
+            "is a file; give the capture folder (a *_ascend_ms / *_ascend_pt rank folder or the folder holding the ranks), "
+            "or a request timing log (msdiag JSONL/CSV with arrival_s, or vLLM benchmark_serving JSON)",
         )
     if root.name in ("ASCEND_PROFILER_OUTPUT", "FRAMEWORK"):
         root = root.parent

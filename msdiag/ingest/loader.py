@@ -8,8 +8,7 @@ Ranks are read in parallel by a process pool; a single rank is read in-process.
 
 from __future__ import annotations
 
-import os
-from concurrent.futures import ProcessPoolExecutor
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -255,7 +254,8 @@ CPU_SOURCES: list[Spec] = [
     Spec("cpu_ms_memory_record_{rank}.txt", "FRAMEWORK", _cpu_memory, False, _why(
         "profile_memory was off in this capture"), table="memory"),
     Spec("minddata_pipeline_raw_{rank}.csv", "ASCEND_PROFILER_OUTPUT", _minddata, False, _why(
-        "MindData pipeline profiling was off (data_process has no effect on CPU; msdiag capture turns it on)"),
+        "no MindData pipeline profile: no mindspore.dataset pipeline ran, or MindData profiling was off "
+        "(data_process has no effect on CPU; msdiag capture turns it on)"),
         table="data_pipeline"),
     Spec(msdiag_markers.MARKERS_FILE, ".", _msdiag_markers, False, _why(
         "not captured by msdiag capture: no step markers (MindSpore on CPU writes none)"), table="timeline"),
@@ -350,19 +350,50 @@ def _check_span(rd: RankData) -> None:
         rd.notes.append("no kernels and no timeline: the step breakdown comes from step_trace_time.csv only")
 
 
-def load(path: str | Path, jobs: int | None = None) -> Capture:
-    """Discover and read a capture. ``jobs``: worker processes for many ranks (default: CPUs)."""
+def load(
+    path: str | Path,
+    jobs: int | None = None,
+    *,
+    cache: str | Path | None = None,
+    scheduler: str | None = None,
+    reduce: Callable[[RankData], RankData] | None = None,
+) -> Capture:
+    """Discover and read a capture.
+
+    ``jobs``: worker processes for many ranks (default: CPUs). ``cache``: a cache folder (outside the
+    capture) where each rank's tables are kept as Parquet and read back while its files are unchanged
+    (``ingest/cache.py``). ``scheduler``: a Dask scheduler address: ranks are read on its workers.
+    ``reduce``: applied to each rank where it is read, before it is gathered (a module-level function:
+    it travels to the workers). How the ranks were read is in ``Capture.ingest``.
+    """
+    from msdiag.ingest import parallel
+
     disc: Discovery = discover(path)
-    ranks = _read_all(disc.ranks, jobs)
-    return Capture(path=str(disc.root), ranks=ranks, notes=list(disc.notes))
+    notes = list(disc.notes)
+    rcache = _open_cache(cache, disc, reduce) if cache is not None else None
+    if cache is not None:
+        try:
+            import pyarrow.parquet  # noqa: F401
+        except ImportError as e:  # a broken install: analyze without the cache, and say so
+            rcache = None
+            notes.append(f"the rank cache is not used: pyarrow cannot be imported ({e})")
+    ranks, info = parallel.read_ranks(disc.ranks, load_rank, jobs=jobs, cache=rcache, scheduler=scheduler, reduce=reduce)
+    return Capture(path=str(disc.root), ranks=ranks, notes=notes, ingest=info)
 
 
-def _read_all(dirs: list[RankDir], jobs: int | None) -> list[RankData]:
-    n = jobs if jobs is not None else (os.cpu_count() or 1)
-    if len(dirs) <= 1 or n <= 1:
-        return [load_rank(d) for d in dirs]
-    with ProcessPoolExecutor(max_workers=min(n, len(dirs))) as pool:
-        return list(pool.map(load_rank, dirs))
+def _open_cache(folder: str | Path, disc: Discovery, reduce: Callable[[RankData], RankData] | None) -> Any:
+    """The rank cache at ``folder``, refused inside the capture (msdiag never writes into one)."""
+    from msdiag.ingest.cache import RankCache
+
+    where = Path(folder).expanduser().resolve()
+    for p in [disc.root, *(r.path for r in disc.ranks)]:
+        try:
+            where.relative_to(Path(p).resolve())
+        except ValueError:
+            continue
+        raise InputError(folder, f"is inside the capture folder {p}; msdiag never writes into a capture: choose a cache folder outside it")
+    rid = "none" if reduce is None else f"{reduce.__module__}.{reduce.__qualname__}:{getattr(sys.modules.get(reduce.__module__), 'REDUCE_VERSION', 0)}"
+    return RankCache.open(where, rid)
 
 
 def family_of(cap: Capture) -> str:

@@ -57,15 +57,19 @@ def read_markers_doc(path: Path) -> dict[str, Any]:
         for i, it in enumerate(items):
             if not isinstance(it, dict):
                 raise ParseError(path, f"{key}[{i}] is not an object")
-            step, lo, hi = it.get("step"), it.get("start_us"), it.get("end_us")
+            step = it.get("step")
             if not isinstance(step, int) or isinstance(step, bool):
                 raise ParseError(path, f"{key}[{i}].step is {step!r}, not an integer")
-            for name, v in (("start_us", lo), ("end_us", hi)):
-                if not isinstance(v, (int, float)) or isinstance(v, bool) or not np.isfinite(v):
-                    raise ParseError(path, f"{key}[{i}].{name} is {v!r}, not a number")
+            lo, hi = _time(path, f"{key}[{i}].start_us", it.get("start_us")), _time(path, f"{key}[{i}].end_us", it.get("end_us"))
             if hi < lo:
                 raise ParseError(path, f"{key}[{i}] ends before it starts ({hi} < {lo})")
     return doc
+
+
+def _time(path: Path, where: str, v: Any) -> float:
+    if not isinstance(v, (int, float)) or isinstance(v, bool) or not np.isfinite(v):
+        raise ParseError(path, f"{where} is {v!r}, not a number")
+    return float(v)
 
 
 def read_markers(path: Path, rank: int) -> pd.DataFrame:
@@ -88,10 +92,10 @@ def markers_timeline(doc: dict[str, Any], rank: int) -> pd.DataFrame:
     dur = np.array([float(it["end_us"]) - float(it["start_us"]) for it in items])
     return model.TIMELINE.frame(
         {
-            "rank": pd.array([rank] * n, dtype=model.INT),
-            "lane": pd.array(lanes, dtype=model.STR),
-            "track": pd.array(tracks, dtype=model.STR),
-            "name": pd.array(names, dtype=model.STR),
+            "rank": pd.Series([rank] * n, dtype=model.INT),
+            "lane": pd.Series(lanes, dtype=model.STR),
+            "track": pd.Series(tracks, dtype=model.STR),
+            "name": pd.Series(names, dtype=model.STR),
             "start_us": start,
             "dur_us": dur,
         }

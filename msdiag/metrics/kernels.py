@@ -115,9 +115,12 @@ def _dynamic(ctx: Context) -> Value:
     k = ctx.capture.table("kernels")
     k = k[k["input_shapes"].notna() & k["step"].notna()]
     if len(k) and k["step"].nunique() >= 2:
-        # an op is dynamic when its set of shapes differs between steps
-        sets = k.groupby(["rank", "name", "step"])["input_shapes"].agg(lambda x: tuple(sorted(set(x))))
-        varying = sets.groupby(level=[0, 1]).nunique() > 1
+        # an op is dynamic when its set of shapes differs between steps. The sets are the same in every
+        # step exactly when each of the op's shapes is seen in each of its steps: distinct (step, shape)
+        # pairs = steps x shapes (counted, not compared set by set: a Python call per rank, op and step)
+        u = k[["rank", "name", "step", "input_shapes"]].drop_duplicates()
+        by = u.groupby(["rank", "name"])
+        varying = by.size() < by["step"].nunique() * by["input_shapes"].nunique()
         per = {int(r): float(g.sum()) for r, g in varying.groupby(level=0)}
         return Value(int(max(per.values())), per)
     if len(ctx.capture.table("host_shapes")):
@@ -137,8 +140,10 @@ def _per_step(ctx: Context) -> Value:
         return _no_kernels()
     counts = []
     per: dict[int, float | None] = {}
+    by_rank = dict(tuple(c.groupby("rank")))  # one pass, not a filter over every rank's kernels per rank
+    empty = c.iloc[:0]
     for r, g in s.groupby("rank"):
-        kr = c[c["rank"] == r]
+        kr = by_rank.get(r, empty)
         vals = []
         for lo, hi in zip(g["start_us"], g["end_us"]):
             if pd.isna(lo) or pd.isna(hi):

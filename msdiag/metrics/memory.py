@@ -43,7 +43,17 @@ _NO_MEMORY = "no framework memory samples (memory_record.csv / cpu_ms_memory_rec
 
 
 def framework_rows(ctx: Context) -> dict[int, pd.DataFrame]:
-    """Per rank, the memory rows of the framework's allocator (see the module doc), in time order."""
+    """Per rank, the memory rows of the framework's allocator (see the module doc), in time order.
+
+    Computed once per analysis (ctx.cache): every memory metric starts from it.
+    """
+    kept = ctx.cache.get("memory.framework_rows")
+    if kept is None:
+        kept = ctx.cache["memory.framework_rows"] = _framework_rows(ctx)
+    return kept  # type: ignore[no-any-return]
+
+
+def _framework_rows(ctx: Context) -> dict[int, pd.DataFrame]:
     m = ctx.capture.table("memory")
     m = m[m["source"].isin(MEMORY_SOURCES).fillna(False).to_numpy()]
     out: dict[int, pd.DataFrame] = {}
@@ -267,9 +277,10 @@ def _memory_activation_share(ctx: Context) -> Value:
         return Value(None, reason=_NO_MEMORY)
     per: dict[int, float | None] = {}
     why: list[str] = []
+    dyn_by = dict(tuple(dyn_all.groupby("rank")))  # one pass over every rank's allocations
     for rank, g in rows.items():
         g = g[g["allocated_mb"].notna() & g["ts_us"].notna()]
-        dyn = dyn_all[dyn_all["rank"] == rank]
+        dyn = dyn_by.get(rank, dyn_all.iloc[:0])
         if not len(g) or not len(dyn):
             per[rank] = None
             why.append(f"rank {rank}: no allocated-memory samples or no operator allocations")
@@ -324,18 +335,27 @@ def _recompute_on(ctx: Context) -> Value:
     tl = ctx.capture.table("timeline")
     tl = tl[tl["lane"].isin(["scope", "host"]).fillna(False).to_numpy()]
     per: dict[int, float | None] = {}
+    # distinct names only: a big trace repeats the same few thousand names millions of times, and
+    # ranks share their names: each distinct name is matched once, then each rank looks its names up
+    kn = k[["rank", "name"]].dropna().drop_duplicates()
+    t = tl[["rank", "lane", "name"]].dropna().drop_duplicates()
+    scope = t.loc[(t["lane"] == "scope").to_numpy(bool), ["rank", "name"]]
+    host = t.loc[(t["lane"] == "host").to_numpy(bool), ["rank", "name"]]
+
+    def ranks_with(pat: re.Pattern[str], *frames: pd.DataFrame) -> set[int]:
+        out: set[int] = set()
+        for f in frames:
+            hit = {n for n in f["name"].unique() if pat.search(str(n))}
+            out |= {int(r) for r in f.loc[f["name"].isin(hit).to_numpy(bool), "rank"].unique()}
+        return out
+
+    evidence = ranks_with(RECOMPUTE_EVIDENCE, kn, scope, host)
+    graph = ranks_with(GRAPH_BACKWARD_SCOPE, kn, scope)
+    frames = ranks_with(PYTHON_FRAME, host)
     for rank in ctx.capture.rank_ids():
-        # distinct names only: a big trace repeats the same few thousand names millions of times
-        kn = pd.Series(k.loc[k["rank"] == rank, "name"].dropna().unique()).astype(str)
-        t = tl[tl["rank"] == rank]
-        scope = pd.Series(t.loc[t["lane"] == "scope", "name"].dropna().unique()).astype(str)
-        host = pd.Series(t.loc[t["lane"] == "host", "name"].dropna().unique()).astype(str)
-        names = pd.concat([kn, scope, host], ignore_index=True).drop_duplicates()
-        if names.str.contains(RECOMPUTE_EVIDENCE).any():
+        if rank in evidence:
             per[rank] = 1.0
-        elif kn.str.contains(GRAPH_BACKWARD_SCOPE).any() or scope.str.contains(GRAPH_BACKWARD_SCOPE).any():
-            per[rank] = 0.0
-        elif host.str.contains(PYTHON_FRAME).any():
+        elif rank in graph or rank in frames:
             per[rank] = 0.0
         else:
             per[rank] = None

@@ -57,19 +57,23 @@ def _per_step_sum(ctx: Context, values: pd.Series, kernels: pd.DataFrame) -> dic
     """Median over steps of the per-step sum of ``values`` (aligned with ``kernels``), per rank."""
     out: dict[int, float] = {}
     steps = ctx.steps
+    at = kernels.groupby("rank").indices  # rank -> positions: no pass over every rank's kernels per rank
     for rank, g in steps.groupby("rank"):
-        kr = kernels["rank"] == rank
+        pos = at.get(rank)
+        if pos is None:
+            continue
+        vr = values.iloc[pos]
+        start = kernels["start_us"].iloc[pos]
         sums = []
         for lo, hi in zip(g["start_us"], g["end_us"]):
             if pd.isna(lo) or pd.isna(hi):
                 continue
-            m = kr & (kernels["start_us"] >= lo) & (kernels["start_us"] < hi)
+            m = (start >= lo) & (start < hi)
             if m.any():
-                sums.append(float(values[m].sum()))
-        if not sums and kr.any():
-            sums = [float(values[kr].sum()) / max(1, len(g))]
-        if sums:
-            out[int(rank)] = float(np.median(sums))
+                sums.append(float(vr[m].sum()))
+        if not sums:
+            sums = [float(vr.sum()) / max(1, len(g))]
+        out[int(rank)] = float(np.median(sums))
     return out
 
 

@@ -8,21 +8,25 @@ data the capture lacks is null with the reason, never 0.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import pandas as pd
 
 from msdiag.model import Capture
 
+if TYPE_CHECKING:
+    from msdiag.inference.requests import RequestLog
+
 
 @dataclass
 class Context:
-    """What metrics read: the capture's tables and the computed step rows."""
+    """What metrics read: the capture's tables, the computed step rows and, for inference, a request log."""
 
     capture: Capture
     steps: pd.DataFrame
     options: dict[str, Any] = field(default_factory=dict)
     cache: dict[str, Any] = field(default_factory=dict)  # shared by the metrics of one analysis
+    requests: RequestLog | None = None  # a request timing log (msdiag analyze LOG / --requests LOG)
 
 
 @dataclass

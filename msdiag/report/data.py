@@ -103,6 +103,10 @@ def build(a: Analysis) -> dict[str, Any]:
         "capture": a.identity,
         "ranks": [_rank_entry(a, rd) for rd in a.capture.ranks],
         "steps": _records(steps, STEP_COLUMNS),
+        "rank_table": a.cluster.get("rank_table", []),
+        "link_heatmap": a.cluster.get("link_heatmap"),
+        "requests": a.inference.get("requests"),  # request log summary (inference), null without one
+        "phases": a.inference.get("phases"),  # prefill / decode steps of an inference capture, null without a capture
         "metrics": metrics,
         "metric_details": details,
         "verdict": a.verdict,

@@ -67,13 +67,17 @@ def render(report: dict[str, Any]) -> str:
     skipped = report.get("rules_skipped") or []
     if skipped:
         out.append(f"  ({len(skipped)} rule(s) skipped for missing data: " + "; ".join(f"{x['rule_id']}: {x['reason']}" for x in skipped[:4]) + (" ..." if len(skipped) > 4 else "") + ")")
-    out.append(
-        f"\nStep time: median {_us(m.get('step_time_us'))}, p90 {_us(m.get('step_time_p90_us'))} "
-        f"over {m.get('step_count') or 0} rank-step(s)"
-    )
-    out.append("\nPer rank and step (share of the step):")
-    out.append(f"  {'rank':>4} {'step':>6} {'total':>10} {'computing':>10} {'comm':>10} {'exposed':>10} {'free':>10}  source")
+    from msdiag.report.inference_text import render_lines as inference_lines
+
+    out.extend(inference_lines(report))
     steps = report["steps"]
+    if steps or not report.get("requests"):  # a request log alone has no steps
+        out.append(
+            f"\nStep time: median {_us(m.get('step_time_us'))}, p90 {_us(m.get('step_time_p90_us'))} "
+            f"over {m.get('step_count') or 0} rank-step(s)"
+        )
+        out.append("\nPer rank and step (share of the step):")
+        out.append(f"  {'rank':>4} {'step':>6} {'total':>10} {'computing':>10} {'comm':>10} {'exposed':>10} {'free':>10}  source")
     for s in steps[:40]:
         t = s["total_us"]
         out.append(

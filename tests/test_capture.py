@@ -1,0 +1,399 @@
+"""msdiag capture: the markers reader, the runner and bootstrap (no MindSpore needed), and real captures
+of the examples with MindSpore 2.10 on CPU through the CLI (marked ``mindspore``).
+
+The capture tests run short jobs (9-10 steps: the default window skips 2, warms up 1 and records
+steps 4-8; step 9's boundary closes it) and take about 2-3 minutes on 2 cores.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import REPO, SAMPLE_TRACES
+
+from msdiag.analysis import Options, analyze
+from msdiag.capture import runner, runtime
+from msdiag.errors import ParseError
+from msdiag.ingest import msdiag_markers
+from msdiag.ingest.msdiag_markers import read_markers
+
+HAS_MINDSPORE = importlib.util.find_spec("mindspore") is not None
+needs_mindspore = pytest.mark.skipif(
+    not HAS_MINDSPORE, reason="MindSpore is not importable here: install it (pip install 'msdiag[capture]') to run the capture tests"
+)
+EXAMPLES = REPO / "examples"
+WINDOW = [4, 5, 6, 7, 8]  # default window: skip 2, warm up 1 (step 3), record 5
+FETCH = runtime.STEP_SOURCE_LABEL["fetch"]
+CELL = runtime.STEP_SOURCE_LABEL["cell"]
+
+
+# ---- the markers file and its reader ---------------------------------------------------------
+
+
+def _markers(tmp_path: Path, **over: Any) -> Path:
+    doc = {
+        "format": "msdiag-markers",
+        "version": 1,
+        "rank": 0,
+        "steps_from": FETCH,
+        "window": {"mode": "steps"},
+        "steps": [{"step": 4, "start_us": 1000.0, "end_us": 1500.0}, {"step": 5, "start_us": 1500.0, "end_us": 2100.0}],
+        "data_waits": [{"step": 4, "start_us": 1000.0, "end_us": 1200.0}, {"step": 5, "start_us": 1500.0, "end_us": 1510.0}],
+    }
+    doc.update(over)
+    p = tmp_path / "msdiag_steps.json"
+    p.write_text(json.dumps(doc))
+    return p
+
+
+def test_markers_become_step_and_data_wait_rows(tmp_path: Path) -> None:
+    df = read_markers(_markers(tmp_path), rank=3)
+    steps = df[df["lane"] == "step"]
+    assert list(steps["name"]) == ["ProfilerStep#4", "ProfilerStep#5"]
+    assert list(steps["dur_us"]) == [500.0, 600.0]
+    waits = df[df["lane"] == "host"]
+    assert set(waits["name"]) == {"msdiag::data_wait"}
+    assert list(waits["dur_us"]) == [200.0, 10.0]
+    assert set(df["rank"]) == {3}
+
+
+@pytest.mark.parametrize(
+    "over, problem",
+    [
+        ({"format": "x"}, "not an msdiag markers file"),
+        ({"version": 2}, "this msdiag reads version 1"),
+        ({"steps": [{"step": 1, "start_us": 5.0, "end_us": 4.0}]}, "ends before it starts"),
+        ({"steps": [{"step": "1", "start_us": 5.0, "end_us": 6.0}]}, "not an integer"),
+        ({"data_waits": {}}, "'data_waits' is not a list"),
+    ],
+)
+def test_bad_markers_name_the_problem(tmp_path: Path, over: dict, problem: str) -> None:
+    with pytest.raises(ParseError, match=problem):
+        read_markers(_markers(tmp_path, **over), 0)
+
+
+def test_runtime_and_reader_agree_on_the_format() -> None:
+    # the runtime runs in the job's Python without msdiag: it carries its own copy of the constants
+    assert runtime.MARKERS_FILE == msdiag_markers.MARKERS_FILE
+    assert runtime.MARKERS_FORMAT == msdiag_markers.MARKERS_FORMAT
+    assert runtime.MARKERS_VERSION == msdiag_markers.MARKERS_VERSION
+
+
+def test_runtime_imports_only_the_standard_library() -> None:
+    src = (REPO / "msdiag" / "capture" / "runtime.py").read_text()
+    assert "import msdiag" not in src and "from msdiag" not in src
+
+
+def test_sample_steps_come_from_msdiag_markers() -> None:
+    """sample_traces/train_small_cpu (msdiag capture of train_small.py, 20 steps, default window):
+    steps 4-8 are recorded (skip 2 + warm-up 1), each marked by the dataset fetch that starts it."""
+    a = analyze(SAMPLE_TRACES / "train_small_cpu", Options(jobs=1))
+    assert list(a.steps["step"]) == WINDOW
+    rd = a.capture.ranks[0]
+    assert rd.meta["steps_from"] == "ProfilerStep#N markers"
+    assert "msdiag_steps.json" in rd.meta["step_source"]
+    assert a.steps["data_wait_us"].notna().all()
+    src = {s.name: s for s in rd.sources}
+    assert src["msdiag_steps.json"].status == "present"
+    assert src["minddata_pipeline_raw_0.csv"].status == "present"
+
+
+# ---- the runner and the bootstrap (no MindSpore) -----------------------------------------------
+
+
+def test_exit_codes_follow_the_shell() -> None:
+    assert runner._exit_code(3) == 3
+    assert runner._exit_code(-15) == 143  # killed by SIGTERM
+
+
+def test_job_python_from_command_or_shebang(tmp_path: Path) -> None:
+    assert runner._job_python([sys.executable, "x.py"]) == sys.executable
+    script = tmp_path / "launcher"
+    script.write_text(f"#!{sys.executable}\nprint(1)\n")
+    script.chmod(0o755)
+    assert runner._job_python([str(script)]) == sys.executable
+    sh = tmp_path / "run.sh"
+    sh.write_text("#!/bin/sh\necho hi\n")
+    sh.chmod(0o755)
+    assert runner._job_python([str(sh)]) is None
+
+
+def test_child_env(tmp_path: Path) -> None:
+    opts = runner.CaptureOptions(out=tmp_path / "cap")
+    env, problems = runner.child_env(opts, tmp_path / "boot", {"PYTHONPATH": "/a", "MS_PROFILER_OPTIONS": "{}", runtime.OWNER_ENV: "1"})
+    assert env["PYTHONPATH"] == os.pathsep.join([str(tmp_path / "boot"), "/a"])
+    assert "MS_PROFILER_OPTIONS" not in env and runtime.OWNER_ENV not in env
+    assert problems and "MS_PROFILER_OPTIONS" in problems[0]
+    cfg = json.loads(env[runtime.CONFIG_ENV])
+    assert (cfg["skip"], cfg["warmup"], cfg["steps"]) == (2, 1, 5)
+    assert Path(cfg["out"]).is_absolute()
+
+
+def test_bootstrap_chains_to_the_sitecustomize_it_shadows(tmp_path: Path) -> None:
+    boot = runner._bootstrap_dir()
+    try:
+        other = tmp_path / "other"
+        other.mkdir()
+        (other / "sitecustomize.py").write_text("import os\nos.environ['CHAINED'] = 'yes'\n")
+        cfg = {"out": str(tmp_path / "cap")}
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(boot), str(other)]), MSDIAG_CAPTURE=json.dumps(cfg))
+        env.pop(runtime.OWNER_ENV, None)
+        code = "import os, sys; print(os.environ.get('CHAINED'), '_msdiag_capture_runtime' in sys.modules)"
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+        assert r.stdout.split() == ["yes", "True"]
+        # the process claimed the capture and wrote its state; MindSpore was never imported
+        [state] = (tmp_path / "cap" / ".msdiag").glob("pid_*.json")
+        doc = json.loads(state.read_text())
+        assert doc["state"] == "waiting" and doc["mindspore_imported"] is False
+    finally:
+        import shutil
+
+        shutil.rmtree(boot)
+
+
+def _msdiag(args: list[str], cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])  # python, msrun
+    for k in (runtime.CONFIG_ENV, runtime.OWNER_ENV, runtime.WORKER_OWNER_ENV):
+        env.pop(k, None)
+    return subprocess.run(
+        [sys.executable, "-m", "msdiag.cli", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def test_mindspore_missing_gives_the_install_command(tmp_path: Path) -> None:
+    # a Python that cannot import MindSpore: this interpreter without site-packages (-S)
+    fake = tmp_path / "bin" / "python3"
+    fake.parent.mkdir()
+    fake.write_text(f'#!/bin/sh\nexec "{sys.executable}" -S "$@"\n')
+    fake.chmod(0o755)
+    r = _msdiag(["capture", "--out", "cap", "--", str(fake), "-c", "import mindspore"], tmp_path)
+    assert r.returncode == 2, r.stderr
+    assert "MindSpore is not importable by the job's Python" in r.stderr
+    assert "pip install 'msdiag[capture]'" in r.stderr
+    assert not (tmp_path / "cap" / "manifest.json").exists()  # the job never ran
+
+
+def test_command_not_found(tmp_path: Path) -> None:
+    r = _msdiag(["capture", "--out", "cap", "--", "no-such-command-xyz"], tmp_path)
+    assert r.returncode == 2 and "command not found" in r.stderr
+
+
+# ---- real captures with MindSpore on CPU ------------------------------------------------------
+
+
+def _capture(tmp_path: Path, name: str, job: list[str], *opts: str, timeout: float = 240) -> tuple[subprocess.CompletedProcess, Path, dict]:
+    out = tmp_path / name
+    r = _msdiag(["capture", "--out", str(out), "--jobs", "1", *opts, "--", *job], tmp_path, timeout)
+    manifest = json.loads((out / "manifest.json").read_text()) if (out / "manifest.json").exists() else {}
+    return r, out, manifest
+
+
+def _analysis(out: Path) -> Any:
+    return analyze(out, Options(jobs=1))
+
+
+def _window_from_markers(a: Any, manifest: dict, steps: list[int] = WINDOW) -> None:
+    """Steps were found from msdiag's markers (not from repetition) and are the recorded window."""
+    for r in manifest["ranks"]:
+        assert r["state"] == "captured" and r["captured_steps"] == steps
+    for rd in a.capture.ranks:
+        assert rd.meta["steps_from"] == "ProfilerStep#N markers"
+        assert "msdiag_steps.json" in rd.meta["step_source"]
+    for _, g in a.steps.groupby("rank"):
+        assert list(g["step"]) == steps
+
+
+@pytest.mark.mindspore
+@needs_mindspore
+def test_data_bound_waits_on_data_and_the_fixed_job_does_not(tmp_path: Path) -> None:
+    job = [sys.executable, str(EXAMPLES / "data_bound.py"), "--steps", "9"]
+    r, out, m = _capture(tmp_path, "bound", job, "--format", "json")
+    assert r.returncode == 0, r.stderr
+    assert m["exit_code"] == 0 and m["device"] == "CPU" and m["world_size"] == 1
+    assert m["ranks"][0]["steps_from"] == FETCH
+    assert "step 9/9" in r.stdout  # the job's output, then the report: one JSON line, the last
+    report = json.loads(r.stdout.strip().splitlines()[-1])
+    assert report["verdict"]["bottleneck"] == "data"
+    a = _analysis(out)
+    _window_from_markers(a, m)
+    bound = a.metrics["data_wait_share"].value
+    assert a.verdict["bottleneck"] == "data"
+    # MindData pipeline profiling was on: the pipeline's ops and queues are there
+    pipe = a.capture.ranks[0].table("data_pipeline")
+    assert {"Map", "Batch", "Generator"} <= set(pipe["op_type"].dropna())
+
+    r, out, m = _capture(tmp_path, "fixed", [sys.executable, str(EXAMPLES / "data_bound.py"), "--steps", "9", "--fixed"])
+    assert r.returncode == 0, r.stderr
+    fixed = _analysis(out).metrics["data_wait_share"].value
+    # data_bound: about 64 x 2 ms of loading per batch against ~30 ms of compute -> most of the step
+    # waits; fixed: the batch is ready -> a few %
+    assert bound > 0.5 and fixed < 0.2 and bound > 4 * fixed
+
+
+@pytest.mark.mindspore
+@needs_mindspore
+def test_compute_bound(tmp_path: Path) -> None:
+    html = tmp_path / "cb.html"
+    r, out, m = _capture(tmp_path, "cb", [sys.executable, str(EXAMPLES / "compute_bound.py"), "--steps", "9"], "--report", str(html))
+    assert r.returncode == 0, r.stderr
+    assert m["execution_mode"] == "graph"
+    assert "Verdict:" in r.stdout
+    assert html.exists() and "<svg" in html.read_text()  # --report: the HTML report as well
+    a = _analysis(out)
+    _window_from_markers(a, m)
+    assert a.verdict["bottleneck"] in ("compute", "balanced")
+    assert a.metrics["computing_share"].value > 0.7  # big MatMuls fill the step (~95% on an idle machine)
+    assert a.metrics["data_wait_share"].value < 0.05
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.mindspore
+@needs_mindspore
+def test_dp2_msrun_two_ranks_with_host_allreduce_and_stop_after(tmp_path: Path) -> None:
+    msrun = Path(sys.executable).parent / "msrun"
+    if not msrun.exists():
+        pytest.skip("msrun is not installed beside this Python")
+    job = [str(msrun), "--worker_num=2", "--local_worker_num=2", f"--master_port={_free_port()}", "--join=True",
+           str(EXAMPLES / "dp2_msrun.py"), "--steps", "20"]
+    r, out, m = _capture(tmp_path, "dp2", job, "--stop-after", timeout=300)
+    # --stop-after: both ranks stop at step 9 once steps 4-8 are written; msdiag exits 0
+    assert r.returncode == 0, r.stderr
+    assert m["stopped_by_msdiag"] is True and m["exit_code"] == 0
+    assert m["world_size"] == 2 and m["parallel"]["parallel_mode"] == "data_parallel"
+    assert sorted(x["rank"] for x in m["ranks"]) == [0, 1]
+    assert all(x["steps_seen"] == 9 for x in m["ranks"])
+    assert len({x["folder"] for x in m["ranks"]}) == 2  # one folder per rank
+    a = _analysis(out)
+    assert sorted(rd.rank for rd in a.capture.ranks) == [0, 1]
+    _window_from_markers(a, m)
+    for rd in a.capture.ranks:
+        k = rd.table("kernels")
+        comm = k[k["kind"] == "communication"]
+        assert len(comm) and comm["name"].str.contains("AllReduce").all()
+    assert (a.steps["communication_us"] > 0).all()
+
+
+@pytest.mark.mindspore
+@needs_mindspore
+def test_generate_kv_counts_each_top_level_call_as_a_step(tmp_path: Path) -> None:
+    # 1 request: 1 prefill + 9 decode calls = 10 calls of the decoder = 10 steps
+    job = [sys.executable, str(EXAMPLES / "generate_kv.py"), "--requests", "1", "--new-tokens", "9"]
+    r, out, m = _capture(tmp_path, "gen", job)
+    assert r.returncode == 0, r.stderr
+    assert m["ranks"][0]["steps_from"] == CELL
+    assert m["ranks"][0]["steps_seen"] == 10
+    a = _analysis(out)
+    _window_from_markers(a, m)
+    assert a.steps["data_wait_us"].isna().all()  # no dataset: no data wait measured
+
+
+JOB_EXITS = """
+import sys
+import numpy as np
+import mindspore, mindspore.dataset as ds
+from mindspore import nn
+mindspore.set_device("CPU")
+dense = nn.Dense(64, 10)
+net = nn.TrainOneStepCell(nn.WithLossCell(dense, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")),
+                          nn.Momentum(dense.trainable_params(), 0.1, 0.9))
+x = np.random.default_rng(0).standard_normal((640, 64)).astype(np.float32)
+y = (np.arange(640) % 10).astype(np.int32)
+for step, (bx, by) in enumerate(ds.NumpySlicesDataset({"x": x, "y": y}, shuffle=False).batch(32).create_tuple_iterator(num_epochs=1), 1):
+    print("step", step, float(net(bx, by).asnumpy()), flush=True)
+    if step == int(sys.argv[1]):
+        sys.exit(3)
+"""
+
+
+@pytest.mark.mindspore
+@needs_mindspore
+def test_failed_job_exit_code_and_partial_capture(tmp_path: Path) -> None:
+    job = tmp_path / "exits.py"
+    job.write_text(textwrap.dedent(JOB_EXITS))
+    # exits with 3 during step 6, inside the window (4-8): steps 4-6 are kept, step 6 ending at its
+    # last Cell call; msdiag exits 3 and analyzes them
+    r, out, m = _capture(tmp_path, "fail", [sys.executable, str(job), "6"])
+    assert r.returncode == 3, r.stderr
+    assert m["exit_code"] == 3 and m["job_returncode"] == 3
+    assert m["ranks"][0]["captured_steps"] == [4, 5, 6]
+    assert "3 of 5 steps captured" in r.stderr
+    assert "step 6 " in r.stdout  # the job's own output passed through
+    a = _analysis(out)
+    assert list(a.steps["step"]) == [4, 5, 6]
+    assert "Verdict:" in r.stdout
+
+    # exits before the window opens: nothing captured, said so, exit code still the job's
+    r, out, m = _capture(tmp_path, "early", [sys.executable, str(job), "2"])
+    assert r.returncode == 3
+    assert "the window opens at step 4" in r.stderr and "nothing was captured" in r.stderr
+
+
+@pytest.mark.mindspore
+@needs_mindspore
+def test_ctrl_c_is_forwarded_and_the_capture_kept(tmp_path: Path) -> None:
+    import signal
+    import time
+
+    job = tmp_path / "slow.py"
+    job.write_text(textwrap.dedent(JOB_EXITS).replace('flush=True)', 'flush=True); __import__("time").sleep(0.3)'))
+    env = dict(os.environ, PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
+    cmd = [sys.executable, "-m", "msdiag.cli", "capture", "--out", str(tmp_path / "int"), "--jobs", "1", "--",
+           sys.executable, str(job), "0"]
+    p = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    assert p.stdout is not None
+    for line in p.stdout:  # the job's own output, line by line
+        if line.startswith("step 6 ") or time.monotonic() > deadline:
+            break
+    p.send_signal(signal.SIGINT)  # not a terminal: msdiag forwards it to the job
+    out, err = p.communicate(timeout=120)
+    # MindSpore ends a job on SIGINT with SIGTERM (its own handler), as it does without msdiag:
+    # exit 128 + 15. The runtime closes the window on that SIGTERM first: steps 4-6 are kept.
+    assert p.returncode == 143, err
+    m = json.loads((tmp_path / "int" / "manifest.json").read_text())
+    assert m["exit_code"] == 143
+    assert m["ranks"][0]["captured_steps"][:3] == [4, 5, 6]
+    assert "Verdict:" in out
+
+
+JOB_NO_STEPS = """
+import time
+import numpy as np
+import mindspore
+from mindspore import Tensor, ops
+mindspore.set_device("CPU")
+x = Tensor(np.ones((64, 64), np.float32))
+t0 = time.time()
+while time.time() - t0 < 6:
+    ops.matmul(x, x).asnumpy()
+    time.sleep(0.01)
+"""
+
+
+@pytest.mark.mindspore
+@needs_mindspore
+def test_time_window_when_nothing_marks_steps(tmp_path: Path) -> None:
+    job = tmp_path / "no_steps.py"
+    job.write_text(textwrap.dedent(JOB_NO_STEPS))
+    r, out, m = _capture(tmp_path, "tw", [sys.executable, str(job)], "--wait-for-steps", "1", "--seconds", "2")
+    assert r.returncode == 0, r.stderr
+    assert m["window"]["mode"] == "time" and m["ranks"][0]["window_mode"] == "time"
+    assert "recorded a time window of 2 s" in r.stderr
+    a = _analysis(out)
+    assert any("time window" in n for n in a.capture.ranks[0].notes)
+    assert len(a.capture.ranks[0].table("kernels")) > 0

@@ -1,0 +1,300 @@
+"""Cluster scale: the rank cache, the reduction of ranks before they are gathered, the process pool,
+Dask, and the cluster views (rank table, link heatmap) on a synthetic job with one slow rank planted.
+
+The synthetic job is built by bench/cluster.py from the corpus (torchnpu-2rank-level1, rank 1) into
+tmp_path: 8 ranks x 3 steps; rank 5's compute kernels take 3x longer, so the others wait for it at
+the first allreduce of every step (3 late arrivals: 3 votes), and link 2-3's transit time is 2.5x
+(HCCS ~17 GB/s -> ~7 GB/s, under 0.8 x 18 GB/s: the slow link).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from msdiag.analysis import Options, analyze
+from msdiag.cli import main
+from msdiag.errors import InputError
+from msdiag.ingest import parallel
+from msdiag.ingest.cache import CACHE_FORMAT, default_dir
+from msdiag.ingest.loader import load
+from msdiag.metrics import reduce as reduce_mod
+from msdiag.metrics.reduce import reduce_rank
+from msdiag.report.data import build
+
+LEVEL1 = ("ascend", "torchnpu-2rank-level1")
+SLOW_RANK, SLOW_LINK = 5, "2-3 HCCS"
+
+
+def _report(path: Path, **opts: Any) -> dict[str, Any]:
+    return build(analyze(path, Options(jobs=1, **opts)))
+
+
+def _copy(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst, copy_function=shutil.copyfile)  # writable copies of the read-only corpus
+    for d, _, _ in os.walk(dst):
+        os.chmod(d, 0o755)
+    return dst
+
+
+def _entries(cache: Path) -> list[Path]:
+    return sorted(p.parent for p in cache.glob(f"msdiag-ranks-v{CACHE_FORMAT}/*/*/key.json"))
+
+
+# ---- the synthetic cluster ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def job8(corpus: Path, repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """8 ranks x 3 steps built from the corpus by bench/cluster.py, rank 5 slow, link 2-3 slow."""
+    spec = importlib.util.spec_from_file_location("msdiag_bench_cluster", repo / "bench" / "cluster.py")
+    assert spec and spec.loader
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    out = tmp_path_factory.mktemp("cluster") / "job8"
+    plan = bench.build(out, 8, 3, 20261129, 0.01, 3.0, 2.5, 1)
+    assert plan["slow_rank"] == SLOW_RANK and plan["slow_link"] == SLOW_LINK
+    return out
+
+
+@pytest.fixture(scope="module")
+def job8_report(job8: Path) -> dict[str, Any]:
+    return _report(job8)
+
+
+def test_slow_rank_and_link_found(job8_report: dict[str, Any]) -> None:
+    m = job8_report["metrics"]
+    assert m["slow_rank"] == SLOW_RANK  # voted late arriver at the first allreduce of each of 3 steps
+    assert m["slow_rank_votes"] == 3
+    assert m["slowest_rank_by_compute"] == SLOW_RANK
+    assert m["slow_link"] == SLOW_LINK
+    # tp2 x pp2 x dp2: rank 5 sits in stage 1, whose slowest rank computes ~3x stage 0's
+    assert m["stage_imbalance"] is not None and m["stage_imbalance"] > 0.5
+    assert all(c["ok"] for c in job8_report["checks"])  # step_trace_time.csv rebuilt consistently
+
+
+def test_rank_table(job8_report: dict[str, Any]) -> None:
+    rows = job8_report["rank_table"]
+    assert [r["rank"] for r in rows] == list(range(8))
+    assert set(rows[0]) == {
+        "rank", "node", "stage", "steps", "step_time_us", "computing_us", "communication_exposed_us", "free_us",
+        "wait_ratio", "sync_ratio", "slow_rank_votes",
+    }  # fmt: skip
+    slow = rows[SLOW_RANK]
+    others = [r for r in rows if r["rank"] != SLOW_RANK]
+    assert slow["slow_rank_votes"] == 3 and all(r["slow_rank_votes"] == 0 for r in others)
+    assert all(r["steps"] == 3 and r["node"] == 0 for r in rows)
+    assert [r["stage"] for r in rows] == [0, 0, 0, 0, 1, 1, 1, 1]
+    # the slow rank computes ~3x as long; the others wait for it (their sync ratio is high, its own is not)
+    assert slow["computing_us"] > 2.5 * max(r["computing_us"] for r in others)
+    assert slow["sync_ratio"] < 0.1 < min(r["sync_ratio"] for r in others)
+    # everyone's step lasts as long: the collectives end together
+    assert max(r["step_time_us"] for r in rows) == pytest.approx(min(r["step_time_us"] for r in rows), rel=1e-3)
+
+
+def test_link_heatmap(job8_report: dict[str, Any]) -> None:
+    hm = job8_report["link_heatmap"]
+    assert hm["columns"] == ["src", "dst", "transport", "size_mb", "bandwidth_gbps"]
+    (grp,) = hm["groups"]
+    assert grp["group_name"] == "default_group" and grp["global_ranks"] == list(range(8))
+    bw = {(s, d): b for s, d, t, _, b in grp["rows"]}
+    assert len(bw) == 8 * 7  # every rank's links to its 7 peers (on-chip LOCAL left out)
+    slow = bw.pop((2, 3))
+    assert slow < 0.8 * 18 and min(bw.values()) > 0.8 * 18
+
+
+def test_pool_equals_in_process(job8: Path, job8_report: dict[str, Any]) -> None:
+    a = analyze(job8, Options(jobs=2))
+    assert a.capture.ingest["executor"] == "process-pool"
+    assert os.getpid() not in {int(w.rsplit(":", 1)[1]) for w in a.capture.ingest["read_by"].values()}
+    rep = build(a)
+    rep["options"]["jobs"] = 1
+    assert rep == job8_report
+
+
+# ---- the reduction -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        ("ascend", "torchnpu-2rank-level1"),
+        ("ascend", "torchnpu-2rank-level0"),
+        ("ascend", "torchnpu-2rank-p2p-2024"),
+        ("ascend", "torchnpu-2rank-level1-db"),
+        ("mindspore-cpu", "msrun_dp2_pynative"),
+        ("mindspore-legacy", "hccl-one-allreduce"),
+    ],
+)
+def test_reduction_changes_no_result(corpus: Path, where: tuple[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the workers drop (host events but one per name, overlap lanes, unread counters) changes nothing."""
+    path = corpus.joinpath(*where)
+    reduced = _report(path)
+    monkeypatch.setattr(reduce_mod, "reduce_rank", lambda rd: rd)
+    assert _report(path) == reduced
+
+
+def test_reduction_drops_rows(corpus: Path) -> None:
+    full = load(corpus.joinpath(*LEVEL1), jobs=1)
+    red = load(corpus.joinpath(*LEVEL1), jobs=1, reduce=reduce_rank)
+    for f, r in zip(full.ranks, red.ranks):
+        tl_f, tl_r = f.tables["timeline"], r.tables["timeline"]
+        assert len(tl_r) < 0.5 * len(tl_f)
+        assert set(tl_r["lane"]) == set(tl_f["lane"]) - {"overlap"}
+        host_f, host_r = tl_f[tl_f["lane"] == "host"], tl_r[tl_r["lane"] == "host"]
+        assert set(host_r["name"]) == set(host_f["name"])  # every distinct host name kept
+        assert set(r.tables["counters"]["track"]) == {"AI Core Freq"}
+        assert len(r.tables["steps"]) == 1  # the rank's step rows, computed where it was read
+
+
+# ---- the cache -----------------------------------------------------------------------------------
+
+
+def test_cache_hit_is_identical(corpus: Path, tmp_path: Path) -> None:
+    path = corpus.joinpath(*LEVEL1)
+    cache = tmp_path / "cache"
+    plain = analyze(path, Options(jobs=1))
+    cold = analyze(path, Options(jobs=1, cache=str(cache)))
+    assert cold.capture.ingest["cache"]["misses"] == 2 and cold.capture.ingest["cache"]["written"] == 2
+    assert len(_entries(cache)) == 2
+    warm = analyze(path, Options(jobs=1, cache=str(cache)))
+    assert warm.capture.ingest["cache"]["hits"] == 2 and warm.capture.ingest["executor"] == "cache"
+    assert set(warm.capture.ingest["read_by"].values()) == {"cache"}
+    assert build(warm) == build(cold) == build(plain)
+    # every table comes back with its rows and dtypes
+    for a, b in zip(cold.capture.ranks, warm.capture.ranks):
+        assert a.tables.keys() == b.tables.keys() and a.meta == b.meta and a.sources == b.sources and a.notes == b.notes
+        for name in a.tables:
+            pd.testing.assert_frame_equal(a.tables[name], b.tables[name], check_exact=True)
+
+
+def test_cache_invalidated_by_size_or_mtime(corpus: Path, tmp_path: Path) -> None:
+    cap = _copy(corpus.joinpath(*LEVEL1), tmp_path / "cap")
+    cache = tmp_path / "cache"
+    first = analyze(cap, Options(jobs=1, cache=str(cache)))
+    assert first.capture.ingest["cache"]["written"] == 2
+
+    f = cap / "rank1_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "op_statistic.csv"
+    st = f.stat()
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns + 5_000_000_000))  # touched: same bytes, newer mtime
+    again = load(cap, jobs=1, cache=cache, reduce=reduce_rank).ingest["cache"]
+    assert (again["hits"], again["misses"], again["written"]) == (1, 1, 1)
+
+    meta = cap / "rank0_ascend_pt" / "profiler_metadata.json"
+    st = meta.stat()
+    meta.write_text(meta.read_text() + "\n")  # one byte more, mtime put back: the size tells
+    os.utime(meta, ns=(st.st_atime_ns, st.st_mtime_ns))
+    again = load(cap, jobs=1, cache=cache, reduce=reduce_rank).ingest["cache"]
+    assert (again["hits"], again["misses"]) == (1, 1)
+    assert len(_entries(cache)) == 2  # one entry per rank folder: rewritten, not piled up
+    assert load(cap, jobs=1, cache=cache, reduce=reduce_rank).ingest["cache"]["hits"] == 2
+
+
+@pytest.mark.parametrize("damage", ["parquet", "rank.json", "key.json", "missing table"])
+def test_corrupt_entry_is_rebuilt(corpus: Path, tmp_path: Path, damage: str) -> None:
+    path = corpus.joinpath(*LEVEL1)
+    cache = tmp_path / "cache"
+    expected = _report(path, cache=str(cache))
+    entry = _entries(cache)[0]
+    if damage == "parquet":
+        p = entry / "kernels.parquet"
+        p.write_bytes(p.read_bytes()[:100])  # truncated
+    elif damage == "rank.json":
+        (entry / "rank.json").write_text("{not json")
+    elif damage == "key.json":
+        (entry / "key.json").write_bytes(b"\x00\xff garbage")
+    else:
+        (entry / "comm_ops.parquet").unlink()
+    a = analyze(path, Options(jobs=1, cache=str(cache)))
+    st = a.capture.ingest["cache"]
+    assert st["hits"] == 1 and st["misses"] == 1 and st["written"] == 1
+    if damage != "key.json":  # an unreadable key is simply not a match
+        assert len(st["ignored"]) == 1
+    assert build(a) == expected
+    assert load(path, jobs=1, cache=cache, reduce=reduce_rank).ingest["cache"]["hits"] == 2
+
+
+def test_cli_cache_default_and_no_cache(corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.delenv("MSDIAG_HOME", raising=False)
+    assert default_dir() == tmp_path / "xdg" / "msdiag"
+    path = str(corpus.joinpath(*LEVEL1))
+    r = CliRunner().invoke(main, ["analyze", path, "--format", "json", "--jobs", "1", "--no-cache"])
+    assert r.exit_code == 0, r.stderr
+    assert not (tmp_path / "xdg").exists()  # --no-cache: nothing written
+    r2 = CliRunner().invoke(main, ["analyze", path, "--format", "json", "--jobs", "1"])
+    assert r2.exit_code == 0, r2.stderr
+    assert len(_entries(tmp_path / "xdg" / "msdiag")) == 2  # the default: the user's cache folder
+    assert json.loads(r2.stdout) == json.loads(r.stdout)
+    r3 = CliRunner().invoke(main, ["analyze", path, "--cache", str(tmp_path / "c"), "--no-cache"])
+    assert r3.exit_code == 2 and "exclude each other" in r3.output
+    monkeypatch.setenv("MSDIAG_HOME", str(tmp_path / "home"))
+    assert default_dir() == tmp_path / "home" / "cache"
+
+
+def test_cache_never_inside_the_capture(corpus: Path, tmp_path: Path) -> None:
+    cap = _copy(corpus.joinpath(*LEVEL1), tmp_path / "cap")
+    before = sorted(str(p) for p in cap.rglob("*"))
+    for inside in (cap / "cache", cap / "rank0_ascend_pt" / "c"):
+        r = CliRunner().invoke(main, ["analyze", str(cap), "--cache", str(inside)])
+        assert r.exit_code == 2
+        assert "msdiag never writes into a capture" in r.stderr
+    assert sorted(str(p) for p in cap.rglob("*")) == before
+    with pytest.raises(InputError):
+        load(cap / "rank0_ascend_pt", cache=cap / "rank0_ascend_pt" / "x")
+
+
+# ---- Dask ------------------------------------------------------------------------------------------
+
+
+def test_scheduler_without_dask_says_how_to_install(corpus: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "distributed", None)  # import distributed -> ImportError
+    r = CliRunner().invoke(main, ["analyze", str(corpus.joinpath(*LEVEL1)), "--no-cache", "--scheduler", "tcp://127.0.0.1:8786"])
+    assert r.exit_code == 2
+    assert "pip install 'msdiag[cluster]'" in r.stderr
+
+
+@pytest.fixture(scope="module")
+def dask_cluster() -> Any:
+    distributed = pytest.importorskip("distributed", reason="Dask is not installed: pip install 'msdiag[cluster]'")
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None
+    ) as cluster, distributed.Client(cluster) as client:
+        yield cluster, client
+
+
+@pytest.mark.dask
+def test_dask_equals_local_and_runs_on_workers(job8: Path, job8_report: dict[str, Any], dask_cluster: Any, tmp_path: Path) -> None:
+    cluster, client = dask_cluster
+    workers = set(client.run(os.getpid).values())
+    assert len(workers) == 2 and os.getpid() not in workers
+    cache = tmp_path / "cache"
+    a = analyze(job8, Options(jobs=1, scheduler=cluster.scheduler_address, cache=str(cache)))
+    ing = a.capture.ingest
+    assert ing["executor"] == "dask"
+    pids = {int(w.rsplit(":", 1)[1]) for w in ing["read_by"].values()}
+    assert pids <= workers and len(ing["read_by"]) == 8  # every rank read on a Dask worker
+    assert ing["cache"]["written"] == 8  # entries written here, from what the workers sent back
+    rep = build(a)
+    assert rep["options"]["scheduler"] == cluster.scheduler_address
+    rep["options"]["scheduler"] = None
+    assert rep == job8_report
+    warm = analyze(job8, Options(jobs=1, scheduler=cluster.scheduler_address, cache=str(cache)))
+    assert warm.capture.ingest["cache"]["hits"] == 8
+
+
+@pytest.mark.dask
+def test_dask_unreachable_scheduler(corpus: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("distributed", reason="Dask is not installed: pip install 'msdiag[cluster]'")
+    monkeypatch.setattr(parallel, "DASK_TIMEOUT_S", 2)
+    with pytest.raises(InputError, match="no Dask scheduler answers"):
+        analyze(corpus.joinpath(*LEVEL1), Options(jobs=1, scheduler="tcp://127.0.0.1:9"))
