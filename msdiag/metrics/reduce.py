@@ -3,8 +3,8 @@
 A rank's tables are read where the rank is parsed (a pool worker, a Dask worker) and only what
 the metrics and the report read is sent back, so that the memory of the process holding every rank
 grows with the ops the analysis needs, not with the size of the traces. What is dropped, and why
-no result changes (tests/test_cluster.py compares the report of every corpus capture with and
-without this reduction):
+no result changes (tests/test_cluster.py compares the report of corpus captures of every format
+family with and without this reduction):
 
 - timeline, lane ``host``: the step breakdown reads the host events whose names are dataset waits
   (``breakdown.DATA_WAIT_PATTERN``), whole; every other host event is read only by its name
