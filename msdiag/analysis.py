@@ -226,7 +226,9 @@ def analyze(path: str | Path, options: Options | None = None) -> Analysis:
     metrics = compute_all(ctx)
     if inference.workload(ctx):
         identity["workload"] = inference.workload(ctx)
-    verdict, findings, skipped = diagnose({k: v.value for k, v in metrics.items()}, opts)
+    verdict, findings, skipped = diagnose(
+        {k: v.value for k, v in metrics.items()}, opts, {k: v.reason for k, v in metrics.items() if v.reason}
+    )
     from msdiag.metrics import cluster
 
     views = {
@@ -250,14 +252,24 @@ def analyze(path: str | Path, options: Options | None = None) -> Analysis:
     )
 
 
-def diagnose(values: dict[str, Any], opts: Options) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
-    """Rules against the metrics: the verdict, findings (most severe first) and skipped rules."""
+def diagnose(
+    values: dict[str, Any], opts: Options, reasons: dict[str, str] | None = None
+) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
+    """Rules against the metrics: the verdict, findings (most severe first) and skipped rules.
+
+    ``reasons``: why a null metric is null, quoted in a skipped rule's reason.
+    """
     rules = load_rules(opts.rules_dirs)
     params = apply_overrides(rules, opts.overrides)
     outcomes = evaluate(rules, values, params)
     fired = [o for o in outcomes if o.status == "fired"]
     fired.sort(key=lambda o: (-SEVERITY_RANK[o.severity or "info"], o.rule.category, o.rule.id))
-    skipped = [{"rule_id": o.rule.id, "reason": o.reason} for o in outcomes if o.status == "skipped"]
+    why = reasons or {}
+    skipped = [
+        {"rule_id": o.rule.id, "reason": f"{o.reason}: {why[o.missing]}" if o.missing in why else o.reason}
+        for o in outcomes
+        if o.status == "skipped"
+    ]
     return verdict(outcomes, values), [finding(o) for o in fired], skipped
 
 

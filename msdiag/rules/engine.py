@@ -31,6 +31,7 @@ class Outcome:
     message: str | None = None
     evidence: dict[str, Any] | None = None
     suggestions: list[dict[str, Any]] | None = None
+    missing: str | None = None  # the null metric that made the rule skip
 
 
 def _compare(c: Mapping[str, Any], metrics: Mapping[str, Any], params: Mapping[str, float]) -> bool:
@@ -130,7 +131,7 @@ def evaluate_rule(rule: Rule, metrics: Mapping[str, Any], params: Mapping[str, f
     try:
         fired = holds(rule.condition, metrics, params)
     except _Missing as e:
-        return Outcome(rule, "skipped", reason=f"metric {e.metric} is not available")
+        return Outcome(rule, "skipped", reason=f"metric {e.metric} is not available", missing=e.metric)
     if not fired:
         return Outcome(rule, "quiet")
     severity = rule.severity
