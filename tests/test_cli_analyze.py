@@ -216,3 +216,21 @@ def test_parallel_read_equals_serial(corpus: Path) -> None:
     parallel = json.loads(out)
     parallel["options"]["jobs"] = serial["options"]["jobs"]
     assert parallel == serial
+
+
+def test_one_broken_rank_of_two_is_left_out_with_a_note(corpus: Path, tmp_path: Path) -> None:
+    """A job killed mid-capture leaves one rank broken: the other ranks are still analyzed."""
+    for r in (0, 1):
+        src = corpus / f"ascend/torchnpu-2rank-level1/rank{r}_ascend_pt"
+        shutil.copytree(src, tmp_path / src.name)
+    for p in tmp_path.rglob("*"):
+        os.chmod(p, 0o755 if p.is_dir() else 0o644)
+    tv = tmp_path / "rank1_ascend_pt/ASCEND_PROFILER_OUTPUT/trace_view.json"
+    tv.write_bytes(tv.read_bytes()[:5000])
+    rep = analyze_json(tmp_path)
+    assert [r["rank"] for r in rep["ranks"]] == [0]
+    assert any(n.startswith("rank 1 left out") and "trace_view.json" in n for n in rep["notes"])
+    # every rank broken: an error, exit 2
+    tv0 = tmp_path / "rank0_ascend_pt/ASCEND_PROFILER_OUTPUT/trace_view.json"
+    tv0.write_bytes(b"")
+    assert "trace_view.json" in _error(tmp_path)

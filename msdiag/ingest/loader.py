@@ -377,8 +377,32 @@ def load(
         except ImportError as e:  # a broken install: analyze without the cache, and say so
             rcache = None
             notes.append(f"the rank cache is not used: pyarrow cannot be imported ({e})")
-    ranks, info = parallel.read_ranks(disc.ranks, load_rank, jobs=jobs, cache=rcache, scheduler=scheduler, reduce=reduce)
+    # one broken rank of many (a job killed mid-capture) must not hide the others: it is left out
+    # with a note; a single rank, or every rank broken, is an error as before
+    reader = _load_rank_or_mark if len(disc.ranks) > 1 else load_rank
+    ranks, info = parallel.read_ranks(disc.ranks, reader, jobs=jobs, cache=rcache, scheduler=scheduler, reduce=reduce)
+    broken = [r for r in ranks if UNREADABLE in r.meta]
+    if broken and len(broken) == len(ranks):
+        first = broken[0]
+        raise InputError(first.meta[UNREADABLE][0], first.meta[UNREADABLE][1])
+    for r in broken:
+        where, problem = r.meta[UNREADABLE]
+        notes.append(f"rank {r.rank} left out: {where}: {problem}")
+    ranks = [r for r in ranks if UNREADABLE not in r.meta]
     return Capture(path=str(disc.root), ranks=ranks, notes=notes, ingest=info)
+
+
+UNREADABLE = "unreadable"
+
+
+def _load_rank_or_mark(rd_dir: RankDir) -> RankData:
+    """load_rank, but a rank whose files are broken comes back marked instead of raising."""
+    try:
+        return load_rank(rd_dir)
+    except InputError as e:
+        rd = RankData(rank=rd_dir.rank, family=rd_dir.family, path=str(rd_dir.path))
+        rd.meta[UNREADABLE] = (e.path, e.problem)
+        return rd
 
 
 def _open_cache(folder: str | Path, disc: Discovery, reduce: Callable[[RankData], RankData] | None) -> Any:
