@@ -47,10 +47,11 @@ class Spec:
 
     name: str  # file name pattern; {rank} is replaced by the rank id
     folder: str  # sub-folder of the rank folder
-    read: Reader
+    read: Reader | None  # reads the file into the rank (None: rows_of does)
     core: bool  # a core source that is present must parse, or the analysis stops
     absent_reason: Callable[[RankData], str]
     table: str | None = None  # the table whose rows the source adds (for the rows count)
+    rows_of: Callable[[Path, int], pd.DataFrame] | None = None  # a plain reader: its rows go to `table`
 
 
 def _put(rd: RankData, table: str, df: pd.DataFrame) -> None:
@@ -90,30 +91,10 @@ def _communication(p: Path, rd: RankData) -> None:
     _put(rd, "comm_transport", transport)
 
 
-def _communication_matrix(p: Path, rd: RankData) -> None:
-    _put(rd, "comm_links", communication.read_communication_matrix(p, rd.rank))
-
-
-def _op_statistic(p: Path, rd: RankData) -> None:
-    _put(rd, "op_stats", ascend_csv.read_op_statistic(p, rd.rank))
-
-
 def _memory_record(p: Path, rd: RankData) -> None:
     df, notes = ascend_csv.read_memory_record(p, rd.rank)
     _put(rd, "memory", df)
     rd.notes.extend(notes)
-
-
-def _npu_module_mem(p: Path, rd: RankData) -> None:
-    _put(rd, "memory", ascend_csv.read_npu_module_mem(p, rd.rank))
-
-
-def _operator_memory(p: Path, rd: RankData) -> None:
-    _put(rd, "memory_allocs", ascend_csv.read_operator_memory(p, rd.rank))
-
-
-def _static_op_mem(p: Path, rd: RankData) -> None:
-    _put(rd, "memory_allocs", ascend_csv.read_static_op_mem(p, rd.rank))
 
 
 def _dataset_csv(p: Path, rd: RankData) -> None:
@@ -146,18 +127,6 @@ def _msdiag_markers(p: Path, rd: RankData) -> None:
     if (doc.get("window") or {}).get("mode") == "time":
         rd.notes.append(f"{p.name}: nothing marked steps when the job was captured: msdiag capture recorded a time window")
     _put(rd, "timeline", rows)
-
-
-def _cpu_framework(p: Path, rd: RankData) -> None:
-    _put(rd, "host_shapes", mindspore_cpu.read_cpu_framework(p, rd.rank))
-
-
-def _cpu_memory(p: Path, rd: RankData) -> None:
-    _put(rd, "memory", mindspore_cpu.read_cpu_memory_record(p, rd.rank))
-
-
-def _cpu_op_type_info(p: Path, rd: RankData) -> None:
-    _put(rd, "op_stats", mindspore_cpu.read_cpu_op_type_info(p, rd.rank))
 
 
 def _cpu_op_timestamps(p: Path, rd: RankData) -> None:
@@ -227,13 +196,13 @@ ASCEND_SOURCES: list[Spec] = [
     Spec("step_trace_time.csv", "ASCEND_PROFILER_OUTPUT", _step_trace_time, True, _why(
         "no step_trace_time.csv: the profiler's own step breakdown is not there to cross-check"), table="profiler_steps"),
     Spec("communication.json", "ASCEND_PROFILER_OUTPUT", _communication, False, _why_comm, table="comm_ops"),
-    Spec("communication_matrix.json", "ASCEND_PROFILER_OUTPUT", _communication_matrix, False, _why_comm, table="comm_links"),
-    Spec("op_statistic.csv", "ASCEND_PROFILER_OUTPUT", _op_statistic, False, _why_statistic, table="op_stats"),
+    Spec("communication_matrix.json", "ASCEND_PROFILER_OUTPUT", None, False, _why_comm, table="comm_links", rows_of=communication.read_communication_matrix),
+    Spec("op_statistic.csv", "ASCEND_PROFILER_OUTPUT", None, False, _why_statistic, table="op_stats", rows_of=ascend_csv.read_op_statistic),
     Spec("memory_record.csv", "ASCEND_PROFILER_OUTPUT", _memory_record, False, _why_memory, table="memory"),
-    Spec("operator_memory.csv", "ASCEND_PROFILER_OUTPUT", _operator_memory, False, _why_memory, table="memory_allocs"),
-    Spec("npu_module_mem.csv", "ASCEND_PROFILER_OUTPUT", _npu_module_mem, False, _why_memory, table="memory"),
-    Spec("static_op_mem.csv", "ASCEND_PROFILER_OUTPUT", _static_op_mem, False, _why(
-        "written only for static graphs compiled by GE (graph mode with memory profiling)"), table="memory_allocs"),
+    Spec("operator_memory.csv", "ASCEND_PROFILER_OUTPUT", None, False, _why_memory, table="memory_allocs", rows_of=ascend_csv.read_operator_memory),
+    Spec("npu_module_mem.csv", "ASCEND_PROFILER_OUTPUT", None, False, _why_memory, table="memory", rows_of=ascend_csv.read_npu_module_mem),
+    Spec("static_op_mem.csv", "ASCEND_PROFILER_OUTPUT", None, False, _why(
+        "written only for static graphs compiled by GE (graph mode with memory profiling)"), table="memory_allocs", rows_of=ascend_csv.read_static_op_mem),
     Spec("dataset.csv", "ASCEND_PROFILER_OUTPUT", _dataset_csv, False, _why_dataset, table="dataset_stages"),
     Spec("minddata_pipeline_raw_{rank}.csv", "ASCEND_PROFILER_OUTPUT", _minddata, False, _why_minddata, table="data_pipeline"),
     Spec(msdiag_markers.MARKERS_FILE, ".", _msdiag_markers, False, _why(
@@ -247,12 +216,12 @@ CPU_SOURCES: list[Spec] = [
         "no trace_view.json: host ops come from FRAMEWORK/cpu_op_execute_timestamp"), table="timeline"),
     Spec("cpu_op_execute_timestamp_{rank}.txt", "FRAMEWORK", _cpu_op_timestamps, False, _why(
         "no cpu_op_execute_timestamp file"), table="kernels"),
-    Spec("cpu_framework_{rank}.txt", "FRAMEWORK", _cpu_framework, False, _why(
-        "no cpu_framework file: op input shapes unknown (FLOPs from shapes unavailable)"), table="host_shapes"),
-    Spec("cpu_op_type_info_{rank}.csv", "FRAMEWORK", _cpu_op_type_info, False, _why(
-        "no cpu_op_type_info file"), table="op_stats"),
-    Spec("cpu_ms_memory_record_{rank}.txt", "FRAMEWORK", _cpu_memory, False, _why(
-        "profile_memory was off in this capture"), table="memory"),
+    Spec("cpu_framework_{rank}.txt", "FRAMEWORK", None, False, _why(
+        "no cpu_framework file: op input shapes unknown (FLOPs from shapes unavailable)"), table="host_shapes", rows_of=mindspore_cpu.read_cpu_framework),
+    Spec("cpu_op_type_info_{rank}.csv", "FRAMEWORK", None, False, _why(
+        "no cpu_op_type_info file"), table="op_stats", rows_of=mindspore_cpu.read_cpu_op_type_info),
+    Spec("cpu_ms_memory_record_{rank}.txt", "FRAMEWORK", None, False, _why(
+        "profile_memory was off in this capture"), table="memory", rows_of=mindspore_cpu.read_cpu_memory_record),
     Spec("minddata_pipeline_raw_{rank}.csv", "ASCEND_PROFILER_OUTPUT", _minddata, False, _why(
         "no MindData pipeline profile: no mindspore.dataset pipeline ran, or MindData profiling was off "
         "(data_process has no effect on CPU; msdiag capture turns it on)"),
@@ -315,7 +284,11 @@ def load_rank(rd_dir: RankDir) -> RankData:
             continue
         before = _rows_of(spec, rd) or 0
         try:
-            spec.read(p, rd)
+            if spec.read is not None:
+                spec.read(p, rd)
+            else:
+                assert spec.rows_of is not None and spec.table is not None
+                _put(rd, spec.table, spec.rows_of(p, rd.rank))
         except ParseError as e:
             if spec.core:
                 raise
