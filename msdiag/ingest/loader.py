@@ -213,7 +213,7 @@ CPU_SOURCES: list[Spec] = [
     Spec("profiler_metadata.json", ".", _profiler_metadata, False, _why(
         "no profiler_metadata.json (written only when the job calls add_metadata)")),
     Spec("trace_view.json", "ASCEND_PROFILER_OUTPUT", _trace_view, True, _why(
-        "no trace_view.json: host ops come from FRAMEWORK/cpu_op_execute_timestamp"), table="timeline"),
+        "no trace_view.json: host ops come from FRAMEWORK/cpu_op_execute_timestamp"), table="kernels"),  # its host ops
     Spec("cpu_op_execute_timestamp_{rank}.txt", "FRAMEWORK", _cpu_op_timestamps, False, _why(
         "no cpu_op_execute_timestamp file"), table="kernels"),
     Spec("cpu_framework_{rank}.txt", "FRAMEWORK", None, False, _why(
