@@ -12,6 +12,7 @@ This module imports nothing from msdiag.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -364,6 +365,130 @@ class Source:
         }
 
 
+@dataclass(frozen=True)
+class ParallelLayout:
+    """A job's parallel sizes (Megatron-style ``distributed_args``); a size not recorded is None."""
+
+    tp: int | None = None
+    pp: int | None = None
+    dp: int | None = None
+    cp: int | None = None
+    ep: int | None = None
+    world_size: int | None = None
+    rank: int | None = None  # the rank that wrote the args
+
+    def as_dict(self) -> dict[str, int | None]:
+        """The sizes as the JSON contract's ``capture.parallel`` shows them."""
+        return dataclasses.asdict(self)
+
+    def coordinates(self, rank: int) -> dict[str, int]:
+        """Where a global rank sits in the grid: tp_index, cp_index, dp_index, pp_index, ep_index.
+
+        Megatron-LM's default order ``tp-cp-ep-dp-pp``: tp varies fastest and pp slowest (ep is laid
+        out inside dp x cp for the expert layers), i.e. rank = tp_i + tp*(cp_i + cp*(dp_i + dp*pp_i)).
+        msprof-analyze's ParallelStrategyCalculator gives the same DP/PP/TP indices when cp = 1.
+        Raises ValueError when tp, pp or dp is unknown, the sizes do not multiply to world_size, or
+        the rank is outside the world.
+        """
+        tp, pp, dp = self.tp, self.pp, self.dp
+        cp = self.cp or 1
+        ep = self.ep or 1
+        if not tp or not pp or not dp or tp < 1 or pp < 1 or dp < 1:
+            raise ValueError(f"parallel sizes unknown or invalid (tp={tp}, pp={pp}, dp={dp}): cannot place ranks")
+        world = tp * cp * dp * pp
+        if self.world_size is not None and self.world_size != world:
+            raise ValueError(f"tp*cp*dp*pp = {tp}*{cp}*{dp}*{pp} = {world} but world_size is {self.world_size}")
+        if (dp * cp) % ep != 0:
+            raise ValueError(f"dp*cp = {dp * cp} is not divisible by ep = {ep}")
+        if not 0 <= rank < world:
+            raise ValueError(f"rank {rank} is outside the world of {world} ranks")
+        dp_cp = (rank // tp) % (cp * dp)
+        return {
+            "tp_index": rank % tp,
+            "cp_index": dp_cp % cp,
+            "dp_index": dp_cp // cp,
+            "pp_index": rank // (tp * cp * dp),
+            "ep_index": dp_cp % ep,
+        }
+
+
+@dataclass(frozen=True)
+class ParallelGroup:
+    """One communication group of profiler_metadata.json's parallel_group_info."""
+
+    group_id: str
+    group_name: str | None
+    group_rank: int | None
+    global_ranks: list[int | None] | None
+    hash: str  # group_hash(group_id): the text after '@' in communication op keys
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class RankInfo:
+    """What is known about a rank besides its tables: typed, filled by the readers (and the step
+    breakdown's ``steps_from``). Metrics and the report read this, never the profiler's raw JSON.
+    A value no file recorded is None."""
+
+    # how the rank was found and read
+    rank_from: str | None = None  # where the rank id came from
+    captured_ns: int | None = None  # capture time (folder name), for choosing the newest duplicate
+    kernels_from: str | None = None  # the source of the kernels table
+    step_source: str | None = None  # where the timeline's step markers came from
+    steps_from: str | None = None  # how the step breakdown found the steps (set by metrics/breakdown.py)
+    # the device (CANN info.json, the SQLite export's HOST_INFO / RANK_DEVICE_MAP)
+    device_id: int | None = None
+    host: str | None = None
+    ai_core_num: int | None = None
+    aic_frequency_mhz: float | None = None
+    info_json: str | None = None  # path of the CANN device_N/info.json.N read (the MFU peak)
+    # framework and profiler settings (profiler_info_N.json)
+    framework: str | None = None  # torch_npu | mindspore
+    info_format: str | None = None  # which profiler_info shape: torch_npu | mindspore | mindspore_legacy
+    framework_version: str | None = None
+    cann_version: str | None = None
+    profiler_level: str | None = None  # Level0, Level1, ...
+    aic_metrics: str | None = None  # MindSpore spelling: PipeUtilization, ..., "None" when off
+    export_type: list[str] | None = None  # ["text"], ["db"], ...
+    profile_memory: bool | None = None
+    context_mode: str | None = None  # graph | pynative
+    jit_level: str | None = None
+    # the parallel job
+    parallel_mode: str | None = None  # MindSpore 1.x-2.2: data_parallel, semi_auto_parallel, ...
+    cluster_mode: str | None = None  # the mode in an ascend_cluster_analyse file name
+    rank_size: int | None = None  # MindSpore 1.x-2.2 profiler_info / cluster file: ranks in the job
+    stage_num: int | None = None  # MindSpore 1.x-2.2: pipeline stages
+    layout: ParallelLayout | None = None  # profiler_metadata.json distributed_args (None: none recorded)
+    groups: list[ParallelGroup] | None = None  # parallel_group_info (None: no profiler_metadata.json)
+
+    def world_size(self) -> tuple[int, str] | None:
+        """The job's number of ranks as the profiler recorded it, with where it came from."""
+        ws = self.layout.world_size if self.layout is not None else None
+        if ws is not None and ws > 0:
+            return ws, "profiler_metadata.json distributed_args.world_size"
+        if self.rank_size is not None and self.rank_size > 0:
+            return self.rank_size, "profiler_info rank_size"
+        return None
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict (see :meth:`from_json`, which restores it exactly)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> RankInfo:
+        """The RankInfo of :meth:`to_json`'s dict; an unknown or missing key is a TypeError."""
+        d = dict(d)
+        if d.get("layout") is not None:
+            d["layout"] = ParallelLayout(**d["layout"])
+        if d.get("groups") is not None:
+            d["groups"] = [ParallelGroup(**g) for g in d["groups"]]
+        if {f.name for f in dataclasses.fields(cls)} != set(d):
+            raise TypeError(f"RankInfo keys differ: {sorted(d)}")
+        return cls(**d)
+
+
 @dataclass
 class RankData:
     """Everything read from one rank's capture folder."""
@@ -372,6 +497,9 @@ class RankData:
     family: str
     path: str
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+    info: RankInfo = field(default_factory=RankInfo)
+    # what a format's readers keep as the files hold it (hccl units, FLOPs files, cluster_analyse,
+    # the SQLite export's META_DATA, ...): provenance and tests; metrics read ``info`` and the tables
     meta: dict[str, Any] = field(default_factory=dict)
     sources: list[Source] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)

@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from msdiag.metrics import intervals as iv
+from msdiag import intervals as iv
 from msdiag.metrics.breakdown import _parts
 
 spans = st.lists(

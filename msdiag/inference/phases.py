@@ -74,7 +74,7 @@ def training_ops(cap: Capture) -> str | None:
 
 
 def _steps_from_cells(cap: Capture) -> bool:
-    return any("Cell call" in str(rd.meta.get("step_source") or "") for rd in cap.ranks)
+    return any("Cell call" in str(rd.info.step_source or "") for rd in cap.ranks)
 
 
 # ---- shapes ----------------------------------------------------------------------------------

@@ -5,7 +5,8 @@ Parquet files per rank instead of parsing its traces. Layout under the cache fol
 
     msdiag-ranks-v<CACHE_FORMAT>/<id[:2]>/<id>/
         key.json          what the entry was built from (below)
-        rank.json         RankData's rank, family, path, meta, sources, notes, and its tables' names
+        rank.json         RankData's rank, family, path, info (RankInfo), meta, sources, notes, and its
+                          tables' names
         <table>.parquet   one file per table (pyarrow; dtypes restored from the pandas metadata)
 
 ``id`` hashes the rank folder's absolute path, rank id, format family and the reduction applied,
@@ -35,10 +36,10 @@ from pathlib import Path
 from typing import Any
 
 from msdiag import __version__
-from msdiag.model import SCHEMA_VERSION, RankData, Source
+from msdiag.model import SCHEMA_VERSION, RankData, RankInfo, Source
 
 #: Bumped whenever the layout or the encoding of an entry changes.
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2  # 2: rank.json holds the rank's RankInfo
 _ROOT = f"msdiag-ranks-v{CACHE_FORMAT}"
 _MAX_DEPTH = 8  # folders walked under a rank folder for its fingerprint
 
@@ -52,17 +53,17 @@ def default_dir() -> Path:
     return (Path(base) if base and os.path.isabs(base) else Path.home() / ".cache") / "msdiag"
 
 
-#: msdiag's sources that decide what a cached rank holds: the readers, the model, the reduction and
-#: what it computes or keeps rows by (the step breakdown, the counter track read).
-_CODE = ("__init__.py", "errors.py", "model.py", "ingest", "metrics/reduce.py", "metrics/breakdown.py",
-         "metrics/intervals.py", "metrics/hardware.py")  # fmt: skip
+#: msdiag's sources that decide what a rank read holds: the readers and what they build on. The
+#: reduction applied to the stored tables is identified by its caller (``reduce_id``).
+_CODE = ("__init__.py", "errors.py", "model.py", "units.py", "intervals.py", "ingest")
 
 
-def code_fingerprint() -> str:
-    """A hash of the msdiag sources that build a rank's tables: a changed reader never meets an old entry."""
+def code_fingerprint(parts: tuple[str, ...] = _CODE) -> str:
+    """A hash of msdiag's sources ``parts`` (files or folders under msdiag/): by default those that
+    build a rank's tables, so that a changed reader never meets an old entry."""
     pkg = Path(__file__).resolve().parents[1]
     h = hashlib.sha256(__version__.encode())
-    files = [p for c in _CODE for p in ([pkg / c] if c.endswith(".py") else (pkg / c).rglob("*.py"))]
+    files = [p for c in parts for p in ([pkg / c] if c.endswith(".py") else (pkg / c).rglob("*.py"))]
     for p in sorted(files):
         try:
             data = p.read_bytes()
@@ -118,10 +119,12 @@ class RankCache:
 
     root: Path
     code: str  # code_fingerprint() of the process that created it
-    reduce_id: str = "none"  # the reduction applied to the stored tables
+    reduce_id: str = "none"  # the reduction applied to the stored tables: an opaque id from the caller
 
     @classmethod
     def open(cls, folder: str | Path, reduce_id: str = "none") -> RankCache:
+        """The cache at ``folder`` for ranks reduced by the reduction ``reduce_id`` identifies (its
+        caller's opaque string: it must change whenever the reduction's output may change)."""
         return cls(Path(folder).expanduser().resolve(), code_fingerprint(), reduce_id)
 
     # ---- keys ------------------------------------------------------------------------------
@@ -168,6 +171,7 @@ class RankCache:
                 if stored != key:
                     return None, {}  # stale: a source file, msdiag or the reduction changed
                 head = json.loads((d / "rank.json").read_text(encoding="utf-8"))
+                head["info"] = RankInfo.from_json(head["info"])  # a damaged one raises: rebuilt
                 return head, {n: pq.ParquetFile(d / f"{n}.parquet").read(use_threads=False) for n in head["tables"]}
             except FileNotFoundError as e:
                 if (d / "key.json").exists():
@@ -210,6 +214,7 @@ class RankCache:
                     family=str(head["family"]),
                     path=str(head["path"]),
                     tables={n: tables[n] for n in head["tables"]},
+                    info=head["info"],
                     meta=head["meta"],
                     sources=[Source(**x) for x in head["sources"]],
                     notes=list(head["notes"]),
@@ -260,6 +265,7 @@ def _rank_json(rd: RankData) -> dict[str, Any] | None:
         "rank": rd.rank,
         "family": rd.family,
         "path": rd.path,
+        "info": rd.info.to_json(),
         "meta": rd.meta,
         "sources": [s.to_dict() for s in rd.sources],
         "notes": list(rd.notes),

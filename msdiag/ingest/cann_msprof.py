@@ -17,7 +17,7 @@ What maps where:
   ``timeline`` and ``counters`` with trace_view.read_trace_view.
 - ``device_N/timeline/`` (CANN 5/6, e.g. ``msprof_0_2_1.json``: device, model, iteration):
   ``step_trace_*.json`` -> ``profiler_steps`` (MindSpore's step definitions, see
-  :func:`legacy.steps_from_points`: a step runs from the previous iteration end to its own end,
+  :func:`steptrace.steps_from_points`: a step runs from the previous iteration end to its own end,
   data wait = FP start - previous end, CANN's "Data_aug Bound"); ``task_time_*.json`` -> ``kernels``
   (HCCL task rows replaced by one row per HCCL op); ``hccl_*.json`` -> ``comm_ops``,
   ``comm_transport``, ``comm_links`` and the timeline's hccl lane; ``msprof_*.json`` -> ``timeline``.
@@ -40,12 +40,14 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from msdiag import model
+from msdiag import model, units
 from msdiag.errors import ParseError
-from msdiag.ingest import ascend_csv, legacy, metadata
+from msdiag.ingest import ascend_csv, metadata
 from msdiag.ingest._csv import NA_VALUES, check_last_row, read_csv, to_float
+from msdiag.ingest.engine import Ctx, Format, Item, RankDir, Read, Src, Then, locate, put, read_rank
+from msdiag.ingest.steptrace import StepPoints, assign_steps, op_type_from_full_name, steps_from_points, table_frame
 from msdiag.ingest.trace_view import read_trace_view
-from msdiag.model import ABSENT, FAILED, PRESENT, RankData, Source
+from msdiag.model import RankData
 
 FAMILY = "cann_msprof"
 OUTPUT_DIR = "mindstudio_profiler_output"
@@ -328,7 +330,7 @@ def _f(x: Any) -> float | None:
     return v if math.isfinite(v) else None
 
 
-def read_step_trace_json(path: Path) -> list[legacy.StepPoints]:
+def read_step_trace_json(path: Path) -> list[StepPoints]:
     """device_N/timeline/step_trace_*.json -> step points (us, CANN monotonic clock).
 
     Per iteration: 'Iteration N' (cat Iteration Time) with args FP Start, BP End, Iteration End;
@@ -359,13 +361,13 @@ def read_step_trace_json(path: Path) -> list[legacy.StepPoints]:
                 reduces.setdefault(it, []).append((str(e.get("name")), ts, ts + dur))
     if not iters and events:
         raise ParseError(path, "no 'Iteration N' events (expected a CANN step_trace timeline)")
-    points: list[legacy.StepPoints] = []
+    points: list[StepPoints] = []
     for it in sorted(iters):
         cur = iters[it]
         prev = iters.get(it - 1)
         start = prev["end"] if prev is not None and prev["end"] <= cur["ts"] else cur["ts"]
         wait = cur["fp"] - prev["end"] if prev is not None and cur["fp"] is not None and cur["fp"] >= prev["end"] else None
-        points.append(legacy.StepPoints(it, start, cur["end"], cur["fp"], cur["bp"], wait, reduces.get(it, [])))
+        points.append(StepPoints(it, start, cur["end"], cur["fp"], cur["bp"], wait, reduces.get(it, [])))
     return points
 
 
@@ -452,27 +454,27 @@ def read_hccl_json(path: Path, rank: int) -> dict[str, pd.DataFrame]:
             if t["type"] not in _TRANSFER_TASKS or not t["size"]:
                 continue
             acc = per_tr.setdefault(t["transport"], [0.0, 0.0])
-            acc[0] += t["size"] / legacy.BYTES_PER_MB
+            acc[0] += t["size"] / units.BYTES_PER_MB_DECIMAL
             acc[1] += t["dur"]
             src, dst = t["src"], t["dst"]
             src = dst if src is None else src
             dst = src if dst is None else dst
             acc2 = per_link.setdefault((src, dst, t["transport"]), [0.0, 0.0])
-            acc2[0] += t["size"] / legacy.BYTES_PER_MB
+            acc2[0] += t["size"] / units.BYTES_PER_MB_DECIMAL
             acc2[1] += t["dur"]
         for tr, (mb, us) in per_tr.items():
             transport.append({"rank": rank, "op_name": name, "transport": tr, "size_mb": mb, "time_us": us,
-                              "bandwidth_gbps": mb / (us / legacy.US_PER_MS) if us > 0 else None})
+                              "bandwidth_gbps": mb / (us / units.US_PER_MS) if us > 0 else None})
         for (src, dst, tr), (mb, us) in per_link.items():
             links.append({"rank": rank, "category": category, "op_type": op_type, "variant": name, "src": src,
                           "dst": dst, "transport": tr, "size_mb": mb, "time_us": us,
-                          "bandwidth_gbps": mb / (us / legacy.US_PER_MS) if us > 0 else None})
+                          "bandwidth_gbps": mb / (us / units.US_PER_MS) if us > 0 else None})
     op_frame = pd.DataFrame(ops, columns=["name", "start_us", "dur_us", "track"])
     return {
         "ops": op_frame,
-        "comm_ops": legacy.table_frame(model.COMM_OPS, comm_ops),
-        "comm_transport": legacy.table_frame(model.COMM_TRANSPORT, transport),
-        "comm_links": legacy.table_frame(model.COMM_LINKS, links),
+        "comm_ops": table_frame(model.COMM_OPS, comm_ops),
+        "comm_transport": table_frame(model.COMM_TRANSPORT, transport),
+        "comm_links": table_frame(model.COMM_LINKS, links),
     }
 
 
@@ -505,7 +507,7 @@ def read_task_time_json(path: Path, rank: int) -> pd.DataFrame:
         core = str(args.get("Task Type", "")) or None
         name = str(e.get("name", ""))
         if core in COMPUTE_CORES:
-            kind, typ = "compute", legacy.op_type_from_full_name(name)
+            kind, typ = "compute", op_type_from_full_name(name)
         elif core in HCCL_TASK_TYPES:
             kind, typ = "communication", core
         else:
@@ -514,7 +516,7 @@ def read_task_time_json(path: Path, rank: int) -> pd.DataFrame:
                      "core": core, "kind": kind, "start_us": ts, "dur_us": dur})
     if not rows and events:
         raise ParseError(path, "no task ('X') events (expected a CANN task_time timeline)")
-    return legacy.table_frame(model.KERNELS, rows)
+    return table_frame(model.KERNELS, rows)
 
 
 def _fix_timeline(tl: pd.DataFrame) -> pd.DataFrame:
@@ -533,8 +535,175 @@ def _fix_timeline(tl: pd.DataFrame) -> pd.DataFrame:
 
 
 # ---------------------------------------------------------------------------------------------
-# load one rank
+# the format: its sources
 # ---------------------------------------------------------------------------------------------
+
+
+def _r_info(p: Path, ctx: Ctx) -> Read:
+    """The device description: the MFU peak."""
+    info = read_info_json(p)
+    out = Read(info={"info_json": str(p), "ai_core_num": info["ai_core_num"],
+                     "aic_frequency_mhz": info["aic_frequency_mhz"]}, meta={"device_info": info["device_info"]})
+    if info.get("hostname"):
+        out.info["host"] = info["hostname"]
+    return out
+
+
+def _clock(ctx: Ctx) -> Read:
+    """start_info.N: wall-clock us and monotonic-raw ns at the same instant (the slices' clock is
+    monotonic-raw us): offset to add to get epoch us."""
+    dev = ctx.vars["dev"]
+    p = locate(ctx.folder / f"device_{dev}", f"start_info.{dev}")
+    try:
+        raw = json.loads(p.read_text(encoding="utf-8")) if p is not None else {}
+        wall_us = float(raw["collectionTimeBegin"])
+        mono_ns = float(raw["clockMonotonicRaw"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return Read()
+    return Read(meta={"clock": {"timeline_slices": "monotonic-raw us",
+                                "to_epoch_us": wall_us - mono_ns / units.NS_PER_US, "from": f"start_info.{dev}"}})
+
+
+def _r_op_summary(p: Path, ctx: Ctx) -> Read:
+    k = _filter_device(ascend_csv.read_kernel_details(p, ctx.rank), p, ctx.vars["dev"])
+    return Read(tables={"kernels": k}, info={"kernels_from": p.name}, rows=len(k))
+
+
+def _per_device(read: Callable[[Path, int], pd.DataFrame], table: str) -> Callable[[Path, Ctx], Read]:
+    """A reader of an exported CSV that may cover several devices: this rank's device's rows."""
+    def rows(p: Path, ctx: Ctx) -> Read:
+        df = _filter_device(read(p, ctx.rank), p, ctx.vars["dev"])
+        return Read(tables={table: df}, rows=len(df))
+
+    return rows
+
+
+def _r_task_time_csv(p: Path, ctx: Ctx) -> Read:
+    k = _filter_device(read_task_time_csv(p, ctx.rank), p, ctx.vars["dev"])
+    if len(ctx.table("kernels")) and str(ctx.info.kernels_from or "").startswith("op_summary"):
+        return Read(rows=len(k))  # op_summary holds the same launches with more columns
+    return Read(tables={"kernels": k}, info={"kernels_from": p.name}, rows=len(k))
+
+
+def _r_trace(p: Path, ctx: Ctx) -> Read:
+    tv = read_trace_view(p, ctx.rank)
+    tl = _fix_timeline(tv.timeline)
+    return Read(tables={"timeline": tl, "counters": tv.counters}, rows=len(tl))
+
+
+def _r_step_trace_json(p: Path, ctx: Ctx) -> Read:
+    steps = steps_from_points(ctx.rank, read_step_trace_json(p), "step_trace json (CANN)")
+    old = ctx.rd.tables.get("profiler_steps")
+    if old is not None and len(old):
+        steps = pd.concat([old, steps], ignore_index=True).drop_duplicates("step", keep="first")
+    steps = steps.sort_values("step").reset_index(drop=True)
+    return Read(replace={"profiler_steps": steps}, rows=len(steps))
+
+
+def _r_task_time_json(p: Path, ctx: Ctx) -> Read:
+    k = read_task_time_json(p, ctx.rank)
+    if str(ctx.info.kernels_from or "").endswith(".csv"):
+        return Read(rows=len(k))  # the exported op_summary / task_time CSV holds the same launches
+    return Read(tables={"kernels": k}, info={"kernels_from": TASK_TIME_JSON}, rows=len(k))
+
+
+def _r_hccl_json(p: Path, ctx: Ctx) -> Read:
+    h = read_hccl_json(p, ctx.rank)
+    steps = ctx.rd.tables.get("profiler_steps")
+    if steps is not None and len(steps) and len(h["comm_ops"]):
+        h = _with_steps(h, steps)
+    return Read(tables={t: h[t] for t in ("comm_ops", "comm_transport", "comm_links")},
+                state={"hccl_ops": [*ctx.state.get("hccl_ops", []), h["ops"]]}, rows=len(h["comm_ops"]))
+
+
+def _r_msprof_slice(p: Path, ctx: Ctx) -> Read:
+    if "msprof_*.json" in ctx.present:
+        return Read(rows=None)
+    return _r_trace(p, ctx)
+
+
+TASK_TIME_JSON = "device timeline task_time json"
+_EXPORT = r"{kind}_(slice_)?[\d_]+\.csv"  # op_summary_<ts>.csv, op_summary_<dev>_<model>_<iter>.csv, ..._slice_<n>_<ts>.csv
+
+
+def _export(kind: str, **kw: Any) -> Src:
+    """msprof's exported CSVs of one kind (op_statistic_ is not op_summary_, and so on)."""
+    return Src(f"{kind}_*.csv", folder="{out}", glob=f"{kind}_*.csv", pattern=_EXPORT.format(kind=kind), **kw)
+
+
+def _slice(kind: str, **kw: Any) -> Src:
+    """CANN 5/6 per-iteration timeline slices of one kind in device_N/timeline/."""
+    return Src(f"timeline/{kind}_*.json", folder="device_{dev}/timeline", glob=f"{kind}_*.json", **kw)
+
+
+MSPROF_SOURCES: tuple[Item, ...] = (
+    Then(lambda ctx: Read(info={"device_id": ctx.vars["dev"]})),
+    Src("device_{dev}/info.json.{dev}", read=_r_info,
+        absent="no device_N/info.json.N: the device's AI Core count and clock (MFU peak) unknown"),
+    Then(_clock),
+    _export("op_summary", read=_r_op_summary, core=True,
+            absent="no op_summary: kernels come from task_time (no shapes, no PMU columns)"),
+    _export("op_statistic", read=_per_device(ascend_csv.read_op_statistic, "op_stats"), absent="no op_statistic export"),
+    _export("task_time", read=_r_task_time_csv, core=lambda ctx: "op_summary_*.csv" not in ctx.present,
+            absent="no task_time export"),
+    _export("communication_statistic", read=_per_device(read_communication_statistic, "op_stats"),
+            absent="no communication_statistic (no HCCL ops, or a single-device job)"),
+    Src("msprof_*.json", read=_r_trace, core=True, folder="{out}", glob="msprof*.json", pattern=r"msprof(_slice)?[_\d]*\.json",
+        absent="no msprof timeline export"),
+    _slice("step_trace", read=_r_step_trace_json, core=True,
+           absent="no step_trace timeline slice (newer CANN exports its timeline to mindstudio_profiler_output)"),
+    _slice("task_time", read=_r_task_time_json, core=True,
+           absent="no task_time timeline slice (newer CANN exports op_summary instead)"),
+    _slice("hccl", read=_r_hccl_json, absent="no hccl timeline slice (no HCCL ops, or newer CANN)"),
+    _slice("msprof", read=_r_msprof_slice,
+           absent="no msprof timeline slice (newer CANN exports it to mindstudio_profiler_output)"),
+)
+
+
+def _vars(rd_dir: RankDir) -> dict[str, Any]:
+    prof = Path(rd_dir.path)
+    return {"dev": _device_of(prof, rd_dir.rank), "out": OUTPUT_DIR if (prof / OUTPUT_DIR).is_dir() else "."}
+
+
+def _rank_from(prof: Path, dev: int) -> str:
+    return f"device_{dev}/info.json.{dev} rank_id" if (prof / f"device_{dev}" / f"info.json.{dev}").exists() \
+        else f"device id {dev}"
+
+
+def _ranks(prof: Path, names: set[str] | None = None) -> list[RankDir]:
+    """The ranks of a PROF folder (or of a folder holding msprof's exported files directly)."""
+    first: dict[int, int] = {}
+    for dev, r in _devices(prof):
+        first.setdefault(r, dev)
+    return [RankDir(r, prof, FAMILY, _rank_from(prof, dev), prof_captured_ns(prof), format=FAMILY)
+            for r, dev in sorted(first.items())]
+
+
+_PROF_TS = re.compile(r"^PROF_\d+_(\d{17})_")
+
+
+def prof_captured_ns(p: Path) -> int | None:
+    """The capture time in a PROF_<n>_<YYYYmmddHHMMSSfff>_... folder name."""
+    m = _PROF_TS.match(p.name)
+    if not m:
+        return None
+    import datetime as _dt
+
+    t = _dt.datetime.strptime(m.group(1)[:14], "%Y%m%d%H%M%S").replace(tzinfo=_dt.timezone.utc)
+    return int(t.timestamp()) * 10**9 + int(m.group(1)[14:]) * 10**6
+
+
+#: Raw CANN msprof output: PROF_* folders (or msprof's exported files copied into a plain folder).
+FORMAT = Format(
+    name=FAMILY,
+    label="raw CANN msprof output",
+    claims=lambda d, names: is_prof_dir(d),
+    ranks=_ranks,
+    sources=MSPROF_SOURCES,
+    vars=_vars,
+    finish=lambda rd, ctx: _finish(rd, ctx.state.get("hccl_ops", [])),
+    loose=has_loose_output,
+)
 
 
 def load_msprof_rank(prof_dir: Path, rank: int) -> RankData:
@@ -546,162 +715,17 @@ def load_msprof_rank(prof_dir: Path, rank: int) -> RankData:
     source is listed (present / absent with why / failed).
     """
     prof = Path(prof_dir)
-    dev = _device_of(prof, rank)
-    rd = RankData(rank=rank, family=FAMILY, path=str(prof))
-    rd.meta["device_id"] = dev
-    rd.meta["rank_from"] = f"device_{dev}/info.json.{dev} rank_id" if (prof / f"device_{dev}" / f"info.json.{dev}").exists() \
-        else f"device id {dev}"
-    out = prof / OUTPUT_DIR if (prof / OUTPUT_DIR).is_dir() else prof
-    dev_dir = prof / f"device_{dev}"
-    tl_dir = dev_dir / "timeline"
-
-    def source(name: str, paths: list[Path], read: Callable[[Path], int | None], core: bool, why: str) -> bool:
-        if not paths:
-            rd.sources.append(Source(rank, name, ABSENT, None, why))
-            return False
-        ok = False
-        for p in paths:
-            rel = str(p.relative_to(prof)) if p.is_relative_to(prof) else p.name
-            try:
-                rows = read(p)
-            except ParseError as e:
-                if core:
-                    raise
-                rd.sources.append(Source(rank, rel, FAILED, str(p), e.problem))
-                continue
-            ok = True
-            rd.sources.append(Source(rank, rel, PRESENT, str(p), None, rows))
-        return ok
-
-    # device description: the MFU peak
-    def _info(p: Path) -> int | None:
-        info = read_info_json(p)
-        rd.meta["peak_tflops_from"] = str(p)
-        rd.meta["ai_core_num"] = info["ai_core_num"]
-        rd.meta["aic_frequency_mhz"] = info["aic_frequency_mhz"]
-        rd.meta["device_info"] = info["device_info"]
-        if info.get("hostname"):
-            rd.meta["host"] = info["hostname"]
-        return None
-
-    info_p = dev_dir / f"info.json.{dev}"
-    source(f"device_{dev}/info.json.{dev}", [info_p] if info_p.exists() else [], _info, False,
-           "no device_N/info.json.N: the device's AI Core count and clock (MFU peak) unknown")
-    _clock(rd, dev_dir, dev)
-
-    # exported CSVs
-    def _op_summary(p: Path) -> int | None:
-        k = ascend_csv.read_kernel_details(p, rank)
-        k = _filter_device(k, p, dev)
-        _put(rd, "kernels", k)
-        rd.meta["kernels_from"] = p.name
-        return len(k)
-
-    def _op_statistic(p: Path) -> int | None:
-        s = _filter_device(ascend_csv.read_op_statistic(p, rank), p, dev)
-        _put(rd, "op_stats", s)
-        return len(s)
-
-    def _task_time_csv(p: Path) -> int | None:
-        k = _filter_device(read_task_time_csv(p, rank), p, dev)
-        if len(rd.table("kernels")) and str(rd.meta.get("kernels_from", "")).startswith("op_summary"):
-            return len(k)  # op_summary holds the same launches with more columns
-        _put(rd, "kernels", k)
-        rd.meta["kernels_from"] = p.name
-        return len(k)
-
-    def _comm_stat(p: Path) -> int | None:
-        s = _filter_device(read_communication_statistic(p, rank), p, dev)
-        _put(rd, "op_stats", s)
-        return len(s)
-
-    has_summary = source("op_summary_*.csv", _output_files(out, "op_summary"), _op_summary, True,
-                         "no op_summary: kernels come from task_time (no shapes, no PMU columns)")
-    source("op_statistic_*.csv", _output_files(out, "op_statistic"), _op_statistic, False,
-           "no op_statistic export")
-    source("task_time_*.csv", _output_files(out, "task_time"), _task_time_csv, not has_summary,
-           "no task_time export")
-    source("communication_statistic_*.csv", _output_files(out, "communication_statistic"), _comm_stat, False,
-           "no communication_statistic (no HCCL ops, or a single-device job)")
-
-    def _trace(p: Path) -> int | None:
-        tv = read_trace_view(p, rank)
-        tl = _fix_timeline(tv.timeline)
-        _put(rd, "timeline", tl)
-        _put(rd, "counters", tv.counters)
-        return len(tl)
-
-    jsons = sorted(p for p in out.glob("msprof*.json") if re.fullmatch(r"msprof(_slice)?[_\d]*\.json", p.name))
-    has_trace = source("msprof_*.json", jsons, _trace, True, "no msprof timeline export")
-
-    # CANN 5/6 per-iteration timeline slices
-    def _st_json(p: Path) -> int | None:
-        pts = read_step_trace_json(p)
-        steps = legacy.steps_from_points(rank, pts, "step_trace json (CANN)")
-        old = rd.tables.get("profiler_steps")
-        if old is not None and len(old):
-            steps = pd.concat([old, steps], ignore_index=True).drop_duplicates("step", keep="first")
-        rd.tables["profiler_steps"] = steps.sort_values("step").reset_index(drop=True)
-        return len(steps)
-
-    def _tt_json(p: Path) -> int | None:
-        k = read_task_time_json(p, rank)
-        if str(rd.meta.get("kernels_from", "")).endswith(".csv"):
-            return len(k)  # the exported op_summary / task_time CSV holds the same launches
-        _put(rd, "kernels", k)
-        rd.meta["kernels_from"] = "device timeline task_time json"
-        return len(k)
-
-    hccl_ops: list[pd.DataFrame] = []
-
-    def _hccl_json(p: Path) -> int | None:
-        h = read_hccl_json(p, rank)
-        steps = rd.tables.get("profiler_steps")
-        if steps is not None and len(steps) and len(h["comm_ops"]):
-            h = _with_steps(h, steps)
-        _put(rd, "comm_ops", h["comm_ops"])
-        _put(rd, "comm_transport", h["comm_transport"])
-        _put(rd, "comm_links", h["comm_links"])
-        hccl_ops.append(h["ops"])
-        return len(h["comm_ops"])
-
-    def _msprof_json(p: Path) -> int | None:
-        if has_trace:
-            return None
-        return _trace(p)
-
-    slices = {k: sorted(tl_dir.glob(f"{k}_*.json")) if tl_dir.is_dir() else [] for k in ("step_trace", "task_time", "hccl", "msprof")}
-    source("timeline/step_trace_*.json", slices["step_trace"], _st_json, True,
-           "no step_trace timeline slice (newer CANN exports its timeline to mindstudio_profiler_output)")
-    source("timeline/task_time_*.json", slices["task_time"], _tt_json, True,
-           "no task_time timeline slice (newer CANN exports op_summary instead)")
-    source("timeline/hccl_*.json", slices["hccl"], _hccl_json, False,
-           "no hccl timeline slice (no HCCL ops, or newer CANN)")
-    source("timeline/msprof_*.json", slices["msprof"], _msprof_json, False,
-           "no msprof timeline slice (newer CANN exports it to mindstudio_profiler_output)")
-
-    _finish(rd, hccl_ops)
-    return rd
-
-
-def _clock(rd: RankData, dev_dir: Path, dev: int) -> None:
-    """start_info.N: wall-clock us and monotonic-raw ns at the same instant (the slices' clock is
-    monotonic-raw us): offset to add to get epoch us."""
-    p = dev_dir / f"start_info.{dev}"
-    try:
-        raw = json.loads(p.read_text(encoding="utf-8"))
-        wall_us = float(raw["collectionTimeBegin"])
-        mono_ns = float(raw["clockMonotonicRaw"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return
-    rd.meta["clock"] = {"timeline_slices": "monotonic-raw us", "to_epoch_us": wall_us - mono_ns / 1000.0,
-                        "from": p.name}
+    rd_dir = next((r for r in _ranks(prof) if r.rank == rank), None)
+    if rd_dir is None:
+        rd_dir = RankDir(rank, prof, FAMILY, _rank_from(prof, rank), None, format=FAMILY)
+    rd_dir.captured_ns = None
+    return read_rank(FORMAT, rd_dir)
 
 
 def _with_steps(h: dict[str, pd.DataFrame], steps: pd.DataFrame) -> dict[str, pd.DataFrame]:
     """Steps of one hccl slice's ops (by start time), carried to their transport and link rows."""
     co = h["comm_ops"].copy()
-    co["step"] = legacy.assign_steps(co["start_us"].to_numpy(float), steps)
+    co["step"] = assign_steps(co["start_us"].to_numpy(float), steps)
     step_of = dict(zip(co["op_name"], co["step"]))
     out = dict(h, comm_ops=co)
     for table, col in (("comm_transport", "op_name"), ("comm_links", "variant")):
@@ -711,22 +735,15 @@ def _with_steps(h: dict[str, pd.DataFrame], steps: pd.DataFrame) -> dict[str, pd
     return out
 
 
-def _put(rd: RankData, table: str, df: pd.DataFrame) -> None:
-    if table in rd.tables and len(rd.tables[table]):
-        rd.tables[table] = pd.concat([rd.tables[table], df], ignore_index=True)
-    else:
-        rd.tables[table] = df
-
-
 def _finish(rd: RankData, hccl_ops: list[pd.DataFrame]) -> None:
     ops = pd.concat(hccl_ops, ignore_index=True) if hccl_ops else pd.DataFrame(columns=["name", "start_us", "dur_us", "track"])
     steps = rd.tables.get("profiler_steps", model.STEPS.empty())
     k = rd.table("kernels")
     if len(ops):
         # HCCL: one kernel row per op (as kernel_details has it) instead of its notify / copy tasks
-        if len(k) and rd.meta.get("kernels_from") == "device timeline task_time json":
+        if len(k) and rd.info.kernels_from == TASK_TIME_JSON:
             k = k[~k["core"].isin(list(HCCL_TASK_TYPES)).fillna(False).to_numpy()]
-            op_k = legacy.table_frame(model.KERNELS, [
+            op_k = table_frame(model.KERNELS, [
                 {"rank": rd.rank, "name": n, "type": hccl_op_type(n), "core": "HCCL", "kind": "communication",
                  "start_us": s, "dur_us": d}
                 for n, s, d in zip(ops["name"], ops["start_us"], ops["dur_us"])
@@ -743,12 +760,12 @@ def _finish(rd: RankData, hccl_ops: list[pd.DataFrame]) -> None:
                 "start_us": ops["start_us"].astype("float64"),
                 "dur_us": ops["dur_us"].astype("float64"),
             })
-            _put(rd, "timeline", add)
+            put(rd, "timeline", add)
     if len(steps):
         t = rd.table("kernels")
         if len(t) and t["step"].isna().all():
             t = t.copy()
-            t["step"] = legacy.assign_steps(t["start_us"].to_numpy(float), steps)
+            t["step"] = assign_steps(t["start_us"].to_numpy(float), steps)
             rd.tables["kernels"] = t
         k = rd.table("kernels")
         if len(k):

@@ -48,26 +48,24 @@ Files recognised but not read are listed in the rank's notes.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
 import numpy as np
 import pandas as pd
 
 from msdiag import model
 from msdiag.errors import ParseError
-from msdiag.ingest import ascend_csv, metadata
+from msdiag.ingest import ascend_csv, cann_msprof, metadata
 from msdiag.ingest._csv import NA_VALUES, check_last_row, read_csv, to_float
-from msdiag.model import ABSENT, FAILED, PRESENT, RankData, Source
-
-# Reads the raw CANN PROF_* output kept beside the flat files: (folder, rank) -> (PROF folder, its
-# RankData), or None. Passed in by the loader, so that this module does not import cann_msprof
-# (which builds on this module's step-trace helpers).
-ProfReader = Callable[[Path, int], "tuple[Path, RankData] | None"]
+from msdiag.ingest.engine import Ctx, Format, RankDir, Read, Src, listing, put, read_rank
+from msdiag.ingest.steptrace import StepPoints, assign_steps, op_type_from_full_name, steps_from_points, table_frame
+from msdiag.model import RankData, Source
 
 FAMILY = "mindspore_legacy"
 
@@ -139,7 +137,7 @@ def find_legacy_ranks(folder: Path) -> list[tuple[int, Path]]:
     if not is_legacy_folder(folder):
         return []
     ranks: set[int] = set()
-    for n in _names(folder):
+    for n in listing(folder):
         for pat in LEGACY_RANK_FILES + (_PROFILER_INFO,):
             m = pat.match(n)
             if m:
@@ -156,40 +154,15 @@ def is_legacy_folder(folder: Path) -> bool:
     is not a legacy one (nor is a 2.3+ rank folder itself).
     """
     folder = Path(folder)
-    names = _names(folder)
+    names = listing(folder)
     if not any(p.match(n) for n in names for p in LEGACY_RANK_FILES):
         return False
     return not any((folder / n / "ASCEND_PROFILER_OUTPUT").is_dir() for n in names + ["."])
 
 
-def _names(folder: Path) -> list[str]:
-    try:
-        return sorted(p.name for p in folder.iterdir())
-    except OSError:
-        return []
-
-
 # ---------------------------------------------------------------------------------------------
 # small helpers
 # ---------------------------------------------------------------------------------------------
-
-
-def _union(ivs: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
-    out: list[tuple[float, float]] = []
-    for s, e in sorted((s, e) for s, e in ivs if e > s):
-        if out and s <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], e))
-        else:
-            out.append((s, e))
-    return out
-
-
-def _length(ivs: Iterable[tuple[float, float]]) -> float:
-    return float(sum(e - s for s, e in ivs))
-
-
-def _clip(ivs: Iterable[tuple[float, float]], lo: float, hi: float) -> list[tuple[float, float]]:
-    return [(max(s, lo), min(e, hi)) for s, e in ivs if min(e, hi) > max(s, lo)]
 
 
 def _num(x: Any) -> float | None:
@@ -208,21 +181,8 @@ def _read(path: Path, required: Iterable[str] = ()) -> pd.DataFrame:
     return df.reset_index(drop=True)
 
 
-_OP_SUFFIX = re.compile(r"-op\d+$")
-
-
-def op_type_from_full_name(name: str | None) -> str | None:
-    """'Default/network/fc3-Dense/MatMul-op9' -> 'MatMul' (the op type MindSpore puts in its names)."""
-    if name is None or (isinstance(name, float) and math.isnan(name)):
-        return None
-    last = str(name).rsplit("/", 1)[-1]
-    last = _OP_SUFFIX.sub("", last)
-    return last or None
-
-
 _COMM_NAME = re.compile(r"^stream_(\d+)_(\d+)_(.+)$")
 _COMM_PARALLEL = re.compile(r"^stream_(\d+)_parallel_(\d+)$")
-_RECEIVE = re.compile(r"receive|recv", re.IGNORECASE)
 _P2P = re.compile(r"send|receive|recv", re.IGNORECASE)
 
 
@@ -240,90 +200,6 @@ def comm_name_parts(base: str) -> tuple[int | None, str, str | None]:
     if m:
         return int(m.group(1)), base, None
     return None, base, op_type_from_full_name(base)
-
-
-# ---------------------------------------------------------------------------------------------
-# steps from FP / BP / iteration-end points (shared with cann_msprof's step_trace slices)
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclass
-class StepPoints:
-    """One iteration as MindSpore's step trace describes it.
-
-    Times are in the file's own unit (``scale`` of them per us: 100 for 10 ns ticks, 1 for us), so
-    that the parts are computed from exact differences before one division.
-    """
-
-    step: int
-    start: float  # previous iteration end (or this iteration's own start for the first)
-    end: float  # iteration end
-    fp: float | None  # FP start: the device starts running the graph
-    bp: float | None  # BP end (None in inference mode: the window runs to the end)
-    data_wait_us: float | None  # previous end -> FP start, us; None when there is no previous end
-    comm: list[tuple[str, float, float]] = field(default_factory=list)  # (op, start, end)
-    scale: float = 1.0
-
-
-def steps_from_points(rank: int, points: list[StepPoints], source: str) -> pd.DataFrame:
-    """STEPS rows from step-trace points (see the module doc for the definitions).
-
-    Identities: computing + exposed + free == total; overlapped == communication - exposed; every
-    part lies in [0, total].
-    """
-    rows = []
-    for p in points:
-        lo, hi, k = p.start, p.end, p.scale
-        total = hi - lo
-        fp = lo if p.fp is None else min(max(p.fp, lo), hi)
-        bp = hi if p.bp is None else min(max(p.bp, fp), hi)
-        comm = _union(_clip([(s, e) for _, s, e in p.comm], lo, hi))
-        communication = _length(comm)
-        overlapped = _length(_clip(comm, fp, bp))
-        exposed = communication - overlapped
-        exposed_after_fp = exposed - _length(_clip(comm, lo, fp))
-        computing = max(0.0, (hi - fp) - exposed_after_fp)
-        free = max(0.0, total - computing - exposed)
-        bubble = _length(_union(_clip([(s, e) for n, s, e in p.comm if _RECEIVE.search(n)], lo, hi)))
-        rows.append(
-            {
-                "rank": rank,
-                "step": p.step,
-                "start_us": lo / k,
-                "end_us": hi / k,
-                "total_us": total / k,
-                "computing_us": computing / k,
-                "communication_us": communication / k,
-                "communication_exposed_us": exposed / k,
-                "overlapped_us": overlapped / k,
-                "free_us": free / k,
-                "bubble_us": bubble / k,
-                "data_wait_us": p.data_wait_us,
-                "stage_us": (total - bubble) / k,
-                "source": source,
-            }
-        )
-    if not rows:
-        return model.STEPS.empty()
-    df = pd.DataFrame(rows)
-    df["data_wait_us"] = pd.to_numeric(df["data_wait_us"], errors="coerce").astype("float64")
-    return model.STEPS.frame(df)
-
-
-def assign_steps(starts: np.ndarray, steps: pd.DataFrame) -> pd.Series:
-    """The step whose [start_us, end_us) holds each start (null outside every step)."""
-    out = pd.Series(pd.array([pd.NA] * len(starts), dtype=model.INT))
-    if not len(steps) or not len(starts):
-        return out
-    st = steps.sort_values("start_us")
-    los = st["start_us"].to_numpy(float)
-    his = st["end_us"].to_numpy(float)
-    ids = st["step"].to_numpy()
-    idx = np.searchsorted(los, starts, side="right") - 1
-    ok = (idx >= 0) & np.isfinite(starts)
-    ok[ok] &= starts[ok] < his[idx[ok]]
-    vals = [int(ids[i]) if k else pd.NA for i, k in zip(idx, ok)]
-    return pd.Series(pd.array(vals, dtype=model.INT))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -627,21 +503,6 @@ def read_hccl_raw(
 def _link_ends(link: str) -> tuple[int | None, int | None]:
     m = re.fullmatch(r"\s*(\d+)\s*-\s*(\d+)\s*", str(link))
     return (int(m.group(1)), int(m.group(2))) if m else (None, None)
-
-
-def table_frame(table: model.Table, rows: list[dict[str, Any]]) -> pd.DataFrame:
-    """A model table from row dicts (None -> null; columns the table lacks are an error)."""
-    if not rows:
-        return table.empty()
-    df = pd.DataFrame(rows)
-    for c, t in table.columns.items():
-        if c in df.columns and t == model.FLOAT:
-            df[c] = pd.to_numeric(df[c], errors="coerce").astype("float64")
-        elif c in df.columns and t == model.INT:
-            df[c] = pd.array([pd.NA if v is None or (isinstance(v, float) and math.isnan(v)) else int(v) for v in df[c]], dtype=model.INT)
-        elif c in df.columns and t == model.STR:
-            df[c] = pd.array([None if v is None or (isinstance(v, float) and math.isnan(v)) else str(v) for v in df[c]], dtype=model.STR)
-    return table.frame(df)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1063,242 +924,127 @@ def read_parallel_strategy(path: Path) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------
 
 
-@dataclass
-class _Ctx:
-    folder: Path
-    rd: RankData
-    step_trace: StepTrace | None = None
-    framework: dict[str, dict[str, Any]] = field(default_factory=dict)
-    timeline: pd.DataFrame | None = None
-    aicpu: pd.DataFrame | None = None
-    flops: dict[str, Any] | None = None
-    queue_row: pd.DataFrame | None = None
-    prof_reader: ProfReader | None = None
+RANK_FROM = "file-name suffixes of the MindSpore 1.x-2.2 profiler files"
 
 
-@dataclass(frozen=True)
-class LegacySpec:
-    name: str  # file name; {rank} is the rank id
-    read: Callable[[Path, _Ctx], int | None]  # returns the rows read, where it means something
-    core: bool
-    absent_reason: str
+def _step_trace(ctx: Ctx) -> StepTrace | None:
+    found: StepTrace | None = ctx.state.get("step_trace")
+    return found
 
 
-def _ms_version(ctx: _Ctx) -> str | None:
-    pi = ctx.rd.meta.get("profiler_info") or {}
-    return pi.get("framework_version")
+def _r_step_trace(p: Path, ctx: Ctx) -> Read:
+    st = read_step_trace_raw(p, ctx.rank)
+    return Read(replace={"profiler_steps": st.steps}, notes=st.notes, state={"step_trace": st}, rows=len(st.steps))
 
 
-def _r_profiler_info(p: Path, ctx: _Ctx) -> int | None:
-    info = metadata.read_profiler_info(p)
-    ctx.rd.meta["profiler_info"] = info
-    par = {k: info.get(k) for k in ("parallel_mode", "stage_num", "rank_size") if info.get(k) is not None}
-    if par:
-        ctx.rd.meta["parallel"] = par
-    if info.get("framework_version"):
-        ctx.rd.meta["ms_version"] = info["framework_version"]
-    return None
+def _r_framework(p: Path, ctx: Ctx) -> Read:
+    fw = read_framework_raw(p)
+    return Read(state={"framework": fw}, rows=len(fw))
 
 
-def _r_step_trace(p: Path, ctx: _Ctx) -> int | None:
-    st = read_step_trace_raw(p, ctx.rd.rank)
-    ctx.step_trace = st
-    ctx.rd.tables["profiler_steps"] = st.steps
-    ctx.rd.notes.extend(st.notes)
-    return len(st.steps)
+def _r_timeline(p: Path, ctx: Ctx) -> Read:
+    t = read_output_timeline_data(p)
+    return Read(state={"timeline": t}, rows=len(t))
 
 
-def _r_framework(p: Path, ctx: _Ctx) -> int | None:
-    ctx.framework = read_framework_raw(p)
-    return len(ctx.framework)
+def _r_aicpu(p: Path, ctx: Ctx) -> Read:
+    t = read_aicpu_intermediate(p)
+    return Read(state={"aicpu": t}, rows=len(t))
 
 
-def _r_timeline(p: Path, ctx: _Ctx) -> int | None:
-    ctx.timeline = read_output_timeline_data(p)
-    return len(ctx.timeline)
+def _r_hccl(p: Path, ctx: Ctx) -> Read:
+    st = _step_trace(ctx)
+    h = read_hccl_raw(p, ctx.rank, ctx.info.framework_version, st.comm_ops if st else None)
+    return Read(tables={"comm_ops": h.comm_ops, "comm_transport": h.comm_transport, "comm_links": h.comm_links},
+                meta={"hccl_units": {"writer": h.units, "how": h.units_how}}, notes=h.notes, rows=len(h.comm_ops))
 
 
-def _r_aicpu(p: Path, ctx: _Ctx) -> int | None:
-    ctx.aicpu = read_aicpu_intermediate(p)
-    return len(ctx.aicpu)
+def _r_aicore_detail(p: Path, ctx: Ctx) -> Read:
+    if len(ctx.table("op_stats")):
+        return Read(rows=None)  # the _type file already gave the per-type figures
+    return Read(tables={"op_stats": read_aicore_detail(p, ctx.rank)})
 
 
-def _r_hccl(p: Path, ctx: _Ctx) -> int | None:
-    h = read_hccl_raw(p, ctx.rd.rank, _ms_version(ctx), ctx.step_trace.comm_ops if ctx.step_trace else None)
-    _put(ctx.rd, "comm_ops", h.comm_ops)
-    _put(ctx.rd, "comm_transport", h.comm_transport)
-    _put(ctx.rd, "comm_links", h.comm_links)
-    ctx.rd.meta["hccl_units"] = {"writer": h.units, "how": h.units_how}
-    ctx.rd.notes.extend(h.notes)
-    return len(h.comm_ops)
+def _r_minddata(p: Path, ctx: Ctx) -> Read:
+    return Read(tables={"data_pipeline": ascend_csv.read_minddata_pipeline(p, None, ctx.rank)})
 
 
-def _r_aicore_type(p: Path, ctx: _Ctx) -> int | None:
-    df = read_aicore_type(p, ctx.rd.rank)
-    _put(ctx.rd, "op_stats", df)
-    return len(df)
+def _r_device_queue(p: Path, ctx: Ctx) -> Read:
+    return Read(state={"queue_row": read_queue_profiling(p, ctx.rank, DEVICE_QUEUE_TYPE)}, rows=1)
 
 
-def _r_aicore_detail(p: Path, ctx: _Ctx) -> int | None:
-    if len(ctx.rd.table("op_stats")):
-        return None  # the _type file already gave the per-type figures
-    df = read_aicore_detail(p, ctx.rd.rank)
-    _put(ctx.rd, "op_stats", df)
-    return len(df)
+def _r_iterator(p: Path, ctx: Ctx) -> Read:
+    row = read_queue_profiling(p, ctx.rank, ITERATOR_TYPE)
+    if ctx.state.get("queue_row") is None:  # MindInsight reads device_queue_profiling first
+        return Read(state={"queue_row": row}, rows=1)
+    return Read(notes=[f"{p.name}: not used: device_queue_profiling holds the queue the device reads (MindInsight's choice)"],
+                rows=1)
 
 
-def _r_minddata(p: Path, ctx: _Ctx) -> int | None:
-    df = ascend_csv.read_minddata_pipeline(p, None, ctx.rd.rank)
-    _put(ctx.rd, "data_pipeline", df)
-    return len(df)
+def _r_minddata_aicpu(p: Path, ctx: Ctx) -> Read:
+    g = read_minddata_aicpu(p)
+    return Read(meta={"get_next": g}, rows=int(g["count"]))
 
 
-def _r_device_queue(p: Path, ctx: _Ctx) -> int | None:
-    ctx.queue_row = read_queue_profiling(p, ctx.rd.rank, DEVICE_QUEUE_TYPE)
-    return 1
+def _r_flops(p: Path, ctx: Ctx) -> Read:
+    f = read_flops(p)
+    return Read(state={"flops": f}, meta={"flops": {**ctx.rd.meta.get("flops", {}), **f}}, rows=len(f["per_op"]))
 
 
-def _r_iterator(p: Path, ctx: _Ctx) -> int | None:
-    row = read_queue_profiling(p, ctx.rd.rank, ITERATOR_TYPE)
-    if ctx.queue_row is None:  # MindInsight reads device_queue_profiling first
-        ctx.queue_row = row
-    else:
-        ctx.rd.notes.append(f"{p.name}: not used: device_queue_profiling holds the queue the device reads (MindInsight's choice)")
-    return 1
+def _r_flops_summary(p: Path, ctx: Ctx) -> Read:
+    return Read(meta={"flops": {**ctx.rd.meta.get("flops", {}), "summary": read_flops_summary(p)}}, rows=None)
 
 
-def _r_minddata_aicpu(p: Path, ctx: _Ctx) -> int | None:
-    ctx.rd.meta["get_next"] = read_minddata_aicpu(p)
-    return int(ctx.rd.meta["get_next"]["count"])
+def _r_parallel_strategy(p: Path, ctx: Ctx) -> Read:
+    return Read(meta={"parallel_strategy": read_parallel_strategy(p)}, rows=None)
 
 
-def _r_flops(p: Path, ctx: _Ctx) -> int | None:
-    ctx.flops = read_flops(p)
-    fl = ctx.rd.meta.setdefault("flops", {})
-    fl.update(ctx.flops)
-    return len(ctx.flops["per_op"])
-
-
-def _r_flops_summary(p: Path, ctx: _Ctx) -> int | None:
-    ctx.rd.meta.setdefault("flops", {})["summary"] = read_flops_summary(p)
-    return None
-
-
-def _r_parallel_strategy(p: Path, ctx: _Ctx) -> int | None:
-    ctx.rd.meta["parallel_strategy"] = read_parallel_strategy(p)
-    return None
-
-
-def _put(rd: RankData, table: str, df: pd.DataFrame) -> None:
-    if table in rd.tables and len(rd.tables[table]):
-        rd.tables[table] = pd.concat([rd.tables[table], df], ignore_index=True)
-    else:
-        rd.tables[table] = df
-
-
-LEGACY_SOURCES: list[LegacySpec] = [
-    LegacySpec("profiler_info_{rank}.json", _r_profiler_info, False,
-               "no profiler_info (MindSpore 1.x writes none): version and parallel settings unknown"),
-    LegacySpec("step_trace_raw_{rank}_detail_time.csv", _r_step_trace, True,
-               "no step_trace_raw: no step rows (the step trace is written in graph mode on Ascend/GPU)"),
-    LegacySpec("framework_raw_{rank}.csv", _r_framework, False, "no framework_raw: op types and shapes unknown"),
-    LegacySpec("output_timeline_data_{rank}.txt", _r_timeline, False,
-               "no output_timeline_data (1.x intermediate file): no kernel launches with start times"),
-    LegacySpec("aicpu_intermediate_{rank}.csv", _r_aicpu, False, "no AI CPU ops recorded"),
-    LegacySpec("hccl_raw_{rank}.csv", _r_hccl, False,
-               "no hccl_raw: a single-device job, or HCCL profiling off"),
-    LegacySpec("aicore_intermediate_{rank}_type.csv", _r_aicore_type, False, "no AI Core op statistics"),
-    LegacySpec("aicore_intermediate_{rank}_detail.csv", _r_aicore_detail, False, "no AI Core per-op times"),
-    LegacySpec("minddata_pipeline_raw_{rank}.csv", _r_minddata, False,
-               "MindData pipeline profiling was off, or no mindspore.dataset pipeline"),
-    LegacySpec("device_queue_profiling_{rank}.txt", _r_device_queue, False,
-               "no device queue profile (dataset not sunk to the device, or MindData profiling off)"),
-    LegacySpec("dataset_iterator_profiling_{rank}.txt", _r_iterator, False,
-               "no dataset iterator profile (data sunk to the device, or MindData profiling off)"),
-    LegacySpec("minddata_aicpu_{rank}.txt", _r_minddata_aicpu, False, "no GetNext records on the device"),
-    LegacySpec("flops_{rank}.txt", _r_flops, False, "no FLOPs file (AI Core PMU FLOPs were not collected)"),
-    LegacySpec("flops_summary_{rank}.json", _r_flops_summary, False, "no FLOPs summary"),
-    LegacySpec("parallel_strategy_{rank}.json", _r_parallel_strategy, False, "no parallel strategy view"),
-]
-
-
-def load_legacy_rank(folder: Path, rank: int, prof_reader: ProfReader | None = None) -> RankData:
-    """Read rank ``rank`` of the MindSpore 1.x-2.2 profiler folder ``folder`` into a RankData.
-
-    Every source of :data:`LEGACY_SOURCES` is listed in ``sources`` (present / absent with why /
-    failed with the parse problem). A step_trace_raw that is present but broken raises ParseError
-    (it is the only source of the step rows); any other broken file is a failed source.
-    """
-    folder = Path(folder)
-    rd = RankData(rank=rank, family=FAMILY, path=str(folder))
-    rd.meta["rank_from"] = "file-name suffixes of the MindSpore 1.x-2.2 profiler files"
-    ctx = _Ctx(folder, rd, prof_reader=prof_reader)
-    for spec in LEGACY_SOURCES:
-        name = spec.name.format(rank=rank)
-        _read_source(ctx, spec.read, folder / name, name, spec.core, spec.absent_reason)
-    # ascend_cluster_analyse_{mode}_{stages}_{size}_{rank}.csv: the name carries the parallel mode
-    clusters = [p for p in sorted(folder.glob(f"ascend_cluster_analyse_*_{rank}.csv")) if _CLUSTER_FILE.match(p.name)
-                and int(_CLUSTER_FILE.match(p.name).group(4)) == rank]  # type: ignore[union-attr]
-    if clusters:
-        for p in clusters:
-            _read_source(ctx, _r_cluster, p, p.name, False, "")
-    else:
-        rd.sources.append(Source(rank, f"ascend_cluster_analyse_*_{rank}.csv", ABSENT, None,
-                                 "no cluster step analysis (written for Ascend graph-mode jobs with HCCL)"))
-    _finish(ctx)
-    return rd
-
-
-def _r_cluster(p: Path, ctx: _Ctx) -> int | None:
+def _r_cluster(p: Path, ctx: Ctx) -> Read:
     ca = read_cluster_analyse(p)
-    ctx.rd.meta.setdefault("cluster_analyse", []).append(ca)
-    par = ctx.rd.meta.setdefault("parallel", {})
-    for k in ("mode", "stage_num", "rank_size"):
-        if ca.get(k) is not None:
-            par.setdefault("cluster_" + k if k == "mode" else k, ca[k])
-    return len(ca["rows"])
+    return Read(meta={"cluster_analyse": [*ctx.rd.meta.get("cluster_analyse", []), ca]}, rows=len(ca["rows"]))
 
 
-def _read_source(ctx: _Ctx, read: Callable[[Path, _Ctx], int | None], p: Path, name: str, core: bool, why: str) -> None:
-    rd = ctx.rd
-    if not p.exists():
-        rd.sources.append(Source(rd.rank, name, ABSENT, None, why))
-        return
-    try:
-        rows = read(p, ctx)
-    except ParseError as e:
-        if core:
-            raise
-        rd.sources.append(Source(rd.rank, name, FAILED, str(p), e.problem))
-        return
-    rd.sources.append(Source(rd.rank, name, PRESENT, str(p), None, rows))
+LEGACY_SOURCES: tuple[Src, ...] = (
+    dataclasses.replace(metadata.PROFILER_INFO,
+                        absent="no profiler_info (MindSpore 1.x writes none): version and parallel settings unknown"),
+    Src("step_trace_raw_{rank}_detail_time.csv", read=_r_step_trace, core=True,
+        absent="no step_trace_raw: no step rows (the step trace is written in graph mode on Ascend/GPU)"),
+    Src("framework_raw_{rank}.csv", read=_r_framework, absent="no framework_raw: op types and shapes unknown"),
+    Src("output_timeline_data_{rank}.txt", read=_r_timeline,
+        absent="no output_timeline_data (1.x intermediate file): no kernel launches with start times"),
+    Src("aicpu_intermediate_{rank}.csv", read=_r_aicpu, absent="no AI CPU ops recorded"),
+    Src("hccl_raw_{rank}.csv", read=_r_hccl, absent="no hccl_raw: a single-device job, or HCCL profiling off"),
+    Src("aicore_intermediate_{rank}_type.csv", "op_stats", rows=read_aicore_type, absent="no AI Core op statistics"),
+    Src("aicore_intermediate_{rank}_detail.csv", "op_stats", read=_r_aicore_detail, absent="no AI Core per-op times"),
+    Src("minddata_pipeline_raw_{rank}.csv", "data_pipeline", read=_r_minddata,
+        absent="MindData pipeline profiling was off, or no mindspore.dataset pipeline"),
+    Src("device_queue_profiling_{rank}.txt", read=_r_device_queue,
+        absent="no device queue profile (dataset not sunk to the device, or MindData profiling off)"),
+    Src("dataset_iterator_profiling_{rank}.txt", read=_r_iterator,
+        absent="no dataset iterator profile (data sunk to the device, or MindData profiling off)"),
+    Src("minddata_aicpu_{rank}.txt", read=_r_minddata_aicpu, absent="no GetNext records on the device"),
+    Src("flops_{rank}.txt", read=_r_flops, absent="no FLOPs file (AI Core PMU FLOPs were not collected)"),
+    Src("flops_summary_{rank}.json", read=_r_flops_summary, absent="no FLOPs summary"),
+    Src("parallel_strategy_{rank}.json", read=_r_parallel_strategy, absent="no parallel strategy view"),
+    # the file name carries the parallel mode, the stage count and the rank size
+    Src("ascend_cluster_analyse_*_{rank}.csv", read=_r_cluster, glob="ascend_cluster_analyse_*_{rank}.csv",
+        pattern=r"ascend_cluster_analyse_[a-z]+-parallel_\d+_\d+_{rank}\.csv",
+        absent="no cluster step analysis (written for Ascend graph-mode jobs with HCCL)"),
+)
 
 
-def _finish(ctx: _Ctx) -> None:
-    rd = ctx.rd
-    # MindData: the pipeline ops plus the consumer row from the queue profile
-    if ctx.queue_row is not None:
+def _finish(rd: RankData, ctx: Ctx) -> None:
+    """Join what the sources gave: the MindData consumer row, the PROF_* beside, the kernels."""
+    queue_row = ctx.state.get("queue_row")
+    if queue_row is not None:  # MindData: the pipeline ops plus the consumer row from the queue profile
         dp = rd.table("data_pipeline")
         dp = dp[(dp["op_id"] != ascend_csv.MINDDATA_CONSUMER_OP_ID).fillna(True).to_numpy()]
-        rd.tables["data_pipeline"] = pd.concat([dp, ctx.queue_row], ignore_index=True) if len(dp) else ctx.queue_row
-    # 2.1/2.2: raw CANN output kept in PROF_* beside the flat files
-    _merge_prof(ctx)
-    # kernels from the 1.x timeline text, when no PROF_ output gave them
-    if not len(rd.table("kernels")):
-        k = build_kernels(rd.rank, ctx.timeline, ctx.framework, ctx.aicpu, ctx.step_trace)
-        if len(k):
-            rd.tables["kernels"] = k
-            rd.meta["kernels_from"] = f"output_timeline_data_{rd.rank}.txt + framework_raw + aicpu_intermediate + step trace"
-    k = rd.table("kernels")
-    if len(k) and ctx.flops and "cube_per_op" in ctx.flops and k["cube_fops"].isna().all():
-        full = _full_names(k, ctx)
-        k = k.copy()
-        k["cube_fops"] = pd.Series([ctx.flops["cube_per_op"].get(n) for n in full], dtype="float64")
-        k["vector_fops"] = pd.Series([ctx.flops["vector_per_op"].get(n) for n in full], dtype="float64")
-        k.loc[k["kind"] != "compute", ["cube_fops", "vector_fops"]] = np.nan
-        rd.tables["kernels"] = k
-    if ctx.framework and not len(rd.table("kernels")):
-        rd.tables["host_shapes"] = host_shapes_from_framework(rd.rank, ctx.framework)
+        rd.tables["data_pipeline"] = pd.concat([dp, queue_row], ignore_index=True) if len(dp) else queue_row
+    _merge_prof(rd, ctx)  # 2.1/2.2: raw CANN output kept in PROF_* beside the flat files
+    _kernels(rd, ctx)
+    framework = ctx.state.get("framework")
+    if framework and not len(rd.table("kernels")):
+        rd.tables["host_shapes"] = host_shapes_from_framework(rd.rank, framework)
         rd.notes.append(
             f"framework_raw_{rd.rank}.csv: op shapes are kept as host_shapes: no kernel launches to attach them to "
             "(output_timeline_data absent)"
@@ -1306,19 +1052,38 @@ def _finish(ctx: _Ctx) -> None:
     if not len(rd.tables.get("profiler_steps", model.STEPS.empty())) and not len(rd.table("kernels")):
         rd.notes.append("no step_trace_raw and no kernel timeline: no step rows for this rank")
     not_read = sorted(
-        n for n in _names(ctx.folder)
+        n for n in listing(ctx.folder)
         if any(re.match(p, n) for p in NOT_READ) and _rank_of(n) in (None, rd.rank)
     )
     if not_read:
         rd.notes.append("recognised, not read: " + "; ".join(f"{n} ({_why_not_read(n)})" for n in not_read))
 
 
-def _full_names(k: pd.DataFrame, ctx: _Ctx) -> list[str | None]:
+def _kernels(rd: RankData, ctx: Ctx) -> None:
+    """Kernels from the 1.x timeline text when no PROF_ output gave them; FLOPs per op joined."""
+    if not len(rd.table("kernels")):
+        k = build_kernels(rd.rank, ctx.state.get("timeline"), ctx.state.get("framework", {}), ctx.state.get("aicpu"),
+                          _step_trace(ctx))
+        if len(k):
+            rd.tables["kernels"] = k
+            rd.info.kernels_from = f"output_timeline_data_{rd.rank}.txt + framework_raw + aicpu_intermediate + step trace"
+    k = rd.table("kernels")
+    flops = ctx.state.get("flops")
+    if len(k) and flops and "cube_per_op" in flops and k["cube_fops"].isna().all():
+        full = _full_names(k, ctx.state.get("timeline"))
+        k = k.copy()
+        k["cube_fops"] = pd.Series([flops["cube_per_op"].get(n) for n in full], dtype="float64")
+        k["vector_fops"] = pd.Series([flops["vector_per_op"].get(n) for n in full], dtype="float64")
+        k.loc[k["kind"] != "compute", ["cube_fops", "vector_fops"]] = np.nan
+        rd.tables["kernels"] = k
+
+
+def _full_names(k: pd.DataFrame, timeline: pd.DataFrame | None) -> list[str | None]:
     """Full op names of kernel rows (the timeline keeps full names; kernels keep the last part)."""
-    if ctx.timeline is None:
+    if timeline is None:
         return [None if pd.isna(n) else str(n) for n in k["name"]]
     by_last: dict[str, str] = {}
-    for n in ctx.timeline["name"]:
+    for n in timeline["name"]:
         if n is not pd.NA and n is not None:
             by_last.setdefault(str(n).rsplit("/", 1)[-1], str(n))
     return [None if pd.isna(n) else by_last.get(str(n), str(n)) for n in k["name"]]
@@ -1333,25 +1098,54 @@ def _why_not_read(name: str) -> str:
     return next((why for p, why in NOT_READ.items() if re.match(p, name)), "")
 
 
-def _merge_prof(ctx: _Ctx) -> None:
-    """Kernels, op statistics and the device description from PROF_* folders beside the flat files
-    (MindSpore 2.1/2.2 kept the raw CANN output there), read by the caller's ``prof_reader``."""
-    rd = ctx.rd
-    found = ctx.prof_reader(ctx.folder, rd.rank) if ctx.prof_reader else None
-    if found is not None:
-        prof, sub = found
-        for name in ("kernels", "op_stats", "timeline", "counters"):
-            t = sub.tables.get(name)
-            if t is not None and len(t) and not (name == "op_stats" and len(rd.table("op_stats"))):
-                _put(rd, name, t)
-        for key in ("peak_tflops_from", "ai_core_num", "aic_frequency_mhz", "device_info", "kernels_from"):
-            if key in sub.meta:
-                rd.meta.setdefault(key, sub.meta[key])
-        for s in sub.sources:
-            rd.sources.append(Source(s.rank, f"{prof.name}/{s.name}", s.status, s.path, s.reason, s.rows))
-        rd.notes.extend(f"{prof.name}: {n}" for n in sub.notes)
-        k = rd.table("kernels")
-        if len(k) and ctx.step_trace is not None and k["step"].isna().all():
-            k = k.copy()
-            k["step"] = assign_steps(k["start_us"].to_numpy(float), ctx.step_trace.steps)
-            rd.tables["kernels"] = k
+def _merge_prof(rd: RankData, ctx: Ctx) -> None:
+    """Kernels, op statistics and the device description from a PROF_* folder beside the flat files
+    (MindSpore 2.1/2.2 kept the raw CANN output there), read with the raw CANN format."""
+    found = [(r, prof) for r, prof in cann_msprof.find_msprof_ranks(ctx.folder) if r == rd.rank]
+    if not found:
+        return
+    prof = found[0][1]
+    sub = cann_msprof.load_msprof_rank(prof, rd.rank)
+    for name in ("kernels", "op_stats", "timeline", "counters"):
+        t = sub.tables.get(name)
+        if t is not None and len(t) and not (name == "op_stats" and len(rd.table("op_stats"))):
+            put(rd, name, t)
+    for key in ("info_json", "ai_core_num", "aic_frequency_mhz", "kernels_from"):
+        if getattr(rd.info, key) is None:
+            setattr(rd.info, key, getattr(sub.info, key))
+    if "device_info" in sub.meta:
+        rd.meta.setdefault("device_info", sub.meta["device_info"])
+    for s in sub.sources:
+        rd.sources.append(Source(s.rank, f"{prof.name}/{s.name}", s.status, s.path, s.reason, s.rows))
+    rd.notes.extend(f"{prof.name}: {n}" for n in sub.notes)
+    k = rd.table("kernels")
+    st = _step_trace(ctx)
+    if len(k) and st is not None and k["step"].isna().all():
+        k = k.copy()
+        k["step"] = assign_steps(k["start_us"].to_numpy(float), st.steps)
+        rd.tables["kernels"] = k
+
+
+def _legacy_ranks(folder: Path, names: set[str]) -> list[RankDir]:
+    return [RankDir(r, p, FAMILY, RANK_FROM, None, format=FAMILY) for r, p in find_legacy_ranks(folder)]
+
+
+#: MindSpore 1.x-2.2 flat profiler folders (several ranks' files in one folder).
+FORMAT = Format(
+    name=FAMILY,
+    label="MindSpore 1.x-2.2 profiler files",
+    claims=lambda d, names: is_legacy_folder(d),
+    ranks=_legacy_ranks,
+    sources=LEGACY_SOURCES,
+    finish=_finish,
+)
+
+
+def load_legacy_rank(folder: Path, rank: int) -> RankData:
+    """Read rank ``rank`` of the MindSpore 1.x-2.2 profiler folder ``folder`` into a RankData.
+
+    Every source of :data:`LEGACY_SOURCES` is listed in ``sources`` (present / absent with why /
+    failed with the parse problem). A step_trace_raw that is present but broken raises ParseError
+    (it is the only source of the step rows); any other broken file is a failed source.
+    """
+    return read_rank(FORMAT, RankDir(rank, Path(folder), FAMILY, RANK_FROM, None, format=FAMILY))

@@ -5,7 +5,8 @@
 - ``profiler_metadata.json`` holds user metadata, ``ENV_VARIABLES``, Megatron-style ``distributed_args``
   and ``parallel_group_info``; :func:`read_profiler_metadata` splits them and hashes every group id
   with :func:`group_hash`, the number communication.json writes after ``@`` in its op keys.
-- :func:`parallel_config` and :func:`rank_coordinates` place a rank on the TP/CP/DP/PP grid.
+- :func:`parallel_config` gives the TP/CP/DP/PP sizes (``model.ParallelLayout``); the readers put
+  them and the groups into the rank's ``RankInfo`` (:data:`JSON_SOURCES`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from typing import Any
 import msgspec
 
 from msdiag.errors import ParseError
+from msdiag.ingest.engine import Ctx, Read, Src
+from msdiag.model import ParallelGroup, ParallelLayout
 
 _MASK32 = 0xFFFFFFFF
 
@@ -342,11 +345,12 @@ _SIZE_KEYS = {
 }
 
 
-def parallel_config(distributed_args: dict[str, Any] | None) -> dict[str, int | None]:
+def parallel_config(distributed_args: dict[str, Any] | None) -> ParallelLayout:
     """Parallel sizes from Megatron-style ``distributed_args``: tp, pp, dp, cp, ep, world_size, rank.
 
     A size the args do not give is None, except dp, which is derived as world / (tp*cp*pp) when
     world_size and the others are known and divide evenly (Megatron's data_parallel_size excludes cp).
+    Where a rank sits in the grid: :meth:`msdiag.model.ParallelLayout.coordinates`.
     """
     args = distributed_args or {}
     cfg: dict[str, int | None] = {k: _opt_int(args.get(v)) for k, v in _SIZE_KEYS.items()}
@@ -357,36 +361,58 @@ def parallel_config(distributed_args: dict[str, Any] | None) -> dict[str, int | 
         model = tp * pp * (cp or 1)
         if world % model == 0:
             cfg["dp"] = world // model
-    return cfg
+    return ParallelLayout(**cfg)
 
 
-def rank_coordinates(rank: int, cfg: dict[str, int | None]) -> dict[str, int]:
-    """Where a global rank sits in the parallel grid: tp_index, cp_index, dp_index, pp_index, ep_index.
+# ---------------------------------------------------------------------------------------------------
+# the rank's typed description (RankInfo fields) from the two files
 
-    Megatron-LM's default order ``tp-cp-ep-dp-pp``: tp varies fastest and pp slowest (ep is laid out
-    inside dp x cp for the expert layers), i.e. rank = tp_i + tp*(cp_i + cp*(dp_i + dp*pp_i)).
-    msprof-analyze's ParallelStrategyCalculator gives the same DP/PP/TP indices when cp = 1.
-    Raises ValueError when tp, pp or dp is unknown, the sizes do not multiply to world_size, or the rank
-    is outside the world.
-    """
-    tp, pp, dp = cfg.get("tp"), cfg.get("pp"), cfg.get("dp")
-    cp = cfg.get("cp") or 1
-    ep = cfg.get("ep") or 1
-    if not tp or not pp or not dp or tp < 1 or pp < 1 or dp < 1:
-        raise ValueError(f"parallel sizes unknown or invalid (tp={tp}, pp={pp}, dp={dp}): cannot place ranks")
-    world = tp * cp * dp * pp
-    given = cfg.get("world_size")
-    if given is not None and given != world:
-        raise ValueError(f"tp*cp*dp*pp = {tp}*{cp}*{dp}*{pp} = {world} but world_size is {given}")
-    if (dp * cp) % ep != 0:
-        raise ValueError(f"dp*cp = {dp * cp} is not divisible by ep = {ep}")
-    if not 0 <= rank < world:
-        raise ValueError(f"rank {rank} is outside the world of {world} ranks")
-    dp_cp = (rank // tp) % (cp * dp)
+# profiler_info keys -> RankInfo fields
+_INFO_FIELDS = {
+    "framework": "framework",
+    "format": "info_format",
+    "framework_version": "framework_version",
+    "cann_version": "cann_version",
+    "profiler_level": "profiler_level",
+    "aic_metrics": "aic_metrics",
+    "export_type": "export_type",
+    "profile_memory": "profile_memory",
+    "context_mode": "context_mode",
+    "jit_level": "jit_level",
+    "parallel_mode": "parallel_mode",
+    "rank_size": "rank_size",
+    "stage_num": "stage_num",
+}
+
+
+def info_of_profiler_info(info: dict[str, Any]) -> dict[str, Any]:
+    """RankInfo fields from :func:`read_profiler_info`'s dict (device_id only where recorded)."""
+    out = {field: info.get(key) for key, field in _INFO_FIELDS.items()}
+    if info.get("device_id") is not None:
+        out["device_id"] = info["device_id"]
+    return out
+
+
+def info_of_metadata(md: dict[str, Any]) -> dict[str, Any]:
+    """RankInfo fields from :func:`read_profiler_metadata`'s dict: the layout and the groups."""
+    dargs = md.get("distributed_args")
     return {
-        "tp_index": rank % tp,
-        "cp_index": dp_cp % cp,
-        "dp_index": dp_cp // cp,
-        "pp_index": rank // (tp * cp * dp),
-        "ep_index": dp_cp % ep,
+        "layout": None if dargs is None else parallel_config(dargs),
+        "groups": [ParallelGroup(**g) for g in md.get("parallel_groups") or []],
     }
+
+
+def _r_profiler_info(p: Path, ctx: Ctx) -> Read:
+    return Read(info=info_of_profiler_info(read_profiler_info(p)))
+
+
+def _r_profiler_metadata(p: Path, ctx: Ctx) -> Read:
+    return Read(info=info_of_metadata(read_profiler_metadata(p)))
+
+
+PROFILER_INFO = Src("profiler_info_{rank}.json", read=_r_profiler_info,
+                    absent="no profiler_info_N.json: framework, version and profiler settings unknown")
+PROFILER_METADATA = Src("profiler_metadata.json", read=_r_profiler_metadata,
+                        absent="no profiler_metadata.json: parallel configuration unknown")
+#: the two JSON files beside an Ascend rank's output (text or SQLite export)
+JSON_SOURCES = (PROFILER_INFO, PROFILER_METADATA)

@@ -32,6 +32,7 @@ import pandas as pd
 
 from msdiag import model
 from msdiag.errors import ParseError
+from msdiag.ingest.engine import Ctx, Read
 from msdiag.ingest.metadata import load_json
 
 MARKERS_FILE = "msdiag_steps.json"
@@ -100,3 +101,20 @@ def markers_timeline(doc: dict[str, Any], rank: int) -> pd.DataFrame:
             "dur_us": dur,
         }
     )
+
+
+def read_markers_source(path: Path, ctx: Ctx) -> Read:
+    """msdiag capture's step markers and data waits; the profiler's own step markers win where present."""
+    doc = read_markers_doc(path)
+    rows = markers_timeline(doc, ctx.rank)
+    tl = ctx.table("timeline")
+    out = Read()
+    if len(tl) and (tl["lane"] == "step").any():
+        rows = rows[rows["lane"] != "step"]
+        out.notes.append(f"{path.name}: the profiler's own ProfilerStep#N markers are used; msdiag's data waits are added")
+    else:
+        out.info["step_source"] = f"msdiag capture markers ({path.name}): {doc.get('steps_from') or 'source unknown'}"
+    if (doc.get("window") or {}).get("mode") == "time":
+        out.notes.append(f"{path.name}: nothing marked steps when the job was captured: msdiag capture recorded a time window")
+    out.tables["timeline"] = rows
+    return out

@@ -80,17 +80,13 @@ touching the user's folder. A truncated or corrupt database raises :class:`Parse
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
-import os
 import re
-import shutil
-import sqlite3
-import tempfile
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -99,9 +95,12 @@ from msdiag import model
 from msdiag.errors import ParseError
 from msdiag.ingest import metadata
 from msdiag.ingest._csv import NA_VALUES
+from msdiag.ingest._sqlite import Db, clean_strings
 from msdiag.ingest.ascend_csv import COMMUNICATION_CORE, type_from_kernel_name
 from msdiag.ingest.communication import op_type_of
-from msdiag.model import ABSENT, FAILED, PRESENT, RankData, Source
+from msdiag.ingest.engine import Ctx, Database, Format, Item, RankDir, Read, Src, Then, listing, read_rank
+from msdiag.ingest.folders import ascend_rank, is_cpu_rank, is_rank_folder
+from msdiag.model import RankData
 
 OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
 PROFILER_DB_RE = re.compile(r"^ascend_(?:pytorch|mindspore)_profiler(?:_(\d+))?\.db$")
@@ -109,7 +108,6 @@ ANALYSIS_DB_NAMES = ("analysis.db", "communication_analyzer.db")  # torch_npu, M
 # A rank folder holding any of these is read from its text files (the loader's core sources).
 TEXT_CORE_FILES = ("kernel_details.csv", "trace_view.json", "step_trace_time.csv")
 
-SQLITE_MAGIC = b"SQLite format 3\x00"
 NS_PER_US = 1000
 BYTES_PER_MB = float(1 << 20)  # memory and bandwidth "MB" as the text files write them
 BYTES_PER_KB = 1024.0
@@ -155,43 +153,11 @@ STEP_TRACE_COLUMNS: dict[str, str] = {
 _STEP_TEXT = re.compile(r"\s*(?:step)?\s*(\d+)\s*", re.IGNORECASE)
 _MATRIX_KEY = re.compile(r"(?P<optype>.+?)-(?P<variant>top\d+|middle|bottom\d+|total)")
 TOTAL_OP = "Total Op Info"
-_DB_NULLS = ("NULL", "N/A")  # text the exports write for a missing value (msprof writes NULL shapes)
 
 
 # --------------------------------------------------------------------------------------------
 # finding the databases
 # --------------------------------------------------------------------------------------------
-
-
-def _listing(folder: Path) -> list[str]:
-    try:
-        return sorted(os.listdir(folder))
-    except OSError:
-        return []
-
-
-def find_profiler_db(rank_dir: Path, rank: int | None = None) -> Path | None:
-    """The rank's profiler database in ASCEND_PROFILER_OUTPUT/ (the one suffixed with ``rank`` first)."""
-    out = Path(rank_dir) / OUTPUT_DIR
-    found = [(n, PROFILER_DB_RE.match(n)) for n in _listing(out)]
-    cands = [(n, m) for n, m in found if m]
-    if not cands:
-        return None
-    if rank is not None:
-        for n, m in cands:
-            if m.group(1) is not None and int(m.group(1)) == rank:
-                return out / n
-    return out / cands[0][0]
-
-
-def find_analysis_db(rank_dir: Path) -> Path | None:
-    """analysis.db (torch_npu) or communication_analyzer.db (MindSpore) beside the profiler database."""
-    out = Path(rank_dir) / OUTPUT_DIR
-    names = set(_listing(out))
-    for n in ANALYSIS_DB_NAMES:
-        if n in names:
-            return out / n
-    return None
 
 
 def is_db_rank(rank_dir: Path) -> bool:
@@ -200,135 +166,10 @@ def is_db_rank(rank_dir: Path) -> bool:
     trace_view.json, step_trace_time.csv). A folder exported as both text and db is read from text.
     """
     out = Path(rank_dir) / OUTPUT_DIR
-    names = set(_listing(out))
+    names = set(listing(out))
     if not names or any(n in names for n in TEXT_CORE_FILES):
         return False
     return any(PROFILER_DB_RE.match(n) for n in names)
-
-
-# --------------------------------------------------------------------------------------------
-# opening a database read-only
-# --------------------------------------------------------------------------------------------
-
-
-def check_header(path: Path) -> None:
-    """Raise ParseError when the file is empty, not SQLite, or shorter than its header says."""
-    try:
-        size = path.stat().st_size
-        with open(path, "rb") as f:
-            head = f.read(100)
-    except OSError as e:
-        raise ParseError(path, f"cannot be read ({e.strerror or e})") from None
-    if size == 0:
-        raise ParseError(path, "the file is empty (0 bytes): expected an SQLite database")
-    if not head.startswith(SQLITE_MAGIC):
-        raise ParseError(path, "is not an SQLite database (its first bytes are not 'SQLite format 3')")
-    if len(head) < 100:
-        raise ParseError(path, f"is truncated: {size} bytes, shorter than the 100-byte SQLite header")
-    page_size = int.from_bytes(head[16:18], "big")
-    page_size = 65536 if page_size == 1 else page_size
-    pages = int.from_bytes(head[28:32], "big")
-    valid = head[24:28] == head[92:96]  # the in-header size is trusted only when this matches
-    if valid and pages and page_size * pages > size:
-        raise ParseError(
-            path,
-            f"is truncated: its header counts {pages} pages of {page_size} bytes ({page_size * pages} bytes) "
-            f"but the file holds {size} bytes",
-        )
-
-
-class Db:
-    """One open database: its tables and columns, STRING_IDS, and queries that name the file on error."""
-
-    def __init__(self, path: Path, con: sqlite3.Connection):
-        self.path = path
-        self.con = con
-        self.tables: dict[str, list[str]] = {}
-        for (name,) in self.query("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')"):
-            cols = [r[1] for r in self.query(f'PRAGMA table_info("{name}")')]
-            self.tables[name] = cols
-        self._strings: pd.Series | None = None
-
-    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        try:
-            return self.con.execute(sql, params).fetchall()
-        except sqlite3.DatabaseError as e:
-            raise ParseError(self.path, f"cannot be read as an SQLite database ({e}): the file is truncated or corrupt") from None
-
-    def has(self, table: str, *cols: str) -> bool:
-        have = self.tables.get(table)
-        return have is not None and all(c in have for c in cols)
-
-    def col(self, table: str, *alternatives: str) -> str | None:
-        """The first of ``alternatives`` that ``table`` has, quoted for SQL; None when none."""
-        have = self.tables.get(table, [])
-        for c in alternatives:
-            if c in have:
-                return f'"{c}"'
-        return None
-
-    def require(self, table: str, *cols: str) -> None:
-        missing = [c for c in cols if c not in self.tables.get(table, [])]
-        if missing:
-            raise ParseError(self.path, f"table {table} lacks column(s) {', '.join(missing)}: not a profiler export msdiag reads")
-
-    def count(self, table: str) -> int:
-        return int(self.query(f'SELECT COUNT(*) FROM "{table}"')[0][0])
-
-    def strings(self) -> pd.Series:
-        """STRING_IDS as a Series id -> value (empty when the table is absent)."""
-        if self._strings is None:
-            if self.has("STRING_IDS", "id", "value"):
-                rows = self.query("SELECT id, value FROM STRING_IDS")
-                self._strings = pd.Series([r[1] for r in rows], index=[r[0] for r in rows], dtype=object)
-            else:
-                self._strings = pd.Series(dtype=object)
-        return self._strings
-
-    def names(self, codes: Sequence[Any] | pd.Series) -> pd.Series:
-        """STRING_IDS values of integer ids; a value that is already text is kept (some exports inline it)."""
-        s = pd.Series(list(codes), dtype=object)
-        out = s.map(self.strings())
-        text = s.map(lambda v: isinstance(v, str))
-        out[text] = s[text]
-        return _clean_strings(out)
-
-    def ids_of(self, values: Sequence[str]) -> dict[int, str]:
-        strings = self.strings()
-        want = set(values)
-        return {int(i): v for i, v in strings.items() if v in want}
-
-
-@contextmanager
-def open_db(path: Path) -> Iterator[Db]:
-    """Open a database without writing anything beside it (see the module doc)."""
-    path = Path(path)
-    check_header(path)
-    sidecars = [path.with_name(path.name + s) for s in ("-wal", "-journal")]
-    live = [s for s in sidecars if s.exists() and s.stat().st_size > 0]
-    tmp: str | None = None
-    con: sqlite3.Connection | None = None
-    try:
-        if live:
-            # the file's latest content is partly in the sidecar: read a private copy of both
-            tmp = tempfile.mkdtemp(prefix="msdiag-db-")
-            target = Path(tmp) / path.name
-            shutil.copyfile(path, target)
-            for s in live:
-                shutil.copyfile(s, Path(tmp) / s.name)
-            uri = f"{target.resolve().as_uri()}?mode=rw"
-        else:
-            uri = f"{path.resolve().as_uri()}?mode=ro&immutable=1"
-        try:
-            con = sqlite3.connect(uri, uri=True)
-        except sqlite3.Error as e:
-            raise ParseError(path, f"cannot be opened as an SQLite database ({e})") from None
-        yield Db(path, con)
-    finally:
-        if con is not None:
-            con.close()
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------------------------
@@ -372,12 +213,6 @@ def _floats(values: Sequence[Any] | pd.Series, scale: float = 1.0) -> pd.Series:
 def _nullable_ints(values: Sequence[Any] | pd.Series) -> pd.Series:
     v, mask = _int_array(values)
     return pd.Series(pd.arrays.IntegerArray(v, mask), dtype=model.INT)
-
-
-def _clean_strings(s: pd.Series) -> pd.Series:
-    out = pd.Series(s, dtype=object).map(lambda v: v.strip() if isinstance(v, str) else None)
-    out = out.where(~(out.isin(NA_VALUES) | out.isin(_DB_NULLS)), None)
-    return out.astype(model.STR)
 
 
 def _shapes(s: pd.Series) -> pd.Series:
@@ -891,10 +726,10 @@ def read_comm_time(db: Db, rank: int) -> pd.DataFrame:
         {
             "rank": _const(n, rank, model.INT),
             "step": pd.Series(steps, dtype=model.INT),
-            "category": _clean_strings(pd.Series(cols[9], dtype=object)),
+            "category": clean_strings(pd.Series(cols[9], dtype=object)),
             "op_name": pd.Series(names, dtype=model.STR),
             "op_type": pd.Series([op_type_of(x) for x in names], dtype=model.STR),
-            "group": _clean_strings(pd.Series([None if g is None else str(g) for g in cols[1]], dtype=object)),
+            "group": clean_strings(pd.Series([None if g is None else str(g) for g in cols[1]], dtype=object)),
             "start_us": _floats(cols[2]),
             "elapse_us": elapse,
             "transit_us": transit,
@@ -1038,214 +873,178 @@ def read_db_meta(db: Db) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------------
 
 
-def _put(rd: RankData, table: str, df: pd.DataFrame) -> None:
-    if table in rd.tables and len(rd.tables[table]):
-        rd.tables[table] = pd.concat([rd.tables[table], df], ignore_index=True)
-    else:
-        rd.tables[table] = df
-
-
-def _info_flag(rd: RankData, key: str) -> Any:
-    return (rd.meta.get("profiler_info") or {}).get(key)
-
-
-def _why_memory(rd: RankData) -> str:
-    if _info_flag(rd, "profile_memory") is False:
+def _why_memory(ctx: Ctx) -> str:
+    if ctx.info.profile_memory is False:
         return "profile_memory was off in this capture"
     return "not written by this capture (profile_memory off?)"
 
 
-def _why_comm(rd: RankData) -> str:
-    if _info_flag(rd, "profiler_level") == "Level0":
+def _why_comm(ctx: Ctx) -> str:
+    if ctx.info.profiler_level == "Level0":
         return "profiler Level0 writes no communication analysis (use Level1 or higher)"
     return "not written by this capture (no HCCL communication recorded: a single device?)"
 
 
-def _why(text: str) -> Callable[[RankData], str]:
-    return lambda rd: text
+def _steps(ctx: Ctx) -> Steps:
+    found: Steps | None = ctx.state.get("steps")
+    return found if found is not None else Steps(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64))
 
 
-@dataclass(frozen=True)
-class TableSpec:
-    """One table of a database: what reads it, and why it may be absent."""
-
-    table: str
-    read: Callable[[Db, RankData, "_State"], int]
-    absent_reason: Callable[[RankData], str]
+def _r_meta(db: Db, ctx: Ctx) -> Read:
+    return Read(meta={"db": read_db_meta(db)}, state={"launch": _launch_times(db)})
 
 
-@dataclass
-class _State:
-    steps: Steps
-    launch: dict[int, int]
-    step_track: str
+def _r_step_time(db: Db, ctx: Ctx) -> Read:
+    steps = read_step_time(db)
+    return Read(state={"steps": steps}, rows=len(steps.ids))
 
 
-def _r_compute(db: Db, rd: RankData, st: _State) -> int:
-    df = read_compute_tasks(db, rd.rank, st.steps, st.launch)
-    _put(rd, "kernels", df)
-    return len(df)
-
-
-def _r_comm_op(db: Db, rd: RankData, st: _State) -> int:
-    k, tl = read_communication_ops(db, rd.rank, st.steps, st.launch)
-    _put(rd, "kernels", k)
-    _put(rd, "timeline", tl)
-    return len(k)
-
-
-def _r_overlap(db: Db, rd: RankData, st: _State) -> int:
-    df = read_overlap(db, rd.rank)
-    _put(rd, "timeline", df)
-    return len(df)
-
-
-def _r_pytorch_api(db: Db, rd: RankData, st: _State) -> int:
-    return _host(db, rd, st, "PYTORCH_API")
-
-
-def _r_mstx(db: Db, rd: RankData, st: _State) -> int:
-    return _host(db, rd, st, "MSTX_EVENTS")
-
-
-def _host(db: Db, rd: RankData, st: _State, table: str) -> int:
-    host, marker_steps = read_host_ranges(db, rd.rank, table)
-    _put(rd, "timeline", host)
-    if not len(st.steps.ids) and len(marker_steps.ids):
-        st.steps = marker_steps  # no STEP_TIME: the host's ProfilerStep#N ranges are the steps
-    return len(host) + len(marker_steps.ids)
-
-
-def _r_cann(db: Db, rd: RankData, st: _State) -> int:
-    df = read_cann_api(db, rd.rank)
-    _put(rd, "timeline", df)
-    return len(df)
-
-
-def _r_memory_record(db: Db, rd: RankData, st: _State) -> int:
-    df = read_memory_record(db, rd.rank)
-    _put(rd, "memory", df)
-    return len(df)
-
-
-def _r_npu_mem(db: Db, rd: RankData, st: _State) -> int:
-    mem, counters = read_npu_mem(db, rd.rank)
-    _put(rd, "memory", mem)
-    _put(rd, "counters", counters)
-    return len(counters) // 3
-
-
-def _r_module_mem(db: Db, rd: RankData, st: _State) -> int:
-    df = read_npu_module_mem(db, rd.rank)
-    _put(rd, "memory", df)
-    return len(df)
-
-
-def _r_op_memory(db: Db, rd: RankData, st: _State) -> int:
-    df = read_op_memory(db, rd.rank)
-    _put(rd, "memory_allocs", df)
-    return len(df)
-
-
-def _counter_reader(fn: Callable[[Db, int], pd.DataFrame]) -> Callable[[Db, RankData, _State], int]:
-    def read(db: Db, rd: RankData, st: _State) -> int:
-        df = fn(db, rd.rank)
-        _put(rd, "counters", df)
-        return len(df)
+def _r_host(table: str) -> Callable[[Db, Ctx], Read]:
+    def read(db: Db, ctx: Ctx) -> Read:
+        host, marker_steps = read_host_ranges(db, ctx.rank, table)
+        state = {} if len(_steps(ctx).ids) or not len(marker_steps.ids) else {"steps": marker_steps}
+        return Read(tables={"timeline": host}, state=state, rows=len(host) + len(marker_steps.ids))
 
     return read
 
 
-def _r_step_trace(db: Db, rd: RankData, st: _State) -> int:
-    df = read_step_trace_time(db, rd.rank)
-    rd.tables["profiler_steps"] = df
-    return len(df)
+def _step_lane(ctx: Ctx) -> Read:
+    """The steps found so far (STEP_TIME, else the host's ProfilerStep#N ranges) go to the timeline."""
+    steps = _steps(ctx)
+    if not len(steps.ids):
+        return Read(info={"step_source": None})
+    track = "MindSpore" if ctx.family == "ascend_ms" else "Python"
+    return Read(tables={"timeline": step_timeline(ctx.rank, steps, track)}, info={"step_source": STEP_SOURCE})
 
 
-def _r_comm_time(db: Db, rd: RankData, st: _State) -> int:
-    df = read_comm_time(db, rd.rank)
-    _put(rd, "comm_ops", df)
-    return len(df)
+def _r_compute(db: Db, ctx: Ctx) -> Read:
+    df = read_compute_tasks(db, ctx.rank, _steps(ctx), ctx.state.get("launch", {}))
+    return Read(tables={"kernels": df}, rows=len(df))
 
 
-def _r_comm_bw(db: Db, rd: RankData, st: _State) -> int:
-    df = read_comm_bandwidth(db, rd.rank)
-    _put(rd, "comm_transport", df)
-    return len(df)
+def _r_comm_op(db: Db, ctx: Ctx) -> Read:
+    k, tl = read_communication_ops(db, ctx.rank, _steps(ctx), ctx.state.get("launch", {}))
+    return Read(tables={"kernels": k, "timeline": tl}, rows=len(k))
 
 
-def _r_comm_matrix(db: Db, rd: RankData, st: _State) -> int:
-    df = read_comm_matrix(db, rd.rank)
-    _put(rd, "comm_links", df)
-    return len(df)
+def _r_npu_mem(db: Db, ctx: Ctx) -> Read:
+    mem, counters = read_npu_mem(db, ctx.rank)
+    return Read(tables={"memory": mem, "counters": counters}, rows=len(counters) // 3)
 
 
-# Read in this order (host ranges before kernels: without STEP_TIME their ProfilerStep#N ranges
-# give the kernels' steps). Core tables: a failure stops the analysis.
-PROFILER_TABLES: list[TableSpec] = [
-    TableSpec("PYTORCH_API", _r_pytorch_api, lambda rd: (
-        "MindSpore writes no PYTORCH_API" if rd.family == "ascend_ms" else "host (CPU) activity was not recorded")),
-    TableSpec("MSTX_EVENTS", _r_mstx, _why("no mstx ranges were recorded (msprof_tx / mstx off)")),
-    TableSpec("CANN_API", _r_cann, _why("no CANN API calls recorded (profiler Level0 records none)")),
-    TableSpec("COMPUTE_TASK_INFO", _r_compute, _why("no compute kernels were recorded")),
-    TableSpec("COMMUNICATION_OP", _r_comm_op, _why_comm),
-    TableSpec("OVERLAP_ANALYSIS", _r_overlap, _why("no overlap analysis: no Computing / Communication / Free lanes")),
-    TableSpec("MEMORY_RECORD", _r_memory_record, _why_memory),
-    TableSpec("NPU_MEM", _r_npu_mem, _why_memory),
-    TableSpec("NPU_MODULE_MEM", _r_module_mem, _why_memory),
-    TableSpec("OP_MEMORY", _r_op_memory, _why_memory),
-    TableSpec("AICORE_FREQ", _counter_reader(read_aicore_freq), _why("AI Core frequency was not sampled in this capture")),
-    TableSpec("HBM", _counter_reader(read_hbm), _why("HBM bandwidth was not sampled (sys_hardware_mem off)")),
-    TableSpec("LLC", _counter_reader(read_llc), _why("LLC was not sampled (sys_hardware_mem off)")),
-]
-CORE_TABLES = frozenset({"COMPUTE_TASK_INFO", "COMMUNICATION_OP", "STEP_TIME"})
-
-ANALYSIS_TABLES: list[TableSpec] = [
-    TableSpec("StepTraceTime", _r_step_trace, _why(
-        "no StepTraceTime: the profiler's own step breakdown is not there to cross-check")),
-    TableSpec("CommAnalyzerTime", _r_comm_time, _why_comm),
-    TableSpec("CommAnalyzerBandwidth", _r_comm_bw, _why_comm),
-    TableSpec("CommAnalyzerMatrix", _r_comm_matrix, _why_comm),
-]
+def _r_step_trace(db: Db, ctx: Ctx) -> Read:
+    df = read_step_trace_time(db, ctx.rank)
+    return Read(replace={"profiler_steps": df}, rows=len(df))
 
 
-def _read_tables(db: Db, rd: RankData, st: _State, specs: list[TableSpec], core: frozenset[str]) -> None:
-    for spec in specs:
-        name = f"{db.path.name}:{spec.table}"
-        if spec.table not in db.tables:
-            rd.sources.append(Source(rd.rank, name, ABSENT, None, spec.absent_reason(rd)))
-            continue
-        try:
-            rows = spec.read(db, rd, st)
-        except ParseError as e:
-            if spec.table in core or "truncated or corrupt" in e.problem:
-                raise
-            rd.sources.append(Source(rd.rank, name, FAILED, str(db.path), e.problem))
-            continue
-        rd.sources.append(Source(rd.rank, name, PRESENT, str(db.path), None, rows))
+def _r_pmu(db: Db, ctx: Ctx) -> Read:
+    return Read(rows=None)  # read with the compute tasks; listed so that its absence is explained
 
 
-def _json_sources(rank_dir: Path, rd: RankData) -> None:
-    for fname, key, read, why in (
-        (f"profiler_info_{rd.rank}.json", "profiler_info", metadata.read_profiler_info,
-         "no profiler_info_N.json: framework, version and profiler settings unknown"),
-        ("profiler_metadata.json", "profiler_metadata", metadata.read_profiler_metadata,
-         "no profiler_metadata.json: parallel configuration unknown"),
-    ):
-        p = rank_dir / fname
-        if not p.exists():
-            rd.sources.append(Source(rd.rank, fname, ABSENT, None, why))
-            continue
-        try:
-            rd.meta[key] = read(p)
-        except ParseError as e:
-            rd.sources.append(Source(rd.rank, fname, FAILED, str(p), e.problem))
-            continue
-        rd.sources.append(Source(rd.rank, fname, PRESENT, str(p)))
+def _kernels_from(ctx: Ctx) -> Read:
+    prof = ctx.dbs["profiler"].path.name
+    return Read(info={"kernels_from": f"{prof} (TASK + COMPUTE_TASK_INFO + COMMUNICATION_OP)"})
+
+
+def _check_profiler_db(db: Db) -> None:
+    if "TASK" not in db.tables and "COMPUTE_TASK_INFO" not in db.tables:
+        raise ParseError(db.path, "holds no TASK / COMPUTE_TASK_INFO table: not an Ascend profiler export")
+
+
+def _pick_profiler_db(names: list[str], ctx: Ctx) -> str | None:
+    """The rank's profiler database (the one suffixed with its rank first)."""
+    cands = [(n, m) for n, m in ((n, PROFILER_DB_RE.match(n)) for n in names) if m]
+    for n, m in cands:
+        if m.group(1) is not None and int(m.group(1)) == ctx.rank:
+            return n
+    return cands[0][0] if cands else None
+
+
+def _pick_analysis_db(names: list[str], ctx: Ctx) -> str | None:
+    return next((n for n in ANALYSIS_DB_NAMES if n in names), None)
+
+
+Pick = Callable[[list[str], Ctx], "str | None"]
+
+
+def _db_items(folder: str, pick_profiler: Pick, pick_analysis: Pick | None) -> tuple[Item, ...]:
+    """The databases of a SQLite export and their tables, in reading order (host ranges before
+    kernels: without STEP_TIME their ProfilerStep#N ranges give the kernels' steps). Without
+    ``pick_analysis``, no analysis database is looked for."""
+    p, a = "profiler", "analysis"
+    profiler: tuple[Item, ...] = (
+        Database(p, folder, pick_profiler, "holds no ascend_pytorch_profiler_N.db / ascend_mindspore_profiler_N.db",
+                 lambda ctx: "profiler database", required=True, check=_check_profiler_db),
+        Then(lambda ctx: apply_db(ctx, p, _r_meta)),
+        Src("STEP_TIME", db=p, read=_r_step_time, core=True,
+            absent="no STEP_TIME: no step markers (no profiler schedule / step() calls)"),
+        Src("PYTORCH_API", db=p, read=_r_host("PYTORCH_API"), absent=lambda ctx: (
+            "MindSpore writes no PYTORCH_API" if ctx.family == "ascend_ms" else "host (CPU) activity was not recorded")),
+        Src("MSTX_EVENTS", db=p, read=_r_host("MSTX_EVENTS"), absent="no mstx ranges were recorded (msprof_tx / mstx off)"),
+        Src("CANN_API", "timeline", db=p, rows=read_cann_api, absent="no CANN API calls recorded (profiler Level0 records none)"),
+        Then(_step_lane),
+        Src("COMPUTE_TASK_INFO", db=p, read=_r_compute, core=True, absent="no compute kernels were recorded"),
+        Src("COMMUNICATION_OP", db=p, read=_r_comm_op, core=True, absent=_why_comm),
+        Src("OVERLAP_ANALYSIS", "timeline", db=p, rows=read_overlap,
+            absent="no overlap analysis: no Computing / Communication / Free lanes"),
+        Src("MEMORY_RECORD", "memory", db=p, rows=read_memory_record, absent=_why_memory),
+        Src("NPU_MEM", db=p, read=_r_npu_mem, absent=_why_memory),
+        Src("NPU_MODULE_MEM", "memory", db=p, rows=read_npu_module_mem, absent=_why_memory),
+        Src("OP_MEMORY", "memory_allocs", db=p, rows=read_op_memory, absent=_why_memory),
+        Src("AICORE_FREQ", "counters", db=p, rows=read_aicore_freq, absent="AI Core frequency was not sampled in this capture"),
+        Src("HBM", "counters", db=p, rows=read_hbm, absent="HBM bandwidth was not sampled (sys_hardware_mem off)"),
+        Src("LLC", "counters", db=p, rows=read_llc, absent="LLC was not sampled (sys_hardware_mem off)"),
+        Src("TASK_PMU_INFO", db=p, read=_r_pmu,
+            absent="no TASK_PMU_INFO: AI Core metrics were off (aic_metrics None, or profiler Level0)"),
+        Then(_kernels_from),
+    )
+    if pick_analysis is None:
+        return profiler
+    return profiler + (
+        Database(a, folder, pick_analysis, "no analysis database: no StepTraceTime to cross-check, no communication analysis",
+                 lambda ctx: ANALYSIS_DB_NAMES[1] if ctx.family == "ascend_ms" else ANALYSIS_DB_NAMES[0]),
+        Src("StepTraceTime", db=a, read=_r_step_trace,
+            absent="no StepTraceTime: the profiler's own step breakdown is not there to cross-check"),
+        Src("CommAnalyzerTime", "comm_ops", db=a, rows=read_comm_time, absent=_why_comm),
+        Src("CommAnalyzerBandwidth", "comm_transport", db=a, rows=read_comm_bandwidth, absent=_why_comm),
+        Src("CommAnalyzerMatrix", "comm_links", db=a, rows=read_comm_matrix, absent=_why_comm),
+    )
+
+
+def apply_db(ctx: Ctx, key: str, read: Callable[[Db, Ctx], Read]) -> Read:
+    """A step that reads an open database outside any one table (its metadata)."""
+    return read(ctx.dbs[key], ctx)
+
+
+def _finish(rd: RankData, ctx: Ctx) -> None:
+    db_rank = rd.meta.get("db", {}).get("rank_id")
+    if db_rank is not None and db_rank >= 0 and db_rank != rd.rank:
+        rd.notes.append(f"RANK_DEVICE_MAP says rank {db_rank}, the folder was taken as rank {rd.rank}")
+    tl = rd.tables.get("timeline")
+    if tl is not None and len(tl):
+        rd.tables["timeline"] = tl.sort_values(["lane", "track", "start_us"], kind="stable").reset_index(drop=True)
+    if not len(rd.table("kernels")):
+        prof = ctx.dbs["profiler"].path.name
+        rd.notes.append(f"{prof}: no kernels (COMPUTE_TASK_INFO and COMMUNICATION_OP are empty or absent)")
+
+
+def _claims(d: Path, names: set[str]) -> bool:
+    return is_rank_folder(d, names) and not is_cpu_rank(d, names) and is_db_rank(d)
+
+
+#: The SQLite export of either Ascend family (a rank folder with a profiler database and no text core file).
+FORMAT = Format(
+    name="ascend_db",
+    label="Ascend profiler SQLite export",
+    claims=_claims,
+    ranks=lambda d, names: [ascend_rank(d, names, "ascend_db")],
+    sources=(*metadata.JSON_SOURCES, *_db_items(OUTPUT_DIR, _pick_profiler_db, _pick_analysis_db)),
+    finish=_finish,
+)
 
 
 def load_db_rank(rank_dir: Path, rank: int, family: str) -> RankData:
-    """Read one rank's SQLite export into a RankData with the text path's tables, meta and sources.
+    """Read one rank's SQLite export into a RankData with the text path's tables, info and sources.
 
     The databases are ``ASCEND_PROFILER_OUTPUT/ascend_{pytorch,mindspore}_profiler[_N].db`` and
     ``analysis.db`` / ``communication_analyzer.db``; profiler_info_N.json and profiler_metadata.json
@@ -1253,72 +1052,19 @@ def load_db_rank(rank_dir: Path, rank: int, family: str) -> RankData:
     truncated or corrupt, or when a core table (COMPUTE_TASK_INFO, COMMUNICATION_OP, STEP_TIME)
     lacks the columns msdiag reads; an optional table that fails is recorded as failed.
     """
-    rank_dir = Path(rank_dir)
-    prof = find_profiler_db(rank_dir, rank)
-    if prof is None:
-        raise ParseError(rank_dir / OUTPUT_DIR, "holds no ascend_pytorch_profiler_N.db / ascend_mindspore_profiler_N.db")
-    rd = RankData(rank=rank, family=family, path=str(rank_dir))
-    _json_sources(rank_dir, rd)
-    ana = find_analysis_db(rank_dir)
-    if ana is None:
-        name = ANALYSIS_DB_NAMES[1] if family == "ascend_ms" else ANALYSIS_DB_NAMES[0]
-        rd.sources.append(Source(rank, name, ABSENT, None,
-                                 "no analysis database: no StepTraceTime to cross-check, no communication analysis"))
-    return read_db_files(rd, prof, ana)
+    return read_rank(FORMAT, RankDir(rank, Path(rank_dir), family, "", None, format=FORMAT.name))
 
 
 def read_db_files(rd: RankData, prof: Path, ana: Path | None = None) -> RankData:
-    """Fill ``rd`` from a profiler database and, when given, its analysis database.
+    """A rank read from a profiler database and, when given, its analysis database (same folder).
 
     Also reads a CANN ``msprof_*.db`` (same TASK / COMPUTE_TASK_INFO / STRING_IDS schema, no
     STEP_TIME and no analysis tables): kernels then carry no step id.
     """
-    rank = rd.rank
-    step_track = "MindSpore" if rd.family == "ascend_ms" else "Python"
-    no_steps = Steps(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64))
-    st = _State(no_steps, {}, step_track)
-    with open_db(prof) as db:
-        rd.sources.append(Source(rank, prof.name, PRESENT, str(prof)))
-        if "TASK" not in db.tables and "COMPUTE_TASK_INFO" not in db.tables:
-            raise ParseError(prof, "holds no TASK / COMPUTE_TASK_INFO table: not an Ascend profiler export")
-        rd.meta["db"] = read_db_meta(db)
-        if "STEP_TIME" in db.tables:
-            st.steps = read_step_time(db)
-            rd.sources.append(Source(rank, f"{prof.name}:STEP_TIME", PRESENT, str(prof), None, len(st.steps.ids)))
-        else:
-            rd.sources.append(Source(rank, f"{prof.name}:STEP_TIME", ABSENT, None,
-                                     "no STEP_TIME: no step markers (no profiler schedule / step() calls)"))
-        st.launch = _launch_times(db)
-        _read_tables(db, rd, st, PROFILER_TABLES[:3], CORE_TABLES)  # host ranges (may give the steps)
-        if len(st.steps.ids):
-            _put(rd, "timeline", step_timeline(rank, st.steps, st.step_track))
-        rd.meta["step_source"] = STEP_SOURCE if len(st.steps.ids) else None
-        _read_tables(db, rd, st, PROFILER_TABLES[3:], CORE_TABLES)
-        pmu_name = f"{prof.name}:TASK_PMU_INFO"
-        if "TASK_PMU_INFO" in db.tables:
-            rd.sources.append(Source(rank, pmu_name, PRESENT, str(prof)))
-        else:
-            rd.sources.append(Source(rank, pmu_name, ABSENT, None,
-                                     "no TASK_PMU_INFO: AI Core metrics were off (aic_metrics None, or profiler Level0)"))
-    rd.meta["kernels_from"] = f"{prof.name} (TASK + COMPUTE_TASK_INFO + COMMUNICATION_OP)"
-    if ana is not None:
-        with open_db(ana) as adb:
-            rd.sources.append(Source(rank, ana.name, PRESENT, str(ana)))
-            _read_tables(adb, rd, st, ANALYSIS_TABLES, frozenset())
-    _check_rank_map(rd)
-    _sort_timeline(rd)
-    if not len(rd.table("kernels")):
-        rd.notes.append(f"{prof.name}: no kernels (COMPUTE_TASK_INFO and COMMUNICATION_OP are empty or absent)")
-    return rd
-
-
-def _check_rank_map(rd: RankData) -> None:
-    db_rank = rd.meta.get("db", {}).get("rank_id")
-    if db_rank is not None and db_rank >= 0 and db_rank != rd.rank:
-        rd.notes.append(f"RANK_DEVICE_MAP says rank {db_rank}, the folder was taken as rank {rd.rank}")
-
-
-def _sort_timeline(rd: RankData) -> None:
-    tl = rd.tables.get("timeline")
-    if tl is not None and len(tl):
-        rd.tables["timeline"] = tl.sort_values(["lane", "track", "start_us"], kind="stable").reset_index(drop=True)
+    prof = Path(prof)
+    fmt = dataclasses.replace(FORMAT, sources=_db_items(
+        ".", lambda names, ctx: prof.name if prof.name in names else None,
+        None if ana is None else (lambda names, ctx: ana.name if ana.name in names else None)))
+    out = read_rank(fmt, RankDir(rd.rank, prof.parent, rd.family, "", None, format=FORMAT.name))
+    out.path = rd.path
+    return out

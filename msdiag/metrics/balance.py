@@ -7,12 +7,10 @@ rank with an extra or a missing step does not look slower or faster for it.
 
 from __future__ import annotations
 
-from typing import Any
-
 import pandas as pd
 
-from msdiag.ingest.metadata import parallel_config, rank_coordinates
 from msdiag.metrics.registry import Context, Value, metric
+from msdiag.model import RankInfo
 
 _NO_STEPS = "no step with a measured duration in the capture"
 _ONE_RANK = "one rank in the capture: nothing to compare"
@@ -106,32 +104,31 @@ def _slowest_rank(ctx: Context) -> Value:
 # ---- pipeline stages ----------------------------------------------------------------------
 
 
-def _stage_of(rank: int, meta: dict[str, Any]) -> tuple[int | None, int | None, str | None]:
-    """(pp stage index, pp size, why unknown) of a rank from its profiler_metadata.json.
+def _stage_of(rank: int, info: RankInfo) -> tuple[int | None, int | None, str | None]:
+    """(pp stage index, pp size, why unknown) of a rank from its profiler_metadata.json (RankInfo).
 
-    distributed_args (Megatron layout, via parallel_config / rank_coordinates) first; else the rank's
+    distributed_args (Megatron layout, via ParallelLayout.coordinates) first; else the rank's
     position in its parallel group named "pp" (parallel_group_info lists a pp group's global ranks in
     stage order).
     """
-    md = meta.get("profiler_metadata")
-    if not isinstance(md, dict):
+    if info.groups is None:
         return None, None, "no profiler_metadata.json"
-    cfg = parallel_config(md.get("distributed_args"))
-    pp = cfg.get("pp")
+    layout = info.layout
+    pp = layout.pp if layout is not None else None
     if pp == 1:
         return 0, 1, None
-    if pp:
+    if layout is not None and pp:
         try:
-            return rank_coordinates(rank, cfg)["pp_index"], pp, None
+            return layout.coordinates(rank)["pp_index"], pp, None
         except ValueError as e:
             why = f"distributed_args do not place the rank ({e})"
-    elif md.get("distributed_args") is None:
+    elif layout is None:
         why = "profiler_metadata.json has no distributed_args"
     else:
         why = "no pipeline_model_parallel_size in distributed_args"
-    for g in md.get("parallel_groups") or []:
-        ranks = g.get("global_ranks") or []
-        if g.get("group_name") == "pp" and rank in ranks:
+    for g in info.groups:
+        ranks = g.global_ranks or []
+        if g.group_name == "pp" and rank in ranks:
             return ranks.index(rank), len(ranks), None
     return None, None, why
 
@@ -152,7 +149,7 @@ def _stage_imbalance(ctx: Context) -> Value:
     for rd in ctx.capture.ranks:
         if rd.rank not in per_rank:
             continue
-        stage, pp, reason = _stage_of(rd.rank, rd.meta)
+        stage, pp, reason = _stage_of(rd.rank, rd.info)
         if stage is None:
             why.append(f"rank {rd.rank}: {reason}")
             continue

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from msdiag.metrics import intervals as iv
+from msdiag import intervals as iv
 from msdiag.model import STEPS, RankData
 
 _RECEIVE = ("receive", "recv")
@@ -170,7 +170,7 @@ def _windows(rd: RankData, ops: pd.DataFrame, host_ops: bool) -> tuple[list[Wind
 def step_breakdown(rd: RankData) -> pd.DataFrame:
     """One STEPS row per step of the rank, computed from its timeline.
 
-    How the steps were found is recorded in ``rd.meta["steps_from"]``.
+    How the steps were found is recorded in ``rd.info.steps_from``.
     """
     ops, src = _device_ops(rd)
     if not len(ops):
@@ -186,7 +186,7 @@ def step_breakdown(rd: RankData) -> pd.DataFrame:
     k = rd.table("kernels")
     host_ops = src == "kernels" and len(k) > 0 and bool((k["core"] == "CPU").all())
     windows, how = _windows(rd, ops, host_ops)
-    rd.meta["steps_from"] = how
+    rd.info.steps_from = how
 
     markers = _marker_steps(rd)
     tl = rd.table("timeline")

@@ -65,7 +65,7 @@ def rank_table(
     rows = []
     for rd in sorted(capture.ranks, key=lambda r: r.rank):
         r = int(rd.rank)
-        stage, _, _ = _stage_of(r, rd.meta)
+        stage, _, _ = _stage_of(r, rd.info)
         m = med.loc[r] if r in med.index else None
         v = votes.get(r)
         rows.append(

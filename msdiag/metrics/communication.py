@@ -688,14 +688,13 @@ def parallel_groups(capture: Capture) -> dict[str, dict[str, Any]] | None:
 
     None when no rank has a profiler_metadata.json.
     """
-    metas = [rd.meta.get("profiler_metadata") for rd in capture.ranks]
-    metas = [m for m in metas if isinstance(m, dict)]
-    if not metas:
+    groups = [rd.info.groups for rd in capture.ranks if rd.info.groups is not None]
+    if not groups:
         return None
     out: dict[str, dict[str, Any]] = {}
-    for m in metas:
-        for g in m.get("parallel_groups") or []:
-            out.setdefault(str(g["hash"]), g)
+    for gs in groups:
+        for g in gs:
+            out.setdefault(str(g.hash), g.as_dict())
     return out
 
 

@@ -42,14 +42,9 @@ def _peak(ctx: Context) -> tuple[float | None, str]:
 
 def _world_size(ctx: Context) -> tuple[int, str]:
     for rd in ctx.capture.ranks:
-        pm = rd.meta.get("profiler_metadata") or {}
-        da = pm.get("distributed_args") or {}
-        ws = da.get("world_size")
-        if isinstance(ws, int) and ws > 0:
-            return ws, "profiler_metadata.json distributed_args.world_size"
-        pi = rd.meta.get("profiler_info") or {}
-        if isinstance(pi.get("rank_size"), int) and pi["rank_size"] > 0:
-            return int(pi["rank_size"]), "profiler_info rank_size"
+        ws = rd.info.world_size()
+        if ws is not None:
+            return ws
     return len(ctx.capture.ranks), "the number of ranks in the capture"
 
 

@@ -30,7 +30,7 @@ from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from msdiag.analysis import Analysis
-from msdiag.metrics import intervals as iv
+from msdiag import intervals as iv
 
 # ---- colours: one meaning, one colour, in every chart --------------------------------------
 COMPUTE = "#4C78A8"  # computing

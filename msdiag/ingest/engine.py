@@ -1,0 +1,347 @@
+"""The one engine that reads a rank of any format, from that format's declaration.
+
+A format (:class:`Format`) declares how its capture folders are recognised, how their ranks are
+listed, and its sources in reading order: each :class:`Src` names a file (or a glob of files, or a
+table of a database), the reader that turns it into rows, the canonical table the rows go to,
+whether it is core (present but broken stops the analysis) and why it may be absent. A
+:class:`Database` item opens a database whose tables later sources read. A :class:`Then` item is a
+step of the format between sources (e.g. the steps found so far go to the timeline).
+
+:func:`read_rank` reads every source in order and records each as present (with its rows), absent
+(with the reason) or failed (with the parse problem). Readers return what they read (a frame for
+the source's table, or a :class:`Read` with rows for several tables, typed info, notes); only the
+engine puts rows into the rank (:func:`put`). Every file a reader gets was resolved here
+(:func:`resolve`), and every database is opened here (:func:`connect`): the one place where checks
+on what is opened belong.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from contextlib import AbstractContextManager, ExitStack
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any, Callable, Union
+
+import pandas as pd
+
+from msdiag.errors import ParseError
+from msdiag.ingest._sqlite import Db, DbDamaged, open_db
+from msdiag.model import ABSENT, FAILED, PRESENT, RankData, RankInfo, Source
+
+
+@dataclass
+class RankDir:
+    """One rank's capture folder as found on disk, and the format that reads it."""
+
+    rank: int
+    path: Path
+    family: str
+    rank_from: str  # how the rank id was found
+    captured_ns: int | None  # capture time (folder name or profiler_info), for choosing the newest
+    text_files: list[str] = field(default_factory=list)  # names under ASCEND_PROFILER_OUTPUT/
+    format: str = ""  # the name of the Format that reads it
+
+
+class _Count(Enum):
+    TABLE = "table"
+
+
+#: Read.rows default: the rows the source added to its declared table
+TABLE_ROWS = _Count.TABLE
+
+
+@dataclass
+class Read:
+    """What a reader returns: nothing here is written into the rank but by the engine."""
+
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)  # rows added to each table
+    replace: dict[str, pd.DataFrame] = field(default_factory=dict)  # tables set whole
+    info: dict[str, Any] = field(default_factory=dict)  # RankInfo fields to set
+    meta: dict[str, Any] = field(default_factory=dict)  # RankData.meta keys to set
+    notes: list[str] = field(default_factory=list)
+    state: dict[str, Any] = field(default_factory=dict)  # the format's working state, for later readers
+    rows: int | None | _Count = TABLE_ROWS  # what the source's `rows` says
+
+
+@dataclass
+class Ctx:
+    """What a reader sees: the rank read so far (read-only), the format's placeholders and state."""
+
+    rd: RankData
+    folder: Path  # the rank folder
+    vars: dict[str, Any]  # placeholders of source names: rank, and the format's own (dev, out, ...)
+    state: dict[str, Any] = field(default_factory=dict)
+    present: set[str] = field(default_factory=set)  # names of the declared sources read so far
+    dbs: dict[str, Db] = field(default_factory=dict)  # databases opened by Database items
+
+    @property
+    def rank(self) -> int:
+        return self.rd.rank
+
+    @property
+    def family(self) -> str:
+        return self.rd.family
+
+    @property
+    def info(self) -> RankInfo:
+        return self.rd.info
+
+    def table(self, name: str) -> pd.DataFrame:
+        return self.rd.table(name)
+
+    def beside(self, path: Path, name: str) -> Path | None:
+        """A companion file next to a source's file (resolved by the engine, like every file)."""
+        return locate(path.parent, name)
+
+
+Result = Union[pd.DataFrame, Read]
+Why = Union[str, Callable[[Ctx], str]]
+
+
+@dataclass(frozen=True)
+class Src:
+    """One source of a format: a file (or every file of a glob), or a table of an open database.
+
+    ``rows`` is a plain reader ``(path or Db, rank) -> frame`` whose rows go to ``table``; ``read``
+    a reader ``(path or Db, ctx) -> frame or Read``. ``name`` is the file name (or the glob's
+    name in ``sources`` when none matches, or the database table), with ``{rank}`` and the format's
+    placeholders; ``folder`` the sub-folder of the rank folder it lies in.
+    """
+
+    name: str
+    table: str | None = None
+    rows: Callable[[Any, int], pd.DataFrame] | None = None
+    read: Callable[[Any, Ctx], Result] | None = None
+    core: bool | Callable[[Ctx], bool] = False
+    absent: Why = ""
+    folder: str = "."
+    glob: str | None = None  # every file of this glob (whose name fullmatches `pattern`) is a source
+    pattern: str | None = None
+    fallback: str | None = None  # a glob whose first file is read when the named file is absent
+    db: str | None = None  # the Database item whose table this is
+
+
+@dataclass(frozen=True)
+class Database:
+    """A database file the following sources read tables of (opened once, read-only)."""
+
+    key: str
+    folder: str
+    pick: Callable[[list[str], Ctx], str | None]  # the file among the folder's names
+    absent: Why  # why it may be absent
+    absent_name: Callable[[Ctx], str]  # its name in `sources` when absent
+    required: bool = False  # absent: a ParseError naming the folder
+    check: Callable[[Db], None] | None = None  # raises ParseError when it is not what the format reads
+
+
+@dataclass(frozen=True)
+class Then:
+    """A step of the format between sources, recorded as no source."""
+
+    run: Callable[[Ctx], Read]
+
+
+Item = Union[Src, Database, Then]
+
+
+@dataclass(frozen=True)
+class Format:
+    """One format msdiag reads: recognition, rank listing, sources, and what joins them."""
+
+    name: str
+    label: str
+    claims: Callable[[Path, set[str]], bool]  # a capture folder of this format (the walk stops there)
+    ranks: Callable[[Path, set[str]], list[RankDir]]  # the ranks of a claimed folder
+    sources: tuple[Item, ...]
+    vars: Callable[[RankDir], dict[str, Any]] = lambda rd: {}
+    finish: Callable[[RankData, Ctx], None] | None = None  # joins across sources, checks
+    loose: Callable[[Path], bool] | None = None  # a plain folder of its files, when nothing else is found
+    never: tuple[tuple[str, str], ...] = ()  # files this format never writes, with why (listed as absent)
+
+
+# ---- the rank -------------------------------------------------------------------------------
+
+
+def read_rank(fmt: Format, rd_dir: RankDir) -> RankData:
+    """Read one rank's folder with ``fmt``; raises ParseError when a core source is broken."""
+    rd = RankData(rank=rd_dir.rank, family=rd_dir.family, path=str(rd_dir.path))
+    rd.info.rank_from = rd_dir.rank_from
+    if rd_dir.captured_ns:
+        rd.info.captured_ns = rd_dir.captured_ns
+    ctx = Ctx(rd, Path(rd_dir.path), {"rank": rd_dir.rank, **fmt.vars(rd_dir)})
+    with ExitStack() as stack:
+        for item in fmt.sources:
+            if isinstance(item, Then):
+                apply(ctx, item.run(ctx))
+            elif isinstance(item, Database):
+                _open(ctx, item, stack)
+            elif item.db is not None:
+                _db_source(ctx, item)
+            else:
+                _file_source(ctx, item)
+        if fmt.finish is not None:
+            fmt.finish(rd, ctx)
+    for name, why in fmt.never:
+        rd.sources.append(Source(rd.rank, name.format(**ctx.vars), ABSENT, None, why))
+    if not len(rd.table("kernels")) and not len(rd.table("timeline")):
+        rd.notes.append("no kernels and no timeline: the step breakdown comes from step_trace_time.csv only")
+    return rd
+
+
+def put(rd: RankData, table: str, df: pd.DataFrame) -> None:
+    """Add rows to a rank's table (a table can be fed by several files)."""
+    if table in rd.tables and len(rd.tables[table]):
+        rd.tables[table] = pd.concat([rd.tables[table], df], ignore_index=True)
+    else:
+        rd.tables[table] = df
+
+
+_INFO_FIELDS = frozenset(f.name for f in dataclasses.fields(RankInfo))
+
+
+def apply(ctx: Ctx, read: Read) -> None:
+    """Put what a reader returned into the rank."""
+    rd = ctx.rd
+    for t, df in read.tables.items():
+        put(rd, t, df)
+    rd.tables.update(read.replace)
+    unknown = set(read.info) - _INFO_FIELDS
+    if unknown:
+        raise TypeError(f"RankInfo has no field(s) {sorted(unknown)}")
+    for k, v in read.info.items():
+        setattr(rd.info, k, v)
+    rd.meta.update(read.meta)
+    rd.notes.extend(read.notes)
+    ctx.state.update(read.state)
+
+
+# ---- one source -----------------------------------------------------------------------------
+
+
+def _why(why: Why, ctx: Ctx) -> str:
+    return why if isinstance(why, str) else why(ctx)
+
+
+def _core(spec: Src, ctx: Ctx) -> bool:
+    return spec.core if isinstance(spec.core, bool) else spec.core(ctx)
+
+
+def _call(spec: Src, handle: Any, ctx: Ctx) -> Read:
+    if spec.rows is not None:
+        out: Result = spec.rows(handle, ctx.rank)
+    else:
+        assert spec.read is not None, f"source {spec.name} declares no reader"
+        out = spec.read(handle, ctx)
+    return Read(tables={spec.table: out}) if isinstance(out, pd.DataFrame) and spec.table else (
+        out if isinstance(out, Read) else Read())
+
+
+def _read_one(ctx: Ctx, spec: Src, handle: Any, name: str, where: str) -> bool:
+    """Read one file or table and record it; False when it failed (a core failure raises)."""
+    rd = ctx.rd
+    try:
+        read = _call(spec, handle, ctx)
+    except DbDamaged:
+        raise
+    except ParseError as e:
+        if _core(spec, ctx):
+            raise
+        rd.sources.append(Source(rd.rank, name, FAILED, where, e.problem))
+        return False
+    before = len(rd.tables[spec.table]) if spec.table in rd.tables else 0
+    apply(ctx, read)
+    rows: int | None
+    if read.rows is TABLE_ROWS:
+        rows = None if spec.table not in rd.tables else len(rd.tables[spec.table]) - before
+    else:
+        rows = read.rows  # type: ignore[assignment]
+    rd.sources.append(Source(rd.rank, name, PRESENT, where, None, rows))
+    ctx.present.add(spec.name)
+    return True
+
+
+def _file_source(ctx: Ctx, spec: Src) -> None:
+    paths = resolve(ctx, spec)
+    if not paths:
+        ctx.rd.sources.append(Source(ctx.rank, spec.name.format(**ctx.vars), ABSENT, None, _why(spec.absent, ctx)))
+        return
+    for p in paths:
+        name = spec.name.format(**ctx.vars) if spec.glob is None else _relative(p, ctx.folder)
+        _read_one(ctx, spec, p, name, str(p))
+
+
+def _db_source(ctx: Ctx, spec: Src) -> None:
+    db = ctx.dbs.get(spec.db or "")
+    if db is None:
+        return  # its database is absent (recorded once, as the database)
+    name = f"{db.path.name}:{spec.name}"
+    if spec.name not in db.tables:
+        ctx.rd.sources.append(Source(ctx.rank, name, ABSENT, None, _why(spec.absent, ctx)))
+        return
+    _read_one(ctx, spec, db, name, str(db.path))
+
+
+def _relative(p: Path, folder: Path) -> str:
+    return str(p.relative_to(folder)) if p.is_relative_to(folder) else p.name
+
+
+# ---- the one place files are found and databases opened -------------------------------------
+
+
+def resolve(ctx: Ctx, spec: Src) -> list[Path]:
+    """The files a declared source names in this rank folder ([] when absent)."""
+    d = ctx.folder / spec.folder.format(**ctx.vars)
+    if spec.glob is not None:
+        pat = None if spec.pattern is None else re.compile(spec.pattern.format(**ctx.vars))
+        return sorted(p for p in _glob(d, spec.glob.format(**ctx.vars)) if pat is None or pat.fullmatch(p.name))
+    p = locate(d, spec.name.format(**ctx.vars))
+    if p is not None:
+        return [p]
+    if spec.fallback is not None:
+        return _glob(d, spec.fallback.format(**ctx.vars))[:1]
+    return []
+
+
+def locate(folder: Path, name: str) -> Path | None:
+    """The file ``name`` in ``folder``, or None when there is none."""
+    p = folder / name
+    return p if p.exists() else None
+
+
+def _glob(d: Path, pattern: str) -> list[Path]:
+    try:
+        return sorted(d.glob(pattern)) if d.is_dir() else []
+    except OSError:
+        return []
+
+
+def listing(folder: Path) -> list[str]:
+    """The names in a folder ([] when it cannot be listed)."""
+    try:
+        return sorted(p.name for p in folder.iterdir())
+    except OSError:
+        return []
+
+
+def connect(path: Path) -> AbstractContextManager[Db]:
+    """Open a database read-only, writing nothing beside it (see ingest/_sqlite.py)."""
+    return open_db(path)
+
+
+def _open(ctx: Ctx, item: Database, stack: ExitStack) -> None:
+    folder = ctx.folder / item.folder.format(**ctx.vars)
+    name = item.pick(listing(folder), ctx)
+    if name is None:
+        if item.required:
+            raise ParseError(folder, _why(item.absent, ctx))
+        ctx.rd.sources.append(Source(ctx.rank, item.absent_name(ctx), ABSENT, None, _why(item.absent, ctx)))
+        return
+    path = folder / name
+    db = stack.enter_context(connect(path))
+    ctx.rd.sources.append(Source(ctx.rank, path.name, PRESENT, str(path)))
+    if item.check is not None:
+        item.check(db)
+    ctx.dbs[item.key] = db
