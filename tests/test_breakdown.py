@@ -30,7 +30,7 @@ def test_cpu_steps_found_from_repeating_iterations(corpus: Path, folder: str, n_
     a, s = _steps(corpus / folder)
     for rank, g in s.groupby("rank"):
         assert list(g["step"]) == list(range(1, n_steps + 1))
-        assert "repeating iterations" in a.capture.ranks[0].meta["steps_from"]
+        assert "repeating iterations" in a.capture.ranks[0].info.steps_from
         # steps tile the capture: each starts where the previous ended
         assert np.allclose(g["start_us"].to_numpy()[1:], g["end_us"].to_numpy()[:-1])
         # and together span first op start to last op end
@@ -45,7 +45,7 @@ def test_sample_has_its_five_active_steps() -> None:
     # starts it (msdiag_steps.json), numbered as the job counts its steps
     a, s = _steps(SAMPLE_TRACES / "train_small_cpu")
     assert list(s["step"]) == [4, 5, 6, 7, 8]
-    assert a.capture.ranks[0].meta["steps_from"] == "ProfilerStep#N markers"
+    assert a.capture.ranks[0].info.steps_from == "ProfilerStep#N markers"
 
 
 def test_breakdown_identities_on_every_row(corpus: Path) -> None:

@@ -85,11 +85,11 @@ def test_info_json_peak(msprof: Path, prof: str, rank: int) -> None:
     rd = cann_msprof.load_msprof_rank(msprof / prof, rank)
     info = json.loads((msprof / prof / f"device_{rank}" / f"info.json.{rank}").read_text())["DeviceInfo"][0]
     assert rd.family == "cann_msprof"
-    assert rd.meta["ai_core_num"] == int(info["ai_core_num"]) == 32
-    assert rd.meta["aic_frequency_mhz"] == float(info["aic_frequency"]) == 1000.0
+    assert rd.info.ai_core_num == int(info["ai_core_num"]) == 32
+    assert rd.info.aic_frequency_mhz == float(info["aic_frequency"]) == 1000.0
     # 32 AI Cores x 1000 MHz x 16*16*16*2 FLOPs per cycle = 262.144 TFLOP/s
-    assert peak_from_info_json(Path(rd.meta["peak_tflops_from"])) == pytest.approx(32 * 1000e6 * 16 * 16 * 16 * 2 / 1e12)
-    assert peak_from_info_json(Path(rd.meta["peak_tflops_from"])) == pytest.approx(262.144)
+    assert peak_from_info_json(Path(rd.info.info_json)) == pytest.approx(32 * 1000e6 * 16 * 16 * 16 * 2 / 1e12)
+    assert peak_from_info_json(Path(rd.info.info_json)) == pytest.approx(262.144)
 
 
 # ---- exported CSVs (CANN 8) ---------------------------------------------------------------------------
@@ -106,7 +106,7 @@ def test_op_summary_kernels(msprof: Path) -> None:
     assert k["start_us"].iloc[2] == pytest.approx(float(rows[2]["Task Start Time(us)"].strip()))
     assert k["input_shapes"].iloc[0] == "512,16"  # '"512,16"' as written
     assert set(k["kind"]) == {"compute"}
-    assert rd.meta["kernels_from"] == path.name
+    assert rd.info.kernels_from == path.name
     b = step_breakdown(rd)
     assert len(b) == 1 and b["step"].isna().all()  # no step markers in raw CANN output: one row
     _check_identities(b)
@@ -263,11 +263,9 @@ def test_legacy_folder_with_prof_output(tmp_path: Path, msprof: Path, corpus: Pa
     _copytree(msprof / OLD0, tmp_path / OLD0)
     shutil.copyfile(corpus / "mindspore-legacy" / "single-rank" / "step_trace_raw_0_detail_time.csv",
                     tmp_path / "step_trace_raw_0_detail_time.csv")
-    from msdiag.ingest.loader import _prof_beside_legacy
-
-    rd = legacy.load_legacy_rank(tmp_path, 0, prof_reader=_prof_beside_legacy)
+    rd = legacy.load_legacy_rank(tmp_path, 0)  # the legacy format reads the PROF_* beside itself
     assert len(rd.tables["kernels"]) == 152
-    assert rd.meta["ai_core_num"] == 32
+    assert rd.info.ai_core_num == 32
     assert any(s.name.startswith(OLD0 + "/") and s.status == "present" for s in rd.sources)
     assert len(rd.tables["profiler_steps"]) == 20  # still the flat step trace's rows
 
@@ -305,5 +303,5 @@ def test_broken_info_json_is_a_failed_source(tmp_path: Path, msprof: Path) -> No
     by = {s.name: s for s in rd.sources}
     assert by["device_1/info.json.1"].status == "failed" and "ai_core_num" in str(by["device_1/info.json.1"].reason)
     assert by["device_1/timeline/hccl_1_0_1.json"].status == "failed"
-    assert "peak_tflops_from" not in rd.meta
+    assert rd.info.info_json is None
     assert len(rd.tables["kernels"]) > 0  # the rest is read

@@ -99,8 +99,8 @@ def test_sample_steps_come_from_msdiag_markers() -> None:
     a = analyze(SAMPLE_TRACES / "train_small_cpu", Options(jobs=1))
     assert list(a.steps["step"]) == WINDOW
     rd = a.capture.ranks[0]
-    assert rd.meta["steps_from"] == "ProfilerStep#N markers"
-    assert "msdiag_steps.json" in rd.meta["step_source"]
+    assert rd.info.steps_from == "ProfilerStep#N markers"
+    assert "msdiag_steps.json" in rd.info.step_source
     assert a.steps["data_wait_us"].notna().all()
     src = {s.name: s for s in rd.sources}
     assert src["msdiag_steps.json"].status == "present"
@@ -207,8 +207,8 @@ def _window_from_markers(a: Any, manifest: dict, steps: list[int] = WINDOW) -> N
     for r in manifest["ranks"]:
         assert r["state"] == "captured" and r["captured_steps"] == steps
     for rd in a.capture.ranks:
-        assert rd.meta["steps_from"] == "ProfilerStep#N markers"
-        assert "msdiag_steps.json" in rd.meta["step_source"]
+        assert rd.info.steps_from == "ProfilerStep#N markers"
+        assert "msdiag_steps.json" in rd.info.step_source
     for _, g in a.steps.groupby("rank"):
         assert list(g["step"]) == steps
 

@@ -23,10 +23,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from msdiag.analysis import Analysis, analyze
-from msdiag.ingest.metadata import read_profiler_metadata
+from msdiag.ingest.metadata import info_of_metadata, read_profiler_metadata
 from msdiag.metrics import communication as cm
 from msdiag.metrics.registry import Context, Value, all_metrics
-from msdiag.model import COMM_OPS, Capture, RankData
+from msdiag.model import COMM_OPS, Capture, RankData, RankInfo
 
 LEVEL1 = "ascend/torchnpu-2rank-level1"
 P2P = "ascend/torchnpu-2rank-p2p-2024"
@@ -325,7 +325,7 @@ def _ops_capture(rows: list[dict[str, Any]], ranks: list[int], metadata: dict[st
         if mine:
             rd.tables["comm_ops"] = COMM_OPS.frame(pd.DataFrame(mine))
         if metadata is not None and r == ranks[0]:
-            rd.meta["profiler_metadata"] = metadata
+            rd.info = RankInfo(**info_of_metadata(metadata))  # what the reader makes of the file
         rds.append(rd)
     return Capture(path="/constructed", ranks=rds)
 

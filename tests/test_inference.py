@@ -30,7 +30,7 @@ from msdiag.errors import ParseError
 from msdiag.inference import latency as lat
 from msdiag.inference import phases as ph
 from msdiag.inference.requests import looks_like_request_log, read_request_log
-from msdiag.model import Capture, RankData
+from msdiag.model import Capture, RankData, RankInfo
 
 HAS_MINDSPORE = importlib.util.find_spec("mindspore") is not None
 needs_mindspore = pytest.mark.skipif(
@@ -441,7 +441,7 @@ def _capture(durations_ms: list[float], shapes: list[str | None], memory: list[f
             "input_shapes": pd.array(shapes, dtype="string"),
         }
     )
-    rd = RankData(0, "ascend_ms", "/x", tables={"kernels": k}, meta={"step_source": "msdiag capture markers: top-level Cell calls" if cells else ""})
+    rd = RankData(0, "ascend_ms", "/x", tables={"kernels": k}, info=RankInfo(step_source="msdiag capture markers: top-level Cell calls" if cells else ""))
     if memory is not None:
         rd.tables["memory"] = model.MEMORY.frame(
             {"rank": pd.array([0] * len(memory), dtype="Int64"), "ts_us": [s - 1 for s in starts], "allocated_mb": memory}

@@ -357,8 +357,9 @@ def test_parallel_meta(legacy_dir: Path) -> None:
     d = legacy_dir / "parallel_strategy"
     info = json.loads((d / "profiler_info_0.json").read_text())
     rd = legacy.load_legacy_rank(d, 0)
-    assert rd.meta["parallel"] == {k: info[k] for k in ("parallel_mode", "stage_num", "rank_size")}
-    assert rd.meta["profiler_info"]["format"] == "mindspore_legacy"
+    assert {k: getattr(rd.info, k) for k in ("parallel_mode", "stage_num", "rank_size")} == {
+        k: info[k] for k in ("parallel_mode", "stage_num", "rank_size")}
+    assert rd.info.info_format == "mindspore_legacy"
     strategy = json.loads((d / "parallel_strategy_0.json").read_text())["config"]
     assert rd.meta["parallel_strategy"]["parallelType"] == strategy["parallelType"] == "auto_parallel"
     assert any("no step rows" in n for n in rd.notes)

@@ -19,10 +19,10 @@ from conftest import SAMPLE_TRACES
 
 from msdiag.analysis import Analysis, analyze
 from msdiag.ingest.ascend_csv import read_minddata_pipeline
-from msdiag.ingest.metadata import read_profiler_metadata
+from msdiag.ingest.metadata import info_of_metadata, read_profiler_metadata
 from msdiag.metrics.memory import device_memory_gb
 from msdiag.metrics.registry import Context, Value, all_metrics
-from msdiag.model import COUNTERS, DATA_PIPELINE, KERNELS, STEPS, TIMELINE, Capture, RankData
+from msdiag.model import COUNTERS, DATA_PIPELINE, KERNELS, STEPS, TIMELINE, Capture, RankData, RankInfo
 
 IDS = {
     "memory_peak_allocated_mb": "MB",
@@ -67,10 +67,16 @@ def _with(a: Analysis, mid: str, **options: Any) -> Value:
     return all_metrics()[mid].fn(Context(capture=a.capture, steps=a.steps, options=options))
 
 
+def _info(meta: dict[str, Any]) -> RankInfo:
+    """The typed RankInfo a reader makes of a rank's profiler_metadata.json (metrics read only that)."""
+    md = meta.get("profiler_metadata")
+    return RankInfo() if md is None else RankInfo(**info_of_metadata(md))
+
+
 def _ctx(tables_by_rank: dict[int, dict[str, pd.DataFrame]], steps: pd.DataFrame | None = None,
          meta: dict[int, dict[str, Any]] | None = None, **options: Any) -> Context:
     ranks = [
-        RankData(rank=r, family="ascend_pt", path=f"constructed/rank{r}", tables=t, meta=(meta or {}).get(r, {}))
+        RankData(rank=r, family="ascend_pt", path=f"constructed/rank{r}", tables=t, info=_info((meta or {}).get(r, {})))
         for r, t in sorted(tables_by_rank.items())
     ]
     return Context(capture=Capture(path="constructed", ranks=ranks), steps=STEPS.empty() if steps is None else steps,

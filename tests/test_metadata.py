@@ -13,10 +13,16 @@ from msdiag.errors import ParseError
 from msdiag.ingest.metadata import (
     group_hash,
     parallel_config,
-    rank_coordinates,
     read_profiler_info,
     read_profiler_metadata,
 )
+from msdiag.model import ParallelLayout
+
+
+def rank_coordinates(rank: int, cfg: ParallelLayout | dict) -> dict[str, int]:
+    """The grid placement now lives on model.ParallelLayout (typed data, no ingest import in metrics)."""
+    layout = cfg if isinstance(cfg, ParallelLayout) else ParallelLayout(**cfg)
+    return layout.coordinates(rank)
 
 TP_GROUP_ID = "10.174.216.241%enp189s0f1_55000_0_1738895506630464"
 TP2PP2DP2 = "ascend/metadata/profiler_metadata_tp2pp2dp2.json"
@@ -238,13 +244,13 @@ def test_metadata_bad(tmp_path: Path, content: bytes, words: str) -> None:
 
 def test_parallel_config(corpus: Path) -> None:
     cfg = parallel_config(read_profiler_metadata(corpus / TP2PP2DP2)["distributed_args"])
-    assert cfg == {"tp": 2, "pp": 2, "dp": 2, "cp": 1, "ep": 1, "world_size": 8, "rank": 0}
-    assert parallel_config(None) == {"tp": None, "pp": None, "dp": None, "cp": None, "ep": None,
+    assert cfg.as_dict() == {"tp": 2, "pp": 2, "dp": 2, "cp": 1, "ep": 1, "world_size": 8, "rank": 0}
+    assert parallel_config(None).as_dict() == {"tp": None, "pp": None, "dp": None, "cp": None, "ep": None,
                                      "world_size": None, "rank": None}
     # dp derived from world / (tp * cp * pp) when not given
     derived = parallel_config({"tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 2,
                                "context_parallel_size": 2, "world_size": 16})
-    assert derived["dp"] == 2
+    assert derived.dp == 2
 
 
 # Which grid dimensions vary inside a Megatron group of each name (ep = 1 in the sample, so the

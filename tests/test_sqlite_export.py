@@ -18,6 +18,7 @@ import pytest
 
 from msdiag.errors import ParseError
 from msdiag.ingest import sqlite_export as se
+from msdiag.ingest.engine import connect
 from msdiag.ingest.loader import load
 from msdiag.metrics.breakdown import step_breakdown
 from msdiag.model import ABSENT, PRESENT, RankData
@@ -219,8 +220,8 @@ def test_timeline_memory_counters_meta(corpus: Path, db_ranks: dict[int, RankDat
 
     assert rd.meta["db"]["rank_id"] == 0 and rd.meta["db"]["device_id"] == 0
     assert rd.meta["db"]["schema_version"] == "1.0.0"
-    assert rd.meta["profiler_info"]["export_type"] == ["db"]
-    assert rd.meta["step_source"] == "ProfilerStep#N markers"
+    assert rd.info.export_type == ["db"]
+    assert rd.info.step_source == "ProfilerStep#N markers"
     names = {s.name: s for s in rd.sources}
     assert names["ascend_pytorch_profiler_0.db:COMPUTE_TASK_INFO"].status == PRESENT
     assert names["ascend_pytorch_profiler_0.db:COMPUTE_TASK_INFO"].rows == 187
@@ -283,7 +284,7 @@ def test_pending_wal_is_read_from_a_private_copy(tmp_path: Path) -> None:
     con.close()
     assert (user / "x.db-wal").stat().st_size > 0
     before = _snapshot(user)
-    with se.open_db(user / "x.db") as d:
+    with connect(user / "x.db") as d:  # the one place msdiag opens a database
         assert d.names([1]).tolist() == ["only in the wal"]
     assert _snapshot(user) == before
 

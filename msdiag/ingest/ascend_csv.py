@@ -20,7 +20,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import pandas as pd
 
-from msdiag import model
+from msdiag import model, units
 from msdiag.errors import ParseError
 from msdiag.ingest._csv import (
     NA_VALUES,
@@ -118,7 +118,6 @@ DATASET_AVG: Alternatives = ("Avg. time (us)", "Avg. time(us)")  # MindSpore 2.1
 DATASET_COLUMNS = ("rank", "operation", "stage", "occurrences", "avg_us", "custom_info")
 
 MINDDATA_RAW_REQUIRED = ("op_id", "op_type")
-MS_PER_US = 1000.0  # minddata summary times are ms
 MINDDATA_CONSUMER_OP_ID = -1
 MINDDATA_CONSUMER_TYPE = "DeviceQueue/Iterator"
 
@@ -317,6 +316,7 @@ def read_memory_record(path: Path, rank: int) -> tuple[pd.DataFrame, list[str]]:
         "component": _strs(df, ("Component",)),
         "source": _const(n, "memory_record"),
         "ts_us": to_float(ts_raw, path, "Timestamp(us)"),
+        # "MB" of the Ascend memory files is MiB (2^20 bytes): kept as written in the _mb columns
         "allocated_mb": _floats(df, path, ("Total Allocated(MB)",)),
         "reserved_mb": _floats(df, path, ("Total Reserved(MB)",)),
         "active_mb": _floats(df, path, ("Total Active(MB)",)),
@@ -553,7 +553,7 @@ def _read_minddata_summary(path: Path) -> tuple[dict[int, dict[str, Any]], float
                 r[key] = v / scale if scale else v
     per_batch = data.get("per_batch_time")
     pb = _summary_value(per_batch[0]) if isinstance(per_batch, list) and per_batch else None
-    return rows, (float(pb) * MS_PER_US if pb is not None else None)
+    return rows, (float(pb) * units.US_PER_MS if pb is not None else None)
 
 
 def read_minddata_pipeline(raw_csv: Path | None, summary_json: Path | None, rank: int) -> pd.DataFrame:

@@ -401,6 +401,38 @@ def read_hccl_json(path: Path, rank: int) -> dict[str, pd.DataFrame]:
     Transport = link type (HCCS, PCIE, SIO; ROCE -> RDMA), else the transport type (SDMA, RDMA, LOCAL).
     Size in MB of 1e6 bytes, bandwidth = size / time (GB/s).
     """
+    ops, tasks = _hccl_events(path)
+    comm_ops: list[dict[str, Any]] = []
+    transport: list[dict[str, Any]] = []
+    links: list[dict[str, Any]] = []
+    starts = np.array([t["start"] for t in tasks]) if tasks else np.empty(0)
+    for op in sorted(ops, key=lambda o: o["start_us"]):
+        lo, hi = op["start_us"], op["start_us"] + op["dur_us"]
+        sel = [tasks[i] for i in np.flatnonzero((starts >= lo) & (starts < hi))] if len(starts) else []
+        main = [t for t in sel if t["plane"] == MAIN_PLANE]
+        transit = sum(t["dur"] for t in main if t["type"] in _TRANSFER_TASKS)
+        wait = sum(t["dur"] for t in main if t["type"] in _WAIT_TASKS)
+        idle = op["dur_us"] - transit - wait
+        name = op["name"]
+        op_type = hccl_op_type(name)
+        category = "p2p" if re.search(r"send|receive|recv", op_type, re.IGNORECASE) else "collective"
+        comm_ops.append({
+            "rank": rank, "category": category, "op_name": name, "op_type": op_type, "start_us": lo,
+            "elapse_us": op["dur_us"], "transit_us": transit if main else None, "wait_us": wait if main else None,
+            "idle_us": idle if main and idle >= 0 else None,
+        })
+        _op_transfers(sel, {"rank": rank, "category": category, "op_type": op_type, "variant": name}, transport, links)
+    op_frame = pd.DataFrame(ops, columns=["name", "start_us", "dur_us", "track"])
+    return {
+        "ops": op_frame,
+        "comm_ops": table_frame(model.COMM_OPS, comm_ops),
+        "comm_transport": table_frame(model.COMM_TRANSPORT, transport),
+        "comm_links": table_frame(model.COMM_LINKS, links),
+    }
+
+
+def _hccl_events(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """An hccl slice's op rows (the op-level thread) and task rows (planes), times in us."""
     events = _load_events(path)
     threads = _thread_names(events)
     ops: list[dict[str, Any]] = []
@@ -431,51 +463,35 @@ def read_hccl_json(path: Path, rank: int) -> dict[str, pd.DataFrame]:
             "size": _f(size) if size is not None else None,
             "src": _rank_id(args.get("src rank")), "dst": _rank_id(args.get("dst rank")),
         })
-    comm_ops, transport, links = [], [], []
-    starts = np.array([t["start"] for t in tasks]) if tasks else np.empty(0)
-    for op in sorted(ops, key=lambda o: o["start_us"]):
-        lo, hi = op["start_us"], op["start_us"] + op["dur_us"]
-        sel = [tasks[i] for i in np.flatnonzero((starts >= lo) & (starts < hi))] if len(starts) else []
-        main = [t for t in sel if t["plane"] == MAIN_PLANE]
-        transit = sum(t["dur"] for t in main if t["type"] in _TRANSFER_TASKS)
-        wait = sum(t["dur"] for t in main if t["type"] in _WAIT_TASKS)
-        idle = op["dur_us"] - transit - wait
-        name = op["name"]
-        op_type = hccl_op_type(name)
-        category = "p2p" if re.search(r"send|receive|recv", op_type, re.IGNORECASE) else "collective"
-        comm_ops.append({
-            "rank": rank, "category": category, "op_name": name, "op_type": op_type, "start_us": lo,
-            "elapse_us": op["dur_us"], "transit_us": transit if main else None, "wait_us": wait if main else None,
-            "idle_us": idle if main and idle >= 0 else None,
-        })
-        per_tr: dict[str, list[float]] = {}
-        per_link: dict[tuple[Any, Any, str], list[float]] = {}
-        for t in sel:
-            if t["type"] not in _TRANSFER_TASKS or not t["size"]:
-                continue
-            acc = per_tr.setdefault(t["transport"], [0.0, 0.0])
-            acc[0] += t["size"] / units.BYTES_PER_MB_DECIMAL
-            acc[1] += t["dur"]
-            src, dst = t["src"], t["dst"]
-            src = dst if src is None else src
-            dst = src if dst is None else dst
-            acc2 = per_link.setdefault((src, dst, t["transport"]), [0.0, 0.0])
-            acc2[0] += t["size"] / units.BYTES_PER_MB_DECIMAL
-            acc2[1] += t["dur"]
-        for tr, (mb, us) in per_tr.items():
-            transport.append({"rank": rank, "op_name": name, "transport": tr, "size_mb": mb, "time_us": us,
-                              "bandwidth_gbps": mb / (us / units.US_PER_MS) if us > 0 else None})
-        for (src, dst, tr), (mb, us) in per_link.items():
-            links.append({"rank": rank, "category": category, "op_type": op_type, "variant": name, "src": src,
-                          "dst": dst, "transport": tr, "size_mb": mb, "time_us": us,
-                          "bandwidth_gbps": mb / (us / units.US_PER_MS) if us > 0 else None})
-    op_frame = pd.DataFrame(ops, columns=["name", "start_us", "dur_us", "track"])
-    return {
-        "ops": op_frame,
-        "comm_ops": table_frame(model.COMM_OPS, comm_ops),
-        "comm_transport": table_frame(model.COMM_TRANSPORT, transport),
-        "comm_links": table_frame(model.COMM_LINKS, links),
-    }
+    return ops, tasks
+
+
+def _op_transfers(sel: list[dict[str, Any]], link_row: dict[str, Any], transport: list[dict[str, Any]],
+                  links: list[dict[str, Any]]) -> None:
+    """One op's data tasks summed per transport and per link: rows appended to transport and links."""
+    per_tr: dict[str, list[float]] = {}
+    per_link: dict[tuple[Any, Any, str], list[float]] = {}
+    for t in sel:
+        if t["type"] not in _TRANSFER_TASKS or not t["size"]:
+            continue
+        # HCCL task sizes are bytes; communication sizes are decimal MB (as legacy hccl_raw and
+        # communication.json, whose byte counts they match)
+        mb = t["size"] / units.BYTES_PER_MB_DECIMAL
+        acc = per_tr.setdefault(t["transport"], [0.0, 0.0])
+        acc[0] += mb
+        acc[1] += t["dur"]
+        src, dst = t["src"], t["dst"]
+        src = dst if src is None else src
+        dst = src if dst is None else dst
+        acc2 = per_link.setdefault((src, dst, t["transport"]), [0.0, 0.0])
+        acc2[0] += mb
+        acc2[1] += t["dur"]
+    for tr, (mb, us) in per_tr.items():
+        transport.append({"rank": link_row["rank"], "op_name": link_row["variant"], "transport": tr, "size_mb": mb,
+                          "time_us": us, "bandwidth_gbps": mb / (us / units.US_PER_MS) if us > 0 else None})
+    for (src, dst, tr), (mb, us) in per_link.items():
+        links.append({**link_row, "src": src, "dst": dst, "transport": tr, "size_mb": mb, "time_us": us,
+                      "bandwidth_gbps": mb / (us / units.US_PER_MS) if us > 0 else None})
 
 
 def _transport(args: dict[str, Any]) -> str:

@@ -20,13 +20,12 @@ from typing import Any, Iterator
 
 import pandas as pd
 
-from msdiag import model
+from msdiag import model, units
 from msdiag.errors import ParseError
 from msdiag.ingest.metadata import load_json
 
 CATEGORIES = ("p2p", "collective")
 TOTAL_KEY = "Total Op Info"
-US_PER_MS = 1000.0
 
 _STEP_RE = re.compile(r"step(\d*)")
 # communication_matrix.json (torch_npu 2.1+/MindSpore 2.3+): "<optype>-<variant>@<group>"
@@ -146,11 +145,11 @@ def read_communication(path: Path, rank: int) -> tuple[pd.DataFrame, pd.DataFram
                     op_type_of(name),
                     group,
                     _num(path, where, t, _START),
-                    elapse * US_PER_MS,
-                    transit * US_PER_MS,
-                    wait * US_PER_MS,
-                    sync * US_PER_MS,
-                    idle * US_PER_MS,
+                    elapse * units.US_PER_MS,
+                    transit * units.US_PER_MS,
+                    wait * units.US_PER_MS,
+                    sync * units.US_PER_MS,
+                    idle * units.US_PER_MS,
                 )
             )
             bw_info = op.get("Communication Bandwidth Info")
@@ -172,7 +171,7 @@ def read_communication(path: Path, rank: int) -> tuple[pd.DataFrame, pd.DataFram
                         group,
                         transport,
                         size,
-                        time_ms * US_PER_MS,
+                        time_ms * units.US_PER_MS,
                         bw,
                         _num(path, bwhere, b, _LPR),
                         _packets(path, bwhere, b.get(_DIST)),
@@ -258,7 +257,7 @@ def read_communication_matrix(path: Path, rank: int) -> pd.DataFrame:
                         int(lm.group(2)),
                         None if transport is None else str(transport),
                         size,
-                        time_ms * US_PER_MS,
+                        time_ms * units.US_PER_MS,
                         bw,
                     )
                 )

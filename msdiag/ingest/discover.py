@@ -136,7 +136,7 @@ def discover(path: str | Path) -> Discovery:
     # torch_npu and MindSpore Ascend text output are one format; any other mix is two captures
     kinds = {ASCEND_MS if f == ASCEND_PT else f for f in families}
     if len(kinds) > 1:
-        firsts = {}
+        firsts: dict[str, RankDir] = {}
         for r in rank_dirs:
             firsts.setdefault(r.family, r)
         listing = "; ".join(f"{r.path.name}: {FAMILY_LABEL[r.family]}" for r in firsts.values())

@@ -60,6 +60,7 @@ import numpy as np
 import pandas as pd
 
 from msdiag import model
+from msdiag import units as units_mod
 from msdiag.errors import ParseError
 from msdiag.ingest import ascend_csv, cann_msprof, metadata
 from msdiag.ingest._csv import NA_VALUES, check_last_row, read_csv, to_float
@@ -69,10 +70,7 @@ from msdiag.model import RankData, Source
 
 FAMILY = "mindspore_legacy"
 
-TICKS_PER_US = 100.0  # step_trace_raw: 10 ns system-counter ticks
-US_PER_MS = 1000.0
-MB_PER_KB = 1e-3  # hccl_raw sizes are KB of 1000 bytes (bytes / 1e3 in MindSpore's parsers)
-BYTES_PER_MB = 1e6
+TICKS_PER_US = 100.0  # step_trace_raw: 10 ns system-counter ticks (the format's clock, not a unit of units.py)
 
 # The 2.1/2.2 HCCL writer (AscendHCCLGenerator) replaced 1.x's HcclParser.
 HCCL_NEW_VERSION = (2, 1)
@@ -383,6 +381,56 @@ def read_hccl_raw(
     Bandwidths are recomputed from size and time (GB/s = MB/ms), never read, since their unit
     changed between versions.
     """
+    rows = _hccl_rows(path)
+    units, how = hccl_units(rows, ms_version)
+    cost_to_us = units_mod.US_PER_MS if units == HCCL_1X else 1.0
+    spans = {(s, b): (lo, dur) for s, b, lo, dur in (step_trace_ops or [])}
+    ops: list[dict[str, Any]] = []
+    transport: list[dict[str, Any]] = []
+    links: list[dict[str, Any]] = []
+    negative_idle = 0
+    for r in rows:
+        for op, val in r["ops"].items():
+            if not isinstance(val, list) or len(val) < 3:
+                raise ParseError(path, f"step {r['step']}: op {op} should be [step, cost, wait, link_info], found {val!r}"[:200])
+            step = int(val[0]) if re.fullmatch(r"\d+", str(val[0])) else r["step"]
+            cost, wait = _num(val[1]), _num(val[2])
+            _, name, op_type = comm_name_parts(op)
+            row = {"rank": rank, "step": step, "category": "p2p" if _P2P.search(name) else "collective"}
+            rdma_wait_ms = _op_links(val[3] if len(val) > 3 and isinstance(val[3], dict) else {},
+                                     {**row, "op_type": op_type, "variant": name}, name, links, transport)
+            rdma_wait_us = rdma_wait_ms * units_mod.US_PER_MS if units == HCCL_1X else 0.0
+            transit = None if cost is None else max(0.0, cost * cost_to_us - rdma_wait_us)
+            wait_us = None if wait is None else wait * cost_to_us + rdma_wait_us
+            span = spans.get((step, op))
+            start, elapse, idle = (None, None, None)
+            if span is not None:
+                start, elapse = span
+                if transit is not None and wait_us is not None:
+                    idle = elapse - transit - wait_us
+                    if idle < 0:
+                        negative_idle += 1
+                        idle = None
+            ops.append({**row, "op_name": name, "op_type": op_type, "start_us": start, "elapse_us": elapse,
+                        "transit_us": transit, "wait_us": wait_us, "idle_us": idle})
+    notes = []
+    if negative_idle:
+        notes.append(
+            f"{path.name}: {negative_idle} op(s) whose link times add up beyond the op's span in the step trace "
+            "(parallel links): their idle time is left null"
+        )
+    return Hccl(
+        table_frame(model.COMM_OPS, ops),
+        table_frame(model.COMM_TRANSPORT, transport),
+        table_frame(model.COMM_LINKS, links),
+        units,
+        how,
+        notes,
+    )
+
+
+def _hccl_rows(path: Path) -> list[dict[str, Any]]:
+    """hccl_raw's step rows: step, communication_cost, link_info and the per-op costs (JSON cells)."""
     df = _read(path, required=HCCL_REQUIRED)
     step_raw = df["step_num"].astype("string").str.strip()
     rows: list[dict[str, Any]] = []
@@ -400,104 +448,36 @@ def read_hccl_raw(
                 "ops": _json_cell(path, i + 2, "communication_operator_cost", df["communication_operator_cost"].iloc[i]),
             }
         )
-    units, how = hccl_units(rows, ms_version)
-    cost_to_us = US_PER_MS if units == HCCL_1X else 1.0
-    spans = {(s, b): (lo, dur) for s, b, lo, dur in (step_trace_ops or [])}
-    ops: list[dict[str, Any]] = []
-    transport: list[dict[str, Any]] = []
-    links: list[dict[str, Any]] = []
-    negative_idle = 0
-    for r in rows:
-        for op, val in r["ops"].items():
-            if not isinstance(val, list) or len(val) < 3:
-                raise ParseError(path, f"step {r['step']}: op {op} should be [step, cost, wait, link_info], found {val!r}"[:200])
-            step = int(val[0]) if re.fullmatch(r"\d+", str(val[0])) else r["step"]
-            cost = _num(val[1])
-            wait = _num(val[2])
-            link_info = val[3] if len(val) > 3 and isinstance(val[3], dict) else {}
-            _, name, op_type = comm_name_parts(op)
-            category = "p2p" if _P2P.search(name) else "collective"
-            rdma_wait_ms = 0.0
-            per_transport: dict[str, list[float]] = {}
-            for link, tr in link_info.items():
-                src, dst = _link_ends(link)
-                for kind, vals in (tr or {}).items():
-                    if not isinstance(vals, list) or len(vals) < 2:
-                        continue
-                    t_ms, size_kb = _num(vals[0]), _num(vals[1])
-                    if kind == "RDMA" and len(vals) > 3 and _num(vals[3]):
-                        rdma_wait_ms += float(_num(vals[3]) or 0.0)
-                    size_mb = None if size_kb is None else size_kb * MB_PER_KB
-                    acc = per_transport.setdefault(kind, [0.0, 0.0])
-                    acc[0] += size_mb or 0.0
-                    acc[1] += t_ms or 0.0
-                    links.append(
-                        {
-                            "rank": rank,
-                            "step": step,
-                            "category": category,
-                            "op_type": op_type,
-                            "variant": name,
-                            "src": src,
-                            "dst": dst,
-                            "transport": kind,
-                            "size_mb": size_mb,
-                            "time_us": None if t_ms is None else t_ms * US_PER_MS,
-                            "bandwidth_gbps": size_mb / t_ms if size_mb is not None and t_ms else None,
-                        }
-                    )
-            for kind, (size_mb, t_ms) in per_transport.items():
-                transport.append(
-                    {
-                        "rank": rank,
-                        "step": step,
-                        "op_name": name,
-                        "transport": kind,
-                        "size_mb": size_mb,
-                        "time_us": t_ms * US_PER_MS,
-                        "bandwidth_gbps": size_mb / t_ms if t_ms > 0 else None,
-                    }
-                )
-            rdma_wait_us = rdma_wait_ms * US_PER_MS
-            transit = None if cost is None else max(0.0, cost * cost_to_us - (rdma_wait_us if units == HCCL_1X else 0.0))
-            wait_us = None if wait is None else wait * cost_to_us + (rdma_wait_us if units == HCCL_1X else 0.0)
-            span = spans.get((step, op))
-            start, elapse, idle = (None, None, None)
-            if span is not None:
-                start, elapse = span
-                if transit is not None and wait_us is not None:
-                    idle = elapse - transit - wait_us
-                    if idle < 0:
-                        negative_idle += 1
-                        idle = None
-            ops.append(
-                {
-                    "rank": rank,
-                    "step": step,
-                    "category": category,
-                    "op_name": name,
-                    "op_type": op_type,
-                    "start_us": start,
-                    "elapse_us": elapse,
-                    "transit_us": transit,
-                    "wait_us": wait_us,
-                    "idle_us": idle,
-                }
-            )
-    notes = []
-    if negative_idle:
-        notes.append(
-            f"{path.name}: {negative_idle} op(s) whose link times add up beyond the op's span in the step trace "
-            "(parallel links): their idle time is left null"
-        )
-    return Hccl(
-        table_frame(model.COMM_OPS, ops),
-        table_frame(model.COMM_TRANSPORT, transport),
-        table_frame(model.COMM_LINKS, links),
-        units,
-        how,
-        notes,
-    )
+    return rows
+
+
+def _op_links(link_info: dict[str, Any], link_row: dict[str, Any], name: str, links: list[dict[str, Any]],
+              transport: list[dict[str, Any]]) -> float:
+    """One op's links (``{"src-dst": {transport: [time ms, size KB, bandwidth, rdma wait ms]}}``) -> link
+    rows and per-transport rows appended; returns its RDMA notify waits (ms)."""
+    rdma_wait_ms = 0.0
+    per_transport: dict[str, list[float]] = {}
+    for link, tr in link_info.items():
+        src, dst = _link_ends(link)
+        for kind, vals in (tr or {}).items():
+            if not isinstance(vals, list) or len(vals) < 2:
+                continue
+            t_ms, size_kb = _num(vals[0]), _num(vals[1])
+            if kind == "RDMA" and len(vals) > 3 and _num(vals[3]):
+                rdma_wait_ms += float(_num(vals[3]) or 0.0)
+            # hccl_raw's KB are decimal (bytes / 1e3 in MindSpore's parsers): decimal MB
+            size_mb = None if size_kb is None else size_kb * units_mod.MB_PER_KB_DECIMAL
+            acc = per_transport.setdefault(kind, [0.0, 0.0])
+            acc[0] += size_mb or 0.0
+            acc[1] += t_ms or 0.0
+            links.append({**link_row, "src": src, "dst": dst, "transport": kind, "size_mb": size_mb,
+                          "time_us": None if t_ms is None else t_ms * units_mod.US_PER_MS,
+                          "bandwidth_gbps": size_mb / t_ms if size_mb is not None and t_ms else None})
+    for kind, (size_mb, t_ms) in per_transport.items():
+        transport.append({"rank": link_row["rank"], "step": link_row["step"], "op_name": name, "transport": kind,
+                          "size_mb": size_mb, "time_us": t_ms * units_mod.US_PER_MS,
+                          "bandwidth_gbps": size_mb / t_ms if t_ms > 0 else None})
+    return rdma_wait_ms
 
 
 def _link_ends(link: str) -> tuple[int | None, int | None]:
@@ -561,8 +541,8 @@ def _io(info: dict[str, Any], kind: str) -> list[tuple[str, str, str]]:
     return [(s, d, f) for _, s, d, f in sorted(items)]
 
 
-TIMELINE_START = {"start_time(ms)": US_PER_MS, "start_time(us)": 1.0}
-TIMELINE_DUR = {"duration(ms)": US_PER_MS, "duration(us)": 1.0}
+TIMELINE_START = {"start_time(ms)": units_mod.US_PER_MS, "start_time(us)": 1.0}
+TIMELINE_DUR = {"duration(ms)": units_mod.US_PER_MS, "duration(us)": 1.0}
 
 
 def read_output_timeline_data(path: Path) -> pd.DataFrame:
@@ -681,7 +661,7 @@ def read_aicore_type(path: Path, rank: int) -> pd.DataFrame:
     if tcol is None or vcol is None:
         raise ParseError(path, f"missing column {' or '.join(AICORE_TYPE)} / {' or '.join(AICORE_TIME)}; "
                                f"found: {', '.join(df.columns)}")
-    total = to_float(df[vcol], path, vcol) * US_PER_MS
+    total = to_float(df[vcol], path, vcol) * units_mod.US_PER_MS
     count = to_float(df["execution_frequency"], path, "execution_frequency")
     pct = to_float(df["percent"], path, "percent") if "percent" in df.columns else None
     return model.OP_STATS.frame(
@@ -707,7 +687,7 @@ def read_aicore_detail(path: Path, rank: int) -> pd.DataFrame:
     if ncol is None or tcol is None:
         raise ParseError(path, f"missing column full_op_name / full_kernel_name or execution_time / task_duration; "
                                f"found: {', '.join(df.columns)}")
-    t = to_float(df[tcol], path, tcol) * US_PER_MS
+    t = to_float(df[tcol], path, tcol) * units_mod.US_PER_MS
     f = to_float(df["execution_frequency"], path, "execution_frequency") if "execution_frequency" in df.columns else pd.Series([1.0] * len(df))
     g = pd.DataFrame({"op_type": [op_type_from_full_name(n) for n in df[ncol]], "t": t, "f": f}).groupby("op_type", sort=True)
     agg = g.agg(total=("t", "sum"), count=("f", "sum"), tmin=("t", "min"), tmax=("t", "max")).reset_index()
@@ -777,7 +757,7 @@ def read_queue_profiling(path: Path, rank: int, op_type: str) -> pd.DataFrame:
         row["queue_usage"] = float(np.mean([s / c for s, c in zip(sizes, caps) if c > 0])) if any(c > 0 for c in caps) else None
         row["queue_empty_share"] = sum(1 for s in sizes if s == 0) / len(sizes)
     if batch:
-        row["per_batch_us"] = float(np.mean(batch)) * US_PER_MS
+        row["per_batch_us"] = float(np.mean(batch)) * units_mod.US_PER_MS
     return table_frame(model.DATA_PIPELINE, [row])
 
 

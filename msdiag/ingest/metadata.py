@@ -237,8 +237,8 @@ def _fill_torch_npu(path: Path, raw: dict[str, Any], info: dict[str, Any]) -> No
 
 
 def _fill_mindspore(raw: dict[str, Any], info: dict[str, Any]) -> None:
-    params = raw.get("profiler_parameters") if isinstance(raw.get("profiler_parameters"), dict) else {}
-    ms = raw.get("ms_profiler_info") if isinstance(raw.get("ms_profiler_info"), dict) else {}
+    params: dict[str, Any] = raw["profiler_parameters"] if isinstance(raw.get("profiler_parameters"), dict) else {}
+    ms: dict[str, Any] = raw["ms_profiler_info"] if isinstance(raw.get("ms_profiler_info"), dict) else {}
     cann = _opt_str(raw.get("cann_version"))
     # MindSpore always records a schedule (wait=0, active=1 when none is given) and says in
     # is_set_schedule whether the user set one.

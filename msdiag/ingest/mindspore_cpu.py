@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from msdiag import model
+from msdiag import model, units
 from msdiag.errors import ParseError
 from msdiag.ingest._csv import read_csv, to_float, to_int
 
@@ -58,7 +58,6 @@ _SHAPE_ITEM = re.compile(
 _INT = re.compile(r"^-?\d+$")
 
 MEMORY_SOURCE = "cpu_ms_memory_record"
-_MIB = float(2**20)
 
 
 def op_type_of(name: str) -> str:
@@ -164,7 +163,7 @@ def _ns_to_us(path: Path, column: str, values: pd.Series) -> list[float]:
     for i, v in enumerate(values.astype("string").str.strip()):
         if v is pd.NA or not _INT.match(str(v)):
             raise ParseError(path, f"column '{column}' holds a non-integer timestamp ({v!r}) in row {i + 2}")
-        out.append(int(str(v)) / 1000)
+        out.append(int(str(v)) / units.NS_PER_US)
     return out
 
 
@@ -188,9 +187,9 @@ def read_cpu_memory_record(path: Path, rank: int) -> pd.DataFrame:
         "component": ["MindSpore"] * n,
         "source": [MEMORY_SOURCE] * n,
         "ts_us": _ns_to_us(path, "Timestamp(ns)", df["Timestamp(ns)"]),
-        "allocated_mb": to_float(df["Total Allocated(Byte)"], path, "Total Allocated(Byte)") / _MIB,
-        "reserved_mb": to_float(df["Total Reserved(Byte)"], path, "Total Reserved(Byte)") / _MIB,
-        "active_mb": to_float(df["Total Active(Byte)"], path, "Total Active(Byte)") / _MIB,
+        "allocated_mb": to_float(df["Total Allocated(Byte)"], path, "Total Allocated(Byte)") / units.BYTES_PER_MIB,
+        "reserved_mb": to_float(df["Total Reserved(Byte)"], path, "Total Reserved(Byte)") / units.BYTES_PER_MIB,
+        "active_mb": to_float(df["Total Active(Byte)"], path, "Total Active(Byte)") / units.BYTES_PER_MIB,
         "device": [f"CPU:{rank}"] * n,
     }
     return model.MEMORY.frame(data)
@@ -223,8 +222,8 @@ def read_cpu_op_type_info(path: Path, rank: int) -> pd.DataFrame:
         "op_type": op_type,
         "core": ["CPU"] * n,
         "count": to_int(df["type_occurrences"], path, "type_occurrences"),
-        "total_us": to_float(df["total_compute_time"], path, "total_compute_time") * 1000.0,
-        "avg_us": to_float(df["avg_time(ms)"], path, "avg_time(ms)") * 1000.0,
+        "total_us": to_float(df["total_compute_time"], path, "total_compute_time") * units.US_PER_MS,
+        "avg_us": to_float(df["avg_time(ms)"], path, "avg_time(ms)") * units.US_PER_MS,
         "ratio": to_float(df["percent"], path, "percent"),
     }
     return model.OP_STATS.frame(data)
@@ -265,8 +264,8 @@ def read_cpu_op_timestamps(path: Path, rank: int) -> pd.DataFrame:
             except ValueError:
                 raise ParseError(path, f"line {lineno}: the duration {parts[1]!r} is not a number") from None
             names.append(name)
-            starts.append(int(parts[0]) / 1000)
-            durs.append(dur_ms * 1000.0)
+            starts.append(int(parts[0]) / units.NS_PER_US)
+            durs.append(dur_ms * units.US_PER_MS)
     if not names:
         raise ParseError(path, "no op launch found (expected '<start_ns>,<dur_ms>,<tid>' entries)")
     types = [op_type_of(n) for n in names]

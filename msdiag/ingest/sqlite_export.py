@@ -91,7 +91,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from msdiag import model
+from msdiag import model, units
 from msdiag.errors import ParseError
 from msdiag.ingest import metadata
 from msdiag.ingest._csv import NA_VALUES
@@ -108,10 +108,6 @@ ANALYSIS_DB_NAMES = ("analysis.db", "communication_analyzer.db")  # torch_npu, M
 # A rank folder holding any of these is read from its text files (the loader's core sources).
 TEXT_CORE_FILES = ("kernel_details.csv", "trace_view.json", "step_trace_time.csv")
 
-NS_PER_US = 1000
-BYTES_PER_MB = float(1 << 20)  # memory and bandwidth "MB" as the text files write them
-BYTES_PER_KB = 1024.0
-US_PER_MS = 1000.0
 STEP_MARKER = "ProfilerStep#"
 STEP_SOURCE = "ProfilerStep#N markers"  # = trace_view.STEP_SOURCE, what the text path records
 
@@ -130,7 +126,7 @@ _TID_MASK = 0xFFFFFFFF  # globalTid = pid << 32 | tid
 
 # TASK_PMU_INFO metric name -> (kernels column, scale); *_time values are ns
 PMU_COLUMNS: dict[str, tuple[str, float]] = {
-    "aic_total_time": ("aicore_time_us", 1.0 / NS_PER_US),
+    "aic_total_time": ("aicore_time_us", 1.0 / units.NS_PER_US),
     "aic_mac_ratio": ("aic_mac_ratio", 1.0),
     "aiv_vec_ratio": ("aiv_vec_ratio", 1.0),
     "aic_mte2_ratio": ("aic_mte2_ratio", 1.0),
@@ -192,7 +188,7 @@ def _int_array(values: Sequence[Any] | pd.Series) -> tuple[np.ndarray, np.ndarra
 def ns_to_us(values: Sequence[Any] | pd.Series) -> pd.Series:
     """Epoch ns -> us (float64): whole us and the ns remainder are split in int64 before one rounding."""
     v, mask = _int_array(values)
-    us = (v // NS_PER_US).astype(np.float64) + (v % NS_PER_US).astype(np.float64) / NS_PER_US
+    us = (v // units.NS_PER_US).astype(np.float64) + (v % units.NS_PER_US).astype(np.float64) / units.NS_PER_US
     us[mask] = np.nan
     return pd.Series(us, dtype=model.FLOAT)
 
@@ -201,7 +197,7 @@ def span_us(start: Sequence[Any] | pd.Series, end: Sequence[Any] | pd.Series) ->
     """end - start in int64 ns, then us."""
     s, ms = _int_array(start)
     e, me = _int_array(end)
-    d = (e - s).astype(np.float64) / NS_PER_US
+    d = (e - s).astype(np.float64) / units.NS_PER_US
     d[ms | me] = np.nan
     return pd.Series(d, dtype=model.FLOAT)
 
@@ -348,7 +344,7 @@ def read_compute_tasks(db: Db, rank: int, steps: Steps, launch: dict[int, int]) 
         "core": db.names(cols[6]),
         "start_us": ns_to_us(cols[0]),
         "dur_us": span_us(cols[0], cols[1]),
-        "wait_us": _floats(cols[13], 1.0 / NS_PER_US),
+        "wait_us": _floats(cols[13], 1.0 / units.NS_PER_US),
         "block_dim": _nullable_ints(cols[7]),
         "input_shapes": _shapes(db.names(cols[8])),
         "input_dtypes": db.names(cols[9]),
@@ -423,7 +419,7 @@ def read_communication_ops(db: Db, rank: int, steps: Steps, launch: dict[int, in
             "kind": _const(n, "communication"),
             "start_us": start,
             "dur_us": dur,
-            "wait_us": _floats(cols[6], 1.0 / NS_PER_US),
+            "wait_us": _floats(cols[6], 1.0 / units.NS_PER_US),
         }
     )
     groups = db.names(cols[4])
@@ -540,9 +536,10 @@ def read_memory_record(db: Db, rank: int) -> pd.DataFrame:
             "component": db.names(cols[0]),
             "source": _const(n, "memory_record"),
             "ts_us": ns_to_us(cols[1]),
-            "allocated_mb": _floats(cols[2], 1 / BYTES_PER_MB),
-            "reserved_mb": _floats(cols[3], 1 / BYTES_PER_MB),
-            "active_mb": _floats(cols[4], 1 / BYTES_PER_MB),
+            # the Ascend memory files' "MB" is MiB: the same figures as memory_record.csv
+            "allocated_mb": _floats(cols[2], 1 / units.BYTES_PER_MIB),
+            "reserved_mb": _floats(cols[3], 1 / units.BYTES_PER_MIB),
+            "active_mb": _floats(cols[4], 1 / units.BYTES_PER_MIB),
             "device": _device(cols[5]),
         }
     )
@@ -567,7 +564,7 @@ def read_npu_mem(db: Db, rank: int) -> tuple[pd.DataFrame, pd.DataFrame]:
             "component": _const(m, "APP"),
             "source": _const(m, "memory_record"),
             "ts_us": ts[app].reset_index(drop=True),
-            "reserved_mb": (total[app] / BYTES_PER_MB).reset_index(drop=True),
+            "reserved_mb": (total[app] / units.BYTES_PER_MIB).reset_index(drop=True),
             "device": _device([r[4] for r, a in zip(rows, app) if a]),
         }
     )
@@ -575,7 +572,7 @@ def read_npu_mem(db: Db, rank: int) -> tuple[pd.DataFrame, pd.DataFrame]:
     for k, d, h, tot, when in zip(kinds, ddr, hbm, total, ts):
         label = "APP" if isinstance(k, str) and k.lower() == "app" else ("Device" if isinstance(k, str) else "?")
         recs += [(f"{label}/DDR", when, d), (f"{label}/HBM", when, h), (f"{label}/Memory", when, tot)]
-    counters = _counters(rank, "NPU MEM", [r[0] for r in recs], ["KB"] * len(recs), [r[1] for r in recs], [r[2] / BYTES_PER_KB for r in recs])
+    counters = _counters(rank, "NPU MEM", [r[0] for r in recs], ["KB"] * len(recs), [r[1] for r in recs], [r[2] / units.BYTES_PER_KIB for r in recs])
     return memory, counters
 
 
@@ -595,7 +592,7 @@ def read_npu_module_mem(db: Db, rank: int) -> pd.DataFrame:
             "component": pd.Series([modules.get(int(r[0]), str(r[0])) if r[0] is not None else None for r in rows], dtype=model.STR),
             "source": _const(n, "npu_module_mem"),
             "ts_us": ns_to_us([r[1] for r in rows]),
-            "reserved_mb": (reserved.mask(reserved == -1)) / BYTES_PER_MB,  # -1: only releases collected
+            "reserved_mb": (reserved.mask(reserved == -1)) / units.BYTES_PER_MIB,  # -1: only releases collected
             "device": _device([r[3] for r in rows]),
         }
     )
@@ -615,23 +612,23 @@ def read_op_memory(db: Db, rank: int) -> pd.DataFrame:
             "rank": _const(n, rank, model.INT),
             "name": db.names(cols[0]),
             "kind": _const(n, "dynamic"),
-            "size_kb": _floats(cols[1], 1 / BYTES_PER_KB),
+            "size_kb": _floats(cols[1], 1 / units.BYTES_PER_KIB),
             "alloc_us": ns_to_us(cols[2]),
             "release_us": ns_to_us(cols[3]),
-            "dur_us": _floats(cols[4], 1.0 / NS_PER_US),
+            "dur_us": _floats(cols[4], 1.0 / units.NS_PER_US),
             "device": _device(cols[5]),
         }
     )
 
 
-def _counters(rank: int, track: str, names: Sequence[str], units: Sequence[str], ts_us: Sequence[float], values: Sequence[float]) -> pd.DataFrame:
+def _counters(rank: int, track: str, names: Sequence[str], unit_labels: Sequence[str], ts_us: Sequence[float], values: Sequence[float]) -> pd.DataFrame:
     n = len(names)
     df = pd.DataFrame(
         {
             "rank": _const(n, rank, model.INT),
             "track": _const(n, track),
             "name": pd.Series(list(names), dtype=model.STR),
-            "unit": pd.Series(list(units), dtype=model.STR),
+            "unit": pd.Series(list(unit_labels), dtype=model.STR),
             "ts_us": pd.Series(list(ts_us), dtype=model.FLOAT),
             "value": pd.Series(list(values), dtype=model.FLOAT),
         }
@@ -657,7 +654,7 @@ def read_hbm(db: Db, rank: int) -> pd.DataFrame:
         [f"HBM {r[2]}/{k}" for r, k in zip(rows, kinds)],
         [f"{k}(MB/s)" for k in kinds],
         ns_to_us([r[0] for r in rows]),
-        _floats([r[1] for r in rows], 1 / BYTES_PER_MB),
+        _floats([r[1] for r in rows], 1 / units.BYTES_PER_MIB),
     )
 
 
@@ -670,10 +667,10 @@ def read_llc(db: Db, rank: int) -> pd.DataFrame:
     modes = [str(k).capitalize() if isinstance(k, str) else "Read" for k in db.names([r[4] for r in rows]).astype(object)]
     ts = ns_to_us([r[0] for r in rows])
     hit = _floats([r[2] for r in rows], 0.01)
-    thr = _floats([r[3] for r in rows], 1 / BYTES_PER_MB)
+    thr = _floats([r[3] for r in rows], 1 / units.BYTES_PER_MIB)
     names = [f"LLC {r[1]} {m}/Hit Rate" for r, m in zip(rows, modes)] + [f"LLC {r[1]} {m}/Throughput" for r, m in zip(rows, modes)]
-    units = ["Hit Rate(%)"] * len(rows) + ["Throughput(MB/s)"] * len(rows)
-    return _counters(rank, "LLC", names, units, list(ts) * 2, list(hit) + list(thr))
+    labels = ["Hit Rate(%)"] * len(rows) + ["Throughput(MB/s)"] * len(rows)
+    return _counters(rank, "LLC", names, labels, list(ts) * 2, list(hit) + list(thr))
 
 
 # ---- analysis database ------------------------------------------------------------------------
@@ -717,10 +714,10 @@ def read_comm_time(db: Db, rank: int) -> pd.DataFrame:
     steps = [s for s, k in zip(steps, keep) if k]
     n = len(rows)
     cols = _columns(rows, 10)
-    elapse = _floats(cols[3], US_PER_MS)
-    transit = _floats(cols[4], US_PER_MS)
-    wait = _floats(cols[5], US_PER_MS)
-    idle = _floats(cols[7], US_PER_MS)
+    elapse = _floats(cols[3], units.US_PER_MS)
+    transit = _floats(cols[4], units.US_PER_MS)
+    wait = _floats(cols[5], units.US_PER_MS)
+    idle = _floats(cols[7], units.US_PER_MS)
     names = [str(x) for x in cols[0]]
     return model.COMM_OPS.frame(
         {
@@ -734,7 +731,7 @@ def read_comm_time(db: Db, rank: int) -> pd.DataFrame:
             "elapse_us": elapse,
             "transit_us": transit,
             "wait_us": wait,
-            "sync_us": _floats(cols[6], US_PER_MS),
+            "sync_us": _floats(cols[6], units.US_PER_MS),
             "idle_us": idle.fillna(elapse - transit - wait),
         }
     )
@@ -776,7 +773,7 @@ def read_comm_bandwidth(db: Db, rank: int) -> pd.DataFrame:
             continue
         bw = size / time_ms if time_ms > 0 and not math.isnan(size) else math.nan
         lpr = pd.to_numeric(v[2], errors="coerce")
-        recs.append((step, key[1], key[2], key[3], size, time_ms * US_PER_MS, bw, float(lpr) if lpr is not None else math.nan, v[3] if v[4] else None))
+        recs.append((step, key[1], key[2], key[3], size, time_ms * units.US_PER_MS, bw, float(lpr) if lpr is not None else math.nan, v[3] if v[4] else None))
     cols = ["step", "op_name", "group", "transport", "size_mb", "time_us", "bandwidth_gbps", "large_packet_ratio", "packets"]
     if not recs:
         return model.COMM_TRANSPORT.empty()
@@ -822,7 +819,7 @@ def read_comm_matrix(db: Db, rank: int) -> pd.DataFrame:
         size = float(pd.to_numeric(r[8], errors="coerce"))
         time_ms = float(pd.to_numeric(r[9], errors="coerce"))
         bw = size / time_ms if time_ms > 0 and not math.isnan(size) else math.nan
-        recs.append((step, r[1], op_type, variant, None if r[4] is None else str(r[4]), src, dst, r[7], size, time_ms * US_PER_MS, bw))
+        recs.append((step, r[1], op_type, variant, None if r[4] is None else str(r[4]), src, dst, r[7], size, time_ms * units.US_PER_MS, bw))
     if not recs:
         return model.COMM_LINKS.empty()
     cols = ["step", "category", "op_type", "variant", "group", "src", "dst", "transport", "size_mb", "time_us", "bandwidth_gbps"]

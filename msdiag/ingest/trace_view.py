@@ -186,7 +186,7 @@ class _Wrapped(msgspec.Struct):
 _NAME, _PID, _TID, _TS, _DUR, _ARGS = (attrgetter(a) for a in ("name", "pid", "tid", "ts", "dur", "args"))
 
 _TOP = msgspec.json.Decoder(Union[list[msgspec.Raw], _Wrapped])
-_EVENTS = msgspec.json.Decoder(list[_EventType], strict=False)
+_EVENTS = msgspec.json.Decoder(list[_EventType], strict=False)  # type: ignore[valid-type]
 _LOOSE_EVENTS = msgspec.json.Decoder(list[_LooseEvent])
 
 
