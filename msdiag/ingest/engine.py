@@ -235,8 +235,10 @@ def _call(spec: Src, handle: Any, ctx: Ctx) -> Read:
     else:
         assert spec.read is not None, f"source {spec.name} declares no reader"
         out = spec.read(handle, ctx)
-    return Read(tables={spec.table: out}) if isinstance(out, pd.DataFrame) and spec.table else (
-        out if isinstance(out, Read) else Read())
+    if isinstance(out, Read):
+        return out
+    assert spec.table is not None, f"source {spec.name} returns rows but declares no table"
+    return Read(tables={spec.table: out})
 
 
 def _read_one(ctx: Ctx, spec: Src, handle: Any, name: str, where: str) -> bool:

@@ -972,7 +972,7 @@ def _db_items(folder: str, pick_profiler: Pick, pick_analysis: Pick | None) -> t
     profiler: tuple[Item, ...] = (
         Database(p, folder, pick_profiler, "holds no ascend_pytorch_profiler_N.db / ascend_mindspore_profiler_N.db",
                  lambda ctx: "profiler database", required=True, check=_check_profiler_db),
-        Then(lambda ctx: apply_db(ctx, p, _r_meta)),
+        Then(lambda ctx: _on_db(ctx, p, _r_meta)),
         Src("STEP_TIME", db=p, read=_r_step_time, core=True,
             absent="no STEP_TIME: no step markers (no profiler schedule / step() calls)"),
         Src("PYTORCH_API", db=p, read=_r_host("PYTORCH_API"), absent=lambda ctx: (
@@ -1008,8 +1008,8 @@ def _db_items(folder: str, pick_profiler: Pick, pick_analysis: Pick | None) -> t
     )
 
 
-def apply_db(ctx: Ctx, key: str, read: Callable[[Db, Ctx], Read]) -> Read:
-    """A step that reads an open database outside any one table (its metadata)."""
+def _on_db(ctx: Ctx, key: str, read: Callable[[Db, Ctx], Read]) -> Read:
+    """A step that reads an open database beyond any one table (its metadata, launch times)."""
     return read(ctx.dbs[key], ctx)
 
 

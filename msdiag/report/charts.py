@@ -29,8 +29,8 @@ from matplotlib.figure import Figure  # a Figure saved to SVG needs no pyplot an
 from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import FuncFormatter, MaxNLocator
 
-from msdiag.analysis import Analysis
 from msdiag import intervals as iv
+from msdiag.analysis import Analysis
 
 # ---- colours: one meaning, one colour, in every chart --------------------------------------
 COMPUTE = "#4C78A8"  # computing
