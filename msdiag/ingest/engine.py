@@ -105,16 +105,22 @@ Why = Union[str, Callable[[Ctx], str]]
 class Src:
     """One source of a format: a file (or every file of a glob), or a table of an open database.
 
-    ``rows`` is a plain reader ``(path or Db, rank) -> frame`` whose rows go to ``table``; ``read``
-    a reader ``(path or Db, ctx) -> frame or Read``. ``name`` is the file name (or the glob's
-    name in ``sources`` when none matches, or the database table), with ``{rank}`` and the format's
-    placeholders; ``folder`` the sub-folder of the rank folder it lies in.
+    Its reader is one of: ``rows``, a plain reader ``(path or Db, rank) -> frame`` whose rows go to
+    ``table``; ``read``, ``(path or Db, ctx) -> frame or Read``; ``parse``, ``path -> value`` kept
+    as the format's working state under ``keep`` (rows: its length) or in ``RankData.meta`` under
+    ``meta`` (rows: none); or none at all: the source is only listed (present or absent).
+    ``name`` is the file name (or the glob's name in ``sources`` when none matches, or the database
+    table), with ``{rank}`` and the format's placeholders; ``folder`` the sub-folder of the rank
+    folder it lies in.
     """
 
     name: str
     table: str | None = None
     rows: Callable[[Any, int], pd.DataFrame] | None = None
     read: Callable[[Any, Ctx], Result] | None = None
+    parse: Callable[[Path], Any] | None = None
+    keep: str | None = None
+    meta: str | None = None
     core: bool | Callable[[Ctx], bool] = False
     absent: Why = ""
     folder: str = "."
@@ -230,11 +236,18 @@ def _core(spec: Src, ctx: Ctx) -> bool:
 
 
 def _call(spec: Src, handle: Any, ctx: Ctx) -> Read:
+    if spec.parse is not None:
+        value = spec.parse(handle)
+        if spec.keep is not None:
+            return Read(state={spec.keep: value}, rows=len(value))
+        assert spec.meta is not None, f"source {spec.name}: parse needs keep= or meta="
+        return Read(meta={spec.meta: value}, rows=None)
     if spec.rows is not None:
         out: Result = spec.rows(handle, ctx.rank)
-    else:
-        assert spec.read is not None, f"source {spec.name} declares no reader"
+    elif spec.read is not None:
         out = spec.read(handle, ctx)
+    else:
+        return Read(rows=None)  # listed only: its content is read with another source
     if isinstance(out, Read):
         return out
     assert spec.table is not None, f"source {spec.name} returns rows but declares no table"

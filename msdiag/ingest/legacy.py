@@ -917,21 +917,6 @@ def _r_step_trace(p: Path, ctx: Ctx) -> Read:
     return Read(replace={"profiler_steps": st.steps}, notes=st.notes, state={"step_trace": st}, rows=len(st.steps))
 
 
-def _r_framework(p: Path, ctx: Ctx) -> Read:
-    fw = read_framework_raw(p)
-    return Read(state={"framework": fw}, rows=len(fw))
-
-
-def _r_timeline(p: Path, ctx: Ctx) -> Read:
-    t = read_output_timeline_data(p)
-    return Read(state={"timeline": t}, rows=len(t))
-
-
-def _r_aicpu(p: Path, ctx: Ctx) -> Read:
-    t = read_aicpu_intermediate(p)
-    return Read(state={"aicpu": t}, rows=len(t))
-
-
 def _r_hccl(p: Path, ctx: Ctx) -> Read:
     st = _step_trace(ctx)
     h = read_hccl_raw(p, ctx.rank, ctx.info.framework_version, st.comm_ops if st else None)
@@ -975,10 +960,6 @@ def _r_flops_summary(p: Path, ctx: Ctx) -> Read:
     return Read(meta={"flops": {**ctx.rd.meta.get("flops", {}), "summary": read_flops_summary(p)}}, rows=None)
 
 
-def _r_parallel_strategy(p: Path, ctx: Ctx) -> Read:
-    return Read(meta={"parallel_strategy": read_parallel_strategy(p)}, rows=None)
-
-
 def _r_cluster(p: Path, ctx: Ctx) -> Read:
     ca = read_cluster_analyse(p)
     return Read(meta={"cluster_analyse": [*ctx.rd.meta.get("cluster_analyse", []), ca]}, rows=len(ca["rows"]))
@@ -989,10 +970,11 @@ LEGACY_SOURCES: tuple[Src, ...] = (
                         absent="no profiler_info (MindSpore 1.x writes none): version and parallel settings unknown"),
     Src("step_trace_raw_{rank}_detail_time.csv", read=_r_step_trace, core=True,
         absent="no step_trace_raw: no step rows (the step trace is written in graph mode on Ascend/GPU)"),
-    Src("framework_raw_{rank}.csv", read=_r_framework, absent="no framework_raw: op types and shapes unknown"),
-    Src("output_timeline_data_{rank}.txt", read=_r_timeline,
+    Src("framework_raw_{rank}.csv", parse=read_framework_raw, keep="framework",
+        absent="no framework_raw: op types and shapes unknown"),
+    Src("output_timeline_data_{rank}.txt", parse=read_output_timeline_data, keep="timeline",
         absent="no output_timeline_data (1.x intermediate file): no kernel launches with start times"),
-    Src("aicpu_intermediate_{rank}.csv", read=_r_aicpu, absent="no AI CPU ops recorded"),
+    Src("aicpu_intermediate_{rank}.csv", parse=read_aicpu_intermediate, keep="aicpu", absent="no AI CPU ops recorded"),
     Src("hccl_raw_{rank}.csv", read=_r_hccl, absent="no hccl_raw: a single-device job, or HCCL profiling off"),
     Src("aicore_intermediate_{rank}_type.csv", "op_stats", rows=read_aicore_type, absent="no AI Core op statistics"),
     Src("aicore_intermediate_{rank}_detail.csv", "op_stats", read=_r_aicore_detail, absent="no AI Core per-op times"),
@@ -1005,7 +987,8 @@ LEGACY_SOURCES: tuple[Src, ...] = (
     Src("minddata_aicpu_{rank}.txt", read=_r_minddata_aicpu, absent="no GetNext records on the device"),
     Src("flops_{rank}.txt", read=_r_flops, absent="no FLOPs file (AI Core PMU FLOPs were not collected)"),
     Src("flops_summary_{rank}.json", read=_r_flops_summary, absent="no FLOPs summary"),
-    Src("parallel_strategy_{rank}.json", read=_r_parallel_strategy, absent="no parallel strategy view"),
+    Src("parallel_strategy_{rank}.json", parse=read_parallel_strategy, meta="parallel_strategy",
+        absent="no parallel strategy view"),
     # the file name carries the parallel mode, the stage count and the rank size
     Src("ascend_cluster_analyse_*_{rank}.csv", read=_r_cluster, glob="ascend_cluster_analyse_*_{rank}.csv",
         pattern=r"ascend_cluster_analyse_[a-z]+-parallel_\d+_\d+_{rank}\.csv",

@@ -934,10 +934,6 @@ def _r_step_trace(db: Db, ctx: Ctx) -> Read:
     return Read(replace={"profiler_steps": df}, rows=len(df))
 
 
-def _r_pmu(db: Db, ctx: Ctx) -> Read:
-    return Read(rows=None)  # read with the compute tasks; listed so that its absence is explained
-
-
 def _kernels_from(ctx: Ctx) -> Read:
     prof = ctx.dbs["profiler"].path.name
     return Read(info={"kernels_from": f"{prof} (TASK + COMPUTE_TASK_INFO + COMMUNICATION_OP)"})
@@ -991,7 +987,7 @@ def _db_items(folder: str, pick_profiler: Pick, pick_analysis: Pick | None) -> t
         Src("AICORE_FREQ", "counters", db=p, rows=read_aicore_freq, absent="AI Core frequency was not sampled in this capture"),
         Src("HBM", "counters", db=p, rows=read_hbm, absent="HBM bandwidth was not sampled (sys_hardware_mem off)"),
         Src("LLC", "counters", db=p, rows=read_llc, absent="LLC was not sampled (sys_hardware_mem off)"),
-        Src("TASK_PMU_INFO", db=p, read=_r_pmu,
+        Src("TASK_PMU_INFO", db=p,  # read with the compute tasks; listed so that its absence is explained
             absent="no TASK_PMU_INFO: AI Core metrics were off (aic_metrics None, or profiler Level0)"),
         Then(_kernels_from),
     )
