@@ -48,6 +48,14 @@ def analysis_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--host-cores", type=click.IntRange(min=1), default=None, help="CPU cores of each training host (for data-pipeline workers)."),
         click.option("--rules", "rules_dirs", multiple=True, type=click.Path(exists=True, file_okay=False), help="Extra rules folder (adds or overrides)."),
         click.option("--set", "overrides", multiple=True, help="Override a rule parameter: RULE.PARAM=VALUE."),
+        click.option("--disable", "disable", multiple=True, metavar="RULE", help="Leave this rule out of the diagnosis (repeatable)."),
+        click.option("--bandwidth-norm", "bandwidth_norms", multiple=True, metavar="TRANSPORT=GBPS",
+                     help="Standard bandwidth of a transport (HCCS, RDMA, PCIE, SDMA, SIO) in GB/s, over CANN's chip V2 "
+                          "figures (repeatable; e.g. HCCS=28 RDMA=25 on chip V4)."),
+        click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False), default=None,
+                     help="Project config: msdiag.toml or a pyproject.toml with [tool.msdiag] (default: the first found "
+                          "from the current folder upward)."),
+        click.option("--no-config", is_flag=True, help="Ignore every project config file."),
         click.option("--requests", "requests_log", type=click.Path(), default=None, metavar="LOG",
                      help="Request timing log (msdiag JSONL/CSV or vLLM benchmark_serving JSON) analyzed with the capture."),
         click.option("--slo-ttft-ms", type=click.FloatRange(min=0, min_open=True), default=None, help="TTFT objective (ms) for goodput."),
@@ -72,25 +80,57 @@ def _cache_dir(kw: dict[str, Any]) -> str | None:
     return str(default_dir())
 
 
-def _options(kw: dict[str, Any]) -> Any:
-    from msdiag.analysis import Options
+def _parse_norms(values: tuple[str, ...]) -> dict[str, float]:
+    """--bandwidth-norm TRANSPORT=GBPS (repeatable) -> {transport: GB/s}."""
+    from msdiag.options import parse_bandwidth_norms
 
-    return Options(
-        cache=_cache_dir(kw),
-        scheduler=kw.get("scheduler"),
-        jobs=kw["jobs"],
-        peak_tflops=kw["peak_tflops"],
-        device=kw["device"],
-        model_config=kw["model_config"],
-        ranks_per_node=kw["ranks_per_node"],
-        device_memory_gb=kw["device_memory_gb"],
-        host_cores=kw["host_cores"],
-        rules_dirs=tuple(kw["rules_dirs"]),
-        overrides=_parse_set(tuple(kw["overrides"])),
-        requests=kw.get("requests_log"),
-        slo_ttft_ms=kw.get("slo_ttft_ms"),
-        slo_tpot_ms=kw.get("slo_tpot_ms"),
-    )
+    try:
+        return parse_bandwidth_norms(",".join(values)) if values else {}
+    except ValueError as e:
+        raise click.BadParameter(str(e).removeprefix("bandwidth_norms: "), param_hint="--bandwidth-norm") from None
+
+
+def _project_config(kw: dict[str, Any]) -> Any:
+    """The project config: --config FILE, none with --no-config, else the first found upward."""
+    from msdiag import config
+
+    if kw.get("no_config"):
+        if kw.get("config_file"):
+            raise click.UsageError("--config and --no-config exclude each other")
+        return None
+    found = kw.get("config_file") or config.find_config()
+    return config.load_config(found) if found else None
+
+
+def _options(kw: dict[str, Any]) -> Any:
+    """Options from the flags laid over the project config (command line over file over defaults)."""
+    from msdiag.config import merged
+    from msdiag.errors import InputError
+    from msdiag.options import Options
+
+    given = {
+        "cache": _cache_dir(kw),
+        "scheduler": kw.get("scheduler"),
+        "jobs": kw["jobs"],
+        "peak_tflops": kw["peak_tflops"],
+        "device": kw["device"],
+        "model_config": kw["model_config"],
+        "ranks_per_node": kw["ranks_per_node"],
+        "device_memory_gb": kw["device_memory_gb"],
+        "host_cores": kw["host_cores"],
+        "rules_dirs": tuple(kw["rules_dirs"]),
+        "overrides": _parse_set(tuple(kw["overrides"])),
+        "disable": tuple(kw.get("disable") or ()),
+        "bandwidth_norms": _parse_norms(tuple(kw.get("bandwidth_norms") or ())),
+        "requests": kw.get("requests_log"),
+        "slo_ttft_ms": kw.get("slo_ttft_ms"),
+        "slo_tpot_ms": kw.get("slo_tpot_ms"),
+    }
+    values = merged(_project_config(kw), given)
+    try:
+        return Options(**values)
+    except ValueError as e:  # the flags and the config are checked already: a safety net, still one line
+        raise InputError(values.get("config") or "options", str(e)) from None
 
 
 def _fail(e: Exception, debug: bool) -> None:
@@ -240,9 +280,10 @@ def capture(
     folder = Path(out) if out else default_out()
     try:
         opts = _options(kw)  # checked before the job runs
-        from msdiag.analysis import _check_options
+        from msdiag.analysis import _check_options, resolve_rules
 
         _check_options(opts)
+        resolve_rules(opts)  # a bad --set / --disable fails before the job runs
         if report_path and _inside(Path(report_path), folder):
             raise InputError(report_path, f"is inside the capture folder {folder}: choose a path outside it")
         res = run_capture(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 import yaml
 
@@ -318,7 +318,7 @@ def load_rules(extra_dirs: Iterable[str | Path] = (), metrics: set[str] | None =
     return rules
 
 
-def apply_overrides(rules: dict[str, Rule], overrides: dict[str, str]) -> dict[str, dict[str, float]]:
+def apply_overrides(rules: dict[str, Rule], overrides: Mapping[str, str]) -> dict[str, dict[str, float]]:
     """Parameter values per rule: defaults, then ``--set RULE.PARAM=VALUE`` (validated)."""
     values = {rid: {p.name: p.default for p in r.params.values()} for rid, r in rules.items()}
     for key, raw in overrides.items():
