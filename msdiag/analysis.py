@@ -21,6 +21,7 @@ from msdiag.model import STEPS, Capture
 from msdiag.options import Options
 from msdiag.rules.engine import SEVERITY_RANK, evaluate, finding, verdict
 from msdiag.rules.loader import Rule, apply_overrides, load_rules
+from msdiag.units import US_PER_MS
 
 __all__ = ["AGREEMENT_TOLERANCE", "Analysis", "Options", "analyze", "diagnose", "finite_or_none", "resolve_rules"]
 
@@ -116,7 +117,7 @@ def _mark_warmup(steps: pd.DataFrame) -> list[str]:
         if med > 0 and first["total_us"] > WARMUP_FACTOR * med:
             steps.loc[g.index[0], "warmup"] = True
             notes.append(
-                f"rank {rank}: step {int(first['step'])} ({first['total_us'] / 1000:.1f} ms, {first['total_us'] / med:.1f}x "
+                f"rank {rank}: step {int(first['step'])} ({first['total_us'] / US_PER_MS:.1f} ms, {first['total_us'] / med:.1f}x "
                 "the median of the others) looks like warm-up: left out of the step-time shares"
             )
     return notes
@@ -178,7 +179,7 @@ def resolve_rules(opts: Options) -> tuple[dict[str, Rule], Options]:
     ``--set`` moves the metric and the rule together. Unknown ids in ``disable`` are errors.
     """
     rules = load_rules(opts.rules_dirs)
-    params = apply_overrides(rules, opts.overrides)
+    params = apply_overrides(rules, opts.overrides, "--set" if not opts.config else f"--set / set in {opts.config}")
     where = "--disable" if not opts.config else f"--disable / disable in {opts.config}"
     for rid in opts.disable:
         if rid not in rules:

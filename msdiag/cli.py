@@ -14,6 +14,7 @@ import click
 
 from msdiag import __version__
 from msdiag.errors import MsdiagError
+from msdiag.units import US_PER_MS
 
 EXIT_OK = 0
 EXIT_FINDINGS = 1
@@ -556,7 +557,7 @@ def baseline_save(name: str, path: str, force: bool, **kw: Any) -> None:
     st = m["step_time_us"].value if "step_time_us" in m else None
     click.echo(
         f"msdiag: saved baseline {name} ({len(a.capture.ranks)} rank(s), median step "
-        f"{'-' if st is None else f'{float(st) / 1000:.2f} ms'}) to {f}",
+        f"{'-' if st is None else f'{float(st) / US_PER_MS:.2f} ms'}) to {f}",
         err=True,
     )
 
@@ -581,7 +582,7 @@ def baseline_list(fmt: str) -> None:
         st = b.get("step_time_us")
         click.echo(
             f"{b['name']:<24} {b.get('saved_at') or '-':<21} {b.get('ranks')} rank(s)  median step "
-            f"{'-' if st is None else f'{st / 1000:.2f} ms'}  {b.get('verdict') or '-':<13} {b.get('source_path')}"
+            f"{'-' if st is None else f'{st / US_PER_MS:.2f} ms'}  {b.get('verdict') or '-':<13} {b.get('source_path')}"
             + (f"  ({b['problem']})" if b.get("problem") else "")
         )
 

@@ -258,3 +258,13 @@ def test_inference_imports_nothing_from_metrics_and_metrics_nothing_from_rules()
     for f in ("options.py", "config.py"):
         assert all(m in ("msdiag.errors", "msdiag.options") or m.startswith(("msdiag.errors.", "msdiag.options."))
                    for m in _imports(PACKAGE / f)), f
+
+
+def test_bad_set_or_disable_in_a_config_names_it(corpus: Path, tmp_path: Path) -> None:
+    f = tmp_path / "msdiag.toml"
+    f.write_text('set = {"comm-slow-link.min_utilization" = 2}\n')  # bounds [0, 1]
+    line = _fail("analyze", str(corpus / LEVEL1), "--config", str(f))
+    assert f"--set / set in {f.resolve()}" in line and "outside the parameter's bounds" in line
+    f.write_text('disable = ["no-such-rule"]\n')
+    line = _fail("analyze", str(corpus / LEVEL1), "--config", str(f))
+    assert f"--disable / disable in {f.resolve()}" in line and "unknown rule 'no-such-rule'" in line

@@ -55,6 +55,7 @@ import pandas as pd
 
 from msdiag import model
 from msdiag.errors import ParseError
+from msdiag.units import MS_PER_S
 
 HEADER_FORMAT = "msdiag-requests"
 HEADER_VERSION = 1
@@ -343,13 +344,13 @@ def _from_records(p: Path, fmt: str, records: list[tuple[str, Any]], meta: dict[
         if times is not None and finish < times[-1] - _TIME_TOLERANCE_S:
             raise _bad(p, where, f"finish_s {finish} is before the last token time {times[-1]}")
         last = times[-1] if times is not None else finish
-        tpot = (last - first) * 1000.0 / (out - 1) if out >= 2 else float("nan")
+        tpot = (last - first) * MS_PER_S / (out - 1) if out >= 2 else float("nan")
         k = len(rows)
         rows.append(
             {
                 "request_id": rid, "arrival_s": arrival, "first_token_s": first, "finish_s": finish,
                 "prompt_tokens": prompt, "output_tokens": out, "batch_size": batch,
-                "ttft_ms": (first - arrival) * 1000.0, "tpot_ms": tpot, "e2e_ms": (finish - arrival) * 1000.0,
+                "ttft_ms": (first - arrival) * MS_PER_S, "tpot_ms": tpot, "e2e_ms": (finish - arrival) * MS_PER_S,
             }
         )
         if times is not None:
@@ -376,7 +377,7 @@ def _gaps_frame(gaps: Iterable[tuple[int, float, float]], itl_ms: list[float] | 
     req = pd.array([x[0] for x in g], dtype=model.INT)
     start = np.array([x[1] for x in g], dtype=float)
     end = np.array([x[2] for x in g], dtype=float)
-    itl = np.array(itl_ms, dtype=float) if itl_ms is not None else (end - start) * 1000.0
+    itl = np.array(itl_ms, dtype=float) if itl_ms is not None else (end - start) * MS_PER_S
     return TOKEN_GAPS.frame({"req": req, "start_s": start, "end_s": end, "itl_ms": itl})
 
 
@@ -463,13 +464,13 @@ def _vllm_request(p: Path, c: _VllmColumns, i: int, t0: float | None) -> tuple[d
     out = _vllm_whole(p, "output_lens", i, out_i, 1) if out_i is not None else len(il_s or []) + 1
     prompt = _vllm_whole(p, "input_lens", i, c.inputs[i], 0) if c.inputs is not None else None
     arrival = float(c.starts[i]) - t0 if c.starts is not None and t0 is not None else None
-    tpot = (e2e - ttft) * 1000.0 / (out - 1) if out >= 2 else float("nan")
+    tpot = (e2e - ttft) * MS_PER_S / (out - 1) if out >= 2 else float("nan")
     row = {
         "request_id": str(i), "arrival_s": arrival,
         "first_token_s": None if arrival is None else arrival + ttft,
         "finish_s": None if arrival is None else arrival + e2e,
         "prompt_tokens": prompt, "output_tokens": out, "batch_size": None,
-        "ttft_ms": ttft * 1000.0, "tpot_ms": tpot, "e2e_ms": e2e * 1000.0,
+        "ttft_ms": ttft * MS_PER_S, "tpot_ms": tpot, "e2e_ms": e2e * MS_PER_S,
     }
     return row, il_s
 
@@ -497,7 +498,7 @@ def _from_vllm(p: Path, doc: dict[str, Any]) -> RequestLog:
             t = row["first_token_s"] if row["first_token_s"] is not None else float("nan")
             for x in il_s:
                 gaps.append((k, t, t + x))
-                gap_ms.append(x * 1000.0)
+                gap_ms.append(x * MS_PER_S)
                 t = t + x
     if not rows:
         raise ParseError(p, f"all {n} requests failed (errors / zero output): no latency to analyze")

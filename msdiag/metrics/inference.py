@@ -18,6 +18,7 @@ from msdiag.inference.latency import Unavailable
 from msdiag.inference.requests import RequestLog
 from msdiag.metrics import phases as ph
 from msdiag.metrics.registry import Context, Value, metric
+from msdiag.units import MIB_PER_GIB, US_PER_MS
 
 NO_LOG = "no request log (msdiag analyze LOG, or msdiag analyze CAPTURE --requests LOG)"
 LOG_SOURCE = "request log"
@@ -180,7 +181,7 @@ def _phase_value(fn: Callable[[ph.Phases, Context], float | None], why_none: str
 def _median_ms(p: str) -> Callable[[ph.Phases, Context], float | None]:
     def f(phases: ph.Phases, ctx: Context) -> float | None:
         s = phases.timed(p)
-        return float(np.median(s["total_us"])) / 1000.0 if len(s) else None
+        return float(np.median(s["total_us"])) / US_PER_MS if len(s) else None
 
     return f
 
@@ -290,4 +291,4 @@ def _kv_cache_share(ctx: Context) -> Value:
     gb, cwhy = _capacity(ctx)
     if gb is None:
         return Value(None, reason=cwhy or "device memory unknown")
-    return Value(float(mb) / (float(gb) * 1024.0))
+    return Value(float(mb) / (float(gb) * MIB_PER_GIB))

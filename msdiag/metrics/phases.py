@@ -34,6 +34,7 @@ import pandas as pd
 from msdiag.metrics import flops
 from msdiag.metrics.registry import Context
 from msdiag.model import Capture
+from msdiag.units import FLOPS_PER_TFLOPS, US_PER_MS
 
 PREFILL = "prefill"
 DECODE = "decode"
@@ -278,8 +279,8 @@ def phase_summary(cap: Capture, ph: Phases, kernel_flops: pd.Series | None) -> d
         tot = float(s["total_us"].sum())
         d: dict[str, Any] = {
             "steps": int(len(s)),
-            "step_ms_p50": float(np.median(s["total_us"])) / 1000.0,
-            "total_ms": tot / 1000.0,
+            "step_ms_p50": float(np.median(s["total_us"])) / US_PER_MS,
+            "total_ms": tot / US_PER_MS,
             "share": tot / total_all if total_all > 0 else None,
             "computing_share": float(s["computing_us"].fillna(0).sum()) / tot if tot > 0 and s["computing_us"].notna().any() else None,
             "free_share": float(s["free_us"].fillna(0).sum()) / tot if tot > 0 and s["free_us"].notna().any() else None,
@@ -300,7 +301,7 @@ def phase_summary(cap: Capture, ph: Phases, kernel_flops: pd.Series | None) -> d
             if kernel_flops is not None and len(kernel_flops) == len(comp):
                 f = kernel_flops[m]
                 if f.notna().any() and tot > 0:
-                    d["tflops"] = float(f.fillna(0).sum()) / (tot * 1e-6) / 1e12
+                    d["tflops"] = float(f.fillna(0).sum()) / (tot * 1e-6) / FLOPS_PER_TFLOPS
         out[p] = d
     return out
 
