@@ -31,6 +31,21 @@ def _parse_set(values: tuple[str, ...]) -> dict[str, str]:
     return out
 
 
+_CONFIG_OPTIONS = (
+    click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False), default=None,
+                 help="Project config: msdiag.toml or a pyproject.toml with [tool.msdiag] (default: the first found "
+                      "from the current folder upward)."),
+    click.option("--no-config", is_flag=True, help="Ignore every project config file."),
+)
+
+
+def config_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """--config FILE / --no-config, for the commands that read the project config without analyzing."""
+    for o in reversed(_CONFIG_OPTIONS):
+        f = o(f)
+    return f
+
+
 def analysis_options(f: Callable[..., Any]) -> Callable[..., Any]:
     """The options every command that analyzes accepts (analyze, report, diff)."""
     opts = [
@@ -53,10 +68,7 @@ def analysis_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--bandwidth-norm", "bandwidth_norms", multiple=True, metavar="TRANSPORT=GBPS",
                      help="Standard bandwidth of a transport (HCCS, RDMA, PCIE, SDMA, SIO) in GB/s, over CANN's chip V2 "
                           "figures (repeatable; e.g. HCCS=28 RDMA=25 on chip V4)."),
-        click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False), default=None,
-                     help="Project config: msdiag.toml or a pyproject.toml with [tool.msdiag] (default: the first found "
-                          "from the current folder upward)."),
-        click.option("--no-config", is_flag=True, help="Ignore every project config file."),
+        *_CONFIG_OPTIONS,
         click.option("--requests", "requests_log", type=click.Path(), default=None, metavar="LOG",
                      help="Request timing log (msdiag JSONL/CSV or vLLM benchmark_serving JSON) analyzed with the capture."),
         click.option("--slo-ttft-ms", type=click.FloatRange(min=0, min_open=True), default=None, help="TTFT objective (ms) for goodput."),
@@ -356,15 +368,24 @@ def rules() -> None:
     """The diagnosis rules (rules/*.yaml)."""
 
 
+def _rules_of_project(rules_dirs: tuple[str, ...], kw: dict[str, Any]) -> tuple[dict[str, Any], set[str]]:
+    """The rules (built-in, the config's folders, then --rules) and the ids the config disables."""
+    from msdiag.rules.loader import load_rules
+
+    cfg = _project_config(kw)
+    values = cfg.values if cfg is not None else {}
+    dirs = tuple(dict.fromkeys((*values.get("rules_dirs", ()), *rules_dirs)))
+    return load_rules(dirs), set(values.get("disable", ()))
+
+
 @rules.command("list")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("--rules", "rules_dirs", multiple=True, type=click.Path(exists=True, file_okay=False), help="Extra rules folder.")
-def rules_list(fmt: str, rules_dirs: tuple[str, ...]) -> None:
-    """List every rule with its category, severity and parameters."""
-    from msdiag.rules.loader import load_rules
-
+@config_options
+def rules_list(fmt: str, rules_dirs: tuple[str, ...], **kw: Any) -> None:
+    """List every rule with its category, severity and parameters (the project config's rules and disabled ones too)."""
     try:
-        rs = load_rules(rules_dirs)
+        rs, disabled = _rules_of_project(rules_dirs, kw)
     except MsdiagError as e:
         _fail(e, False)
         return
@@ -373,7 +394,7 @@ def rules_list(fmt: str, rules_dirs: tuple[str, ...]) -> None:
             {
                 "id": r.id, "name": r.name, "category": r.category, "severity": r.severity, "summary": r.summary,
                 "params": {p.name: {"default": p.default, "unit": p.unit, "bounds": list(p.bounds), "doc": p.doc} for p in r.params.values()},
-                "metrics": sorted(r.metrics()), "path": r.path,
+                "metrics": sorted(r.metrics()), "path": r.path, "disabled": r.id in disabled,
             }
             for r in rs.values()
         ]
@@ -381,18 +402,18 @@ def rules_list(fmt: str, rules_dirs: tuple[str, ...]) -> None:
         return
     for r in sorted(rs.values(), key=lambda r: (r.category, r.id)):
         params = ", ".join(f"{p.name}={p.default:g}" for p in r.params.values())
-        click.echo(f"{r.id:<28} {r.category:<14} {r.severity:<9} {r.summary}" + (f"  [{params}]" if params else ""))
+        off = "  (disabled by the project config)" if r.id in disabled else ""
+        click.echo(f"{r.id:<28} {r.category:<14} {r.severity:<9} {r.summary}" + (f"  [{params}]" if params else "") + off)
 
 
 @rules.command("explain")
 @click.argument("rule_id")
 @click.option("--rules", "rules_dirs", multiple=True, type=click.Path(exists=True, file_okay=False), help="Extra rules folder.")
-def rules_explain(rule_id: str, rules_dirs: tuple[str, ...]) -> None:
+@config_options
+def rules_explain(rule_id: str, rules_dirs: tuple[str, ...], **kw: Any) -> None:
     """Explain one rule: why it matters, how it is measured, its parameters and fixes."""
-    from msdiag.rules.loader import load_rules
-
     try:
-        rs = load_rules(rules_dirs)
+        rs, disabled = _rules_of_project(rules_dirs, kw)
     except MsdiagError as e:
         _fail(e, False)
         return
@@ -400,7 +421,8 @@ def rules_explain(rule_id: str, rules_dirs: tuple[str, ...]) -> None:
         click.echo(f"msdiag: error: no rule '{rule_id}' (see: msdiag rules list)", err=True)
         sys.exit(EXIT_ERROR)
     r = rs[rule_id]
-    click.echo(f"{r.id}: {r.name} ({r.category}, {r.severity})\n\n{r.summary}\n")
+    click.echo(f"{r.id}: {r.name} ({r.category}, {r.severity})" + (" [disabled by the project config]" if r.id in disabled else ""))
+    click.echo(f"\n{r.summary}\n")
     click.echo(f"Why it matters: {r.docs['why']}\n\nHow it is measured: {r.docs['how']}\n\nFalse positives: {r.docs['false_positives']}\n")
     if r.params:
         click.echo("Parameters (override with --set RULE.PARAM=VALUE):")

@@ -268,3 +268,19 @@ def test_bad_set_or_disable_in_a_config_names_it(corpus: Path, tmp_path: Path) -
     f.write_text('disable = ["no-such-rule"]\n')
     line = _fail("analyze", str(corpus / LEVEL1), "--config", str(f))
     assert f"--disable / disable in {f.resolve()}" in line and "unknown rule 'no-such-rule'" in line
+
+
+def test_rules_list_reads_the_project_config(tmp_path: Path) -> None:
+    src = Path(__file__).resolve().parents[1] / "rules" / "data-wait.yaml"
+    (tmp_path / "extra").mkdir()
+    (tmp_path / "extra" / "my-data-wait.yaml").write_text(src.read_text().replace("id: data-wait", "id: my-data-wait", 1))
+    f = tmp_path / "msdiag.toml"
+    f.write_text('rules = ["extra"]\ndisable = ["data-wait"]\n')
+    r = CliRunner().invoke(main, ["rules", "list", "--format", "json", "--config", str(f)])
+    assert r.exit_code == 0, r.stderr
+    listed = {x["id"]: x["disabled"] for x in json.loads(r.stdout)}
+    assert listed["my-data-wait"] is False and listed["data-wait"] is True
+    r = CliRunner().invoke(main, ["rules", "explain", "data-wait", "--config", str(f)])
+    assert r.exit_code == 0 and "[disabled by the project config]" in r.stdout.splitlines()[0]
+    r = CliRunner().invoke(main, ["rules", "list", "--format", "json", "--no-config"])
+    assert not any(x["disabled"] for x in json.loads(r.stdout))
