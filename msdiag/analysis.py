@@ -6,60 +6,27 @@ the ``Analysis`` it returns.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from msdiag.errors import InputError
+from msdiag.errors import InputError, RuleError
 from msdiag.ingest.loader import describe, load
 from msdiag.metrics.breakdown import step_breakdown
-from msdiag.metrics.registry import Context, Value, compute_all
+from msdiag.metrics.registry import Context, Value, compute_all, declared_params
 from msdiag.model import STEPS, Capture
+from msdiag.options import Options
 from msdiag.rules.engine import SEVERITY_RANK, evaluate, finding, verdict
-from msdiag.rules.loader import apply_overrides, load_rules
+from msdiag.rules.loader import Rule, apply_overrides, load_rules
+from msdiag.units import US_PER_MS
+
+__all__ = ["AGREEMENT_TOLERANCE", "Analysis", "Options", "analyze", "diagnose", "finite_or_none", "resolve_rules"]
 
 # Agreement required between msdiag's own breakdown and the profiler's step_trace_time.csv.
 AGREEMENT_TOLERANCE = 0.01
-
-
-@dataclass
-class Options:
-    """Analysis options shared by analyze, report and diff."""
-
-    jobs: int | None = None
-    peak_tflops: float | None = None
-    device: str | None = None
-    model_config: str | None = None
-    ranks_per_node: int | None = None
-    device_memory_gb: float | None = None
-    host_cores: int | None = None
-    rules_dirs: tuple[str, ...] = ()
-    overrides: dict[str, str] = field(default_factory=dict)
-    cache: str | None = None  # rank cache folder (ingest/cache.py); None: parse every rank
-    scheduler: str | None = None  # Dask scheduler address: ranks are read on its workers
-    requests: str | None = None  # a request timing log analyzed with the capture (--requests)
-    slo_ttft_ms: float | None = None
-    slo_tpot_ms: float | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "jobs": self.jobs,
-            "peak_tflops": self.peak_tflops,
-            "device": self.device,
-            "model_config": self.model_config,
-            "ranks_per_node": self.ranks_per_node,
-            "device_memory_gb": self.device_memory_gb,
-            "host_cores": self.host_cores,
-            "rules": list(self.rules_dirs),
-            "set": dict(self.overrides),
-            "scheduler": self.scheduler,
-            "requests": self.requests,
-            "slo_ttft_ms": self.slo_ttft_ms,
-            "slo_tpot_ms": self.slo_tpot_ms,
-        }
 
 
 @dataclass
@@ -70,10 +37,11 @@ class Analysis:
     profiler_steps: pd.DataFrame  # the profiler's own step_trace_time.csv rows, where present
     checks: list[dict[str, Any]]
     metrics: dict[str, Value]
-    options: Options
+    options: Options  # as resolved: rule_params filled from the loaded rules and overrides
     verdict: dict[str, Any] = field(default_factory=dict)
     findings: list[dict[str, Any]] = field(default_factory=list)
     skipped: list[dict[str, Any]] = field(default_factory=list)
+    disabled: list[str] = field(default_factory=list)  # rule ids left out by --disable / config disable
     requests: Any = None  # the request log (msdiag.inference.requests.RequestLog), where one was given
     inference: dict[str, Any] = field(default_factory=dict)  # {"requests": summary, "phases": summary}
     cluster: dict[str, Any] = field(default_factory=dict)  # rank_table, link_heatmap (metrics/cluster.py)
@@ -149,7 +117,7 @@ def _mark_warmup(steps: pd.DataFrame) -> list[str]:
         if med > 0 and first["total_us"] > WARMUP_FACTOR * med:
             steps.loc[g.index[0], "warmup"] = True
             notes.append(
-                f"rank {rank}: step {int(first['step'])} ({first['total_us'] / 1000:.1f} ms, {first['total_us'] / med:.1f}x "
+                f"rank {rank}: step {int(first['step'])} ({first['total_us'] / US_PER_MS:.1f} ms, {first['total_us'] / med:.1f}x "
                 "the median of the others) looks like warm-up: left out of the step-time shares"
             )
     return notes
@@ -203,31 +171,62 @@ def _check_options(opts: Options) -> None:
             raise InputError(opts.model_config, str(e).replace(f"{opts.model_config}: ", "")) from None
 
 
-def analyze(path: str | Path, options: Options | None = None) -> Analysis:
-    """Read the capture at ``path`` and compute its step breakdown and metrics."""
-    from msdiag.inference import summary as inference
+def resolve_rules(opts: Options) -> tuple[dict[str, Rule], Options]:
+    """The rules of this analysis and the options with every rule parameter resolved (overrides checked).
 
-    opts = options or Options()
-    _check_options(opts)
+    Thresholds have one home: a metric that cuts at a rule's parameter declares it
+    (``@metric(..., params=)``) and reads the resolved value from ``Context.options``, so a
+    ``--set`` moves the metric and the rule together. Unknown ids in ``disable`` are errors.
+    """
+    rules = load_rules(opts.rules_dirs)
+    params = apply_overrides(rules, opts.overrides, "--set" if not opts.config else f"--set / set in {opts.config}")
+    where = "--disable" if not opts.config else f"--disable / disable in {opts.config}"
+    for rid in opts.disable:
+        if rid not in rules:
+            raise RuleError(where, f"unknown rule '{rid}' (see: msdiag rules list)")
+    for mid, keys in declared_params().items():
+        for key in keys:
+            rid, _, name = key.partition(".")
+            if name not in params.get(rid, {}):
+                src = rules[rid].path if rid in rules else "the loaded rules"
+                raise RuleError(src, f"metric {mid} cuts at rule parameter {key}, which is not defined")
+    return rules, replace(opts, rule_params=params)
+
+
+def _read(path: str | Path, opts: Options) -> tuple[Capture, dict[str, Any], pd.DataFrame, pd.DataFrame, list[dict[str, Any]], Any]:
+    """The capture (or a request log alone) and its steps: (capture, identity, steps, profiler steps, checks, log)."""
+    from msdiag.inference import summary as inference
     from msdiag.metrics.reduce import reduce_rank
 
     log, alone = inference.request_log_for(path, opts.requests)  # a request log is a file discovery refuses
     if alone and log is not None:
         cap, identity = inference.empty_capture(log)
-        steps, prof = STEPS.empty(), STEPS.empty()
-        checks: list[dict[str, Any]] = []
+        steps = STEPS.empty()
         _mark_warmup(steps)
-    else:
-        cap = load(path, jobs=opts.jobs, cache=opts.cache, scheduler=opts.scheduler, reduce=reduce_rank)
-        identity = describe(cap)
-        steps, prof, checks, notes = _steps_for(cap)
-        cap.notes.extend(notes)
-    ctx = Context(capture=cap, steps=steps, options=opts.as_dict(), requests=log)
+        return cap, identity, steps, STEPS.empty(), [], log
+    cap = load(path, jobs=opts.jobs, cache=opts.cache, scheduler=opts.scheduler, reduce=reduce_rank)
+    identity = describe(cap)
+    steps, prof, checks, notes = _steps_for(cap)
+    cap.notes.extend(notes)
+    return cap, identity, steps, prof, checks, log
+
+
+def analyze(path: str | Path, options: Options | None = None) -> Analysis:
+    """Read the capture at ``path`` and compute its step breakdown, metrics and diagnosis."""
+    from msdiag.inference import summary as inference
+    from msdiag.metrics import phases
+
+    opts = options or Options()
+    _check_options(opts)
+    rules, opts = resolve_rules(opts)  # a bad --set or --disable fails before any work
+    cap, identity, steps, prof, checks, log = _read(path, opts)
+    ctx = Context(capture=cap, steps=steps, options=opts, requests=log)
     metrics = compute_all(ctx)
-    if inference.workload(ctx):
-        identity["workload"] = inference.workload(ctx)
+    kind = phases.workload(ctx)
+    if kind:
+        identity["workload"] = kind
     verdict, findings, skipped = diagnose(
-        {k: v.value for k, v in metrics.items()}, opts, {k: v.reason for k, v in metrics.items() if v.reason}
+        {k: v.value for k, v in metrics.items()}, rules, opts, {k: v.reason for k, v in metrics.items() if v.reason}
     )
     from msdiag.metrics import cluster
 
@@ -246,22 +245,24 @@ def analyze(path: str | Path, options: Options | None = None) -> Analysis:
         verdict=verdict,
         findings=findings,
         skipped=skipped,
+        disabled=list(opts.disable),
         cluster=views,
         requests=log,
-        inference=inference.build(ctx),
+        inference=inference.build(log, opts.slo_ttft_ms, opts.slo_tpot_ms, phases.phases_summary(ctx)),
     )
 
 
 def diagnose(
-    values: dict[str, Any], opts: Options, reasons: dict[str, str] | None = None
+    values: dict[str, Any], rules: dict[str, Rule], opts: Options, reasons: dict[str, str] | None = None
 ) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
     """Rules against the metrics: the verdict, findings (most severe first) and skipped rules.
 
-    ``reasons``: why a null metric is null, quoted in a skipped rule's reason.
+    A disabled rule is not evaluated: it is neither a finding, nor skipped, nor in the verdict.
+    ``opts.rule_params`` are the resolved parameters (resolve_rules). ``reasons``: why a null
+    metric is null, quoted in a skipped rule's reason.
     """
-    rules = load_rules(opts.rules_dirs)
-    params = apply_overrides(rules, opts.overrides)
-    outcomes = evaluate(rules, values, params)
+    enabled = {rid: r for rid, r in rules.items() if rid not in opts.disable}
+    outcomes = evaluate(enabled, values, opts.rule_params)
     fired = [o for o in outcomes if o.status == "fired"]
     fired.sort(key=lambda o: (-SEVERITY_RANK[o.severity or "info"], o.rule.category, o.rule.id))
     why = reasons or {}

@@ -14,6 +14,7 @@ import click
 
 from msdiag import __version__
 from msdiag.errors import MsdiagError
+from msdiag.units import US_PER_MS
 
 EXIT_OK = 0
 EXIT_FINDINGS = 1
@@ -28,6 +29,21 @@ def _parse_set(values: tuple[str, ...]) -> dict[str, str]:
         k, val = v.split("=", 1)
         out[k.strip()] = val.strip()
     return out
+
+
+_CONFIG_OPTIONS = (
+    click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False), default=None,
+                 help="Project config: msdiag.toml or a pyproject.toml with [tool.msdiag] (default: the first found "
+                      "from the current folder upward)."),
+    click.option("--no-config", is_flag=True, help="Ignore every project config file."),
+)
+
+
+def config_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """--config FILE / --no-config, for the commands that read the project config without analyzing."""
+    for o in reversed(_CONFIG_OPTIONS):
+        f = o(f)
+    return f
 
 
 def analysis_options(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -48,6 +64,11 @@ def analysis_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--host-cores", type=click.IntRange(min=1), default=None, help="CPU cores of each training host (for data-pipeline workers)."),
         click.option("--rules", "rules_dirs", multiple=True, type=click.Path(exists=True, file_okay=False), help="Extra rules folder (adds or overrides)."),
         click.option("--set", "overrides", multiple=True, help="Override a rule parameter: RULE.PARAM=VALUE."),
+        click.option("--disable", "disable", multiple=True, metavar="RULE", help="Leave this rule out of the diagnosis (repeatable)."),
+        click.option("--bandwidth-norm", "bandwidth_norms", multiple=True, metavar="TRANSPORT=GBPS",
+                     help="Standard bandwidth of a transport (HCCS, RDMA, PCIE, SDMA, SIO) in GB/s, over CANN's chip V2 "
+                          "figures (repeatable; e.g. HCCS=28 RDMA=25 on chip V4)."),
+        *_CONFIG_OPTIONS,
         click.option("--requests", "requests_log", type=click.Path(), default=None, metavar="LOG",
                      help="Request timing log (msdiag JSONL/CSV or vLLM benchmark_serving JSON) analyzed with the capture."),
         click.option("--slo-ttft-ms", type=click.FloatRange(min=0, min_open=True), default=None, help="TTFT objective (ms) for goodput."),
@@ -72,25 +93,57 @@ def _cache_dir(kw: dict[str, Any]) -> str | None:
     return str(default_dir())
 
 
-def _options(kw: dict[str, Any]) -> Any:
-    from msdiag.analysis import Options
+def _parse_norms(values: tuple[str, ...]) -> dict[str, float]:
+    """--bandwidth-norm TRANSPORT=GBPS (repeatable) -> {transport: GB/s}."""
+    from msdiag.options import parse_bandwidth_norms
 
-    return Options(
-        cache=_cache_dir(kw),
-        scheduler=kw.get("scheduler"),
-        jobs=kw["jobs"],
-        peak_tflops=kw["peak_tflops"],
-        device=kw["device"],
-        model_config=kw["model_config"],
-        ranks_per_node=kw["ranks_per_node"],
-        device_memory_gb=kw["device_memory_gb"],
-        host_cores=kw["host_cores"],
-        rules_dirs=tuple(kw["rules_dirs"]),
-        overrides=_parse_set(tuple(kw["overrides"])),
-        requests=kw.get("requests_log"),
-        slo_ttft_ms=kw.get("slo_ttft_ms"),
-        slo_tpot_ms=kw.get("slo_tpot_ms"),
-    )
+    try:
+        return parse_bandwidth_norms(",".join(values)) if values else {}
+    except ValueError as e:
+        raise click.BadParameter(str(e).removeprefix("bandwidth_norms: "), param_hint="--bandwidth-norm") from None
+
+
+def _project_config(kw: dict[str, Any]) -> Any:
+    """The project config: --config FILE, none with --no-config, else the first found upward."""
+    from msdiag import config
+
+    if kw.get("no_config"):
+        if kw.get("config_file"):
+            raise click.UsageError("--config and --no-config exclude each other")
+        return None
+    found = kw.get("config_file") or config.find_config()
+    return config.load_config(found) if found else None
+
+
+def _options(kw: dict[str, Any]) -> Any:
+    """Options from the flags laid over the project config (command line over file over defaults)."""
+    from msdiag.config import merged
+    from msdiag.errors import InputError
+    from msdiag.options import Options
+
+    given = {
+        "cache": _cache_dir(kw),
+        "scheduler": kw.get("scheduler"),
+        "jobs": kw["jobs"],
+        "peak_tflops": kw["peak_tflops"],
+        "device": kw["device"],
+        "model_config": kw["model_config"],
+        "ranks_per_node": kw["ranks_per_node"],
+        "device_memory_gb": kw["device_memory_gb"],
+        "host_cores": kw["host_cores"],
+        "rules_dirs": tuple(kw["rules_dirs"]),
+        "overrides": _parse_set(tuple(kw["overrides"])),
+        "disable": tuple(kw.get("disable") or ()),
+        "bandwidth_norms": _parse_norms(tuple(kw.get("bandwidth_norms") or ())),
+        "requests": kw.get("requests_log"),
+        "slo_ttft_ms": kw.get("slo_ttft_ms"),
+        "slo_tpot_ms": kw.get("slo_tpot_ms"),
+    }
+    values = merged(_project_config(kw), given)
+    try:
+        return Options(**values)
+    except ValueError as e:  # the flags and the config are checked already: a safety net, still one line
+        raise InputError(values.get("config") or "options", str(e)) from None
 
 
 def _fail(e: Exception, debug: bool) -> None:
@@ -240,9 +293,10 @@ def capture(
     folder = Path(out) if out else default_out()
     try:
         opts = _options(kw)  # checked before the job runs
-        from msdiag.analysis import _check_options
+        from msdiag.analysis import _check_options, resolve_rules
 
         _check_options(opts)
+        resolve_rules(opts)  # a bad --set / --disable fails before the job runs
         if report_path and _inside(Path(report_path), folder):
             raise InputError(report_path, f"is inside the capture folder {folder}: choose a path outside it")
         res = run_capture(
@@ -314,15 +368,24 @@ def rules() -> None:
     """The diagnosis rules (rules/*.yaml)."""
 
 
+def _rules_of_project(rules_dirs: tuple[str, ...], kw: dict[str, Any]) -> tuple[dict[str, Any], set[str]]:
+    """The rules (built-in, the config's folders, then --rules) and the ids the config disables."""
+    from msdiag.rules.loader import load_rules
+
+    cfg = _project_config(kw)
+    values = cfg.values if cfg is not None else {}
+    dirs = tuple(dict.fromkeys((*values.get("rules_dirs", ()), *rules_dirs)))
+    return load_rules(dirs), set(values.get("disable", ()))
+
+
 @rules.command("list")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("--rules", "rules_dirs", multiple=True, type=click.Path(exists=True, file_okay=False), help="Extra rules folder.")
-def rules_list(fmt: str, rules_dirs: tuple[str, ...]) -> None:
-    """List every rule with its category, severity and parameters."""
-    from msdiag.rules.loader import load_rules
-
+@config_options
+def rules_list(fmt: str, rules_dirs: tuple[str, ...], **kw: Any) -> None:
+    """List every rule with its category, severity and parameters (the project config's rules and disabled ones too)."""
     try:
-        rs = load_rules(rules_dirs)
+        rs, disabled = _rules_of_project(rules_dirs, kw)
     except MsdiagError as e:
         _fail(e, False)
         return
@@ -331,7 +394,7 @@ def rules_list(fmt: str, rules_dirs: tuple[str, ...]) -> None:
             {
                 "id": r.id, "name": r.name, "category": r.category, "severity": r.severity, "summary": r.summary,
                 "params": {p.name: {"default": p.default, "unit": p.unit, "bounds": list(p.bounds), "doc": p.doc} for p in r.params.values()},
-                "metrics": sorted(r.metrics()), "path": r.path,
+                "metrics": sorted(r.metrics()), "path": r.path, "disabled": r.id in disabled,
             }
             for r in rs.values()
         ]
@@ -339,18 +402,18 @@ def rules_list(fmt: str, rules_dirs: tuple[str, ...]) -> None:
         return
     for r in sorted(rs.values(), key=lambda r: (r.category, r.id)):
         params = ", ".join(f"{p.name}={p.default:g}" for p in r.params.values())
-        click.echo(f"{r.id:<28} {r.category:<14} {r.severity:<9} {r.summary}" + (f"  [{params}]" if params else ""))
+        off = "  (disabled by the project config)" if r.id in disabled else ""
+        click.echo(f"{r.id:<28} {r.category:<14} {r.severity:<9} {r.summary}" + (f"  [{params}]" if params else "") + off)
 
 
 @rules.command("explain")
 @click.argument("rule_id")
 @click.option("--rules", "rules_dirs", multiple=True, type=click.Path(exists=True, file_okay=False), help="Extra rules folder.")
-def rules_explain(rule_id: str, rules_dirs: tuple[str, ...]) -> None:
+@config_options
+def rules_explain(rule_id: str, rules_dirs: tuple[str, ...], **kw: Any) -> None:
     """Explain one rule: why it matters, how it is measured, its parameters and fixes."""
-    from msdiag.rules.loader import load_rules
-
     try:
-        rs = load_rules(rules_dirs)
+        rs, disabled = _rules_of_project(rules_dirs, kw)
     except MsdiagError as e:
         _fail(e, False)
         return
@@ -358,7 +421,8 @@ def rules_explain(rule_id: str, rules_dirs: tuple[str, ...]) -> None:
         click.echo(f"msdiag: error: no rule '{rule_id}' (see: msdiag rules list)", err=True)
         sys.exit(EXIT_ERROR)
     r = rs[rule_id]
-    click.echo(f"{r.id}: {r.name} ({r.category}, {r.severity})\n\n{r.summary}\n")
+    click.echo(f"{r.id}: {r.name} ({r.category}, {r.severity})" + (" [disabled by the project config]" if r.id in disabled else ""))
+    click.echo(f"\n{r.summary}\n")
     click.echo(f"Why it matters: {r.docs['why']}\n\nHow it is measured: {r.docs['how']}\n\nFalse positives: {r.docs['false_positives']}\n")
     if r.params:
         click.echo("Parameters (override with --set RULE.PARAM=VALUE):")
@@ -515,7 +579,7 @@ def baseline_save(name: str, path: str, force: bool, **kw: Any) -> None:
     st = m["step_time_us"].value if "step_time_us" in m else None
     click.echo(
         f"msdiag: saved baseline {name} ({len(a.capture.ranks)} rank(s), median step "
-        f"{'-' if st is None else f'{float(st) / 1000:.2f} ms'}) to {f}",
+        f"{'-' if st is None else f'{float(st) / US_PER_MS:.2f} ms'}) to {f}",
         err=True,
     )
 
@@ -540,7 +604,7 @@ def baseline_list(fmt: str) -> None:
         st = b.get("step_time_us")
         click.echo(
             f"{b['name']:<24} {b.get('saved_at') or '-':<21} {b.get('ranks')} rank(s)  median step "
-            f"{'-' if st is None else f'{st / 1000:.2f} ms'}  {b.get('verdict') or '-':<13} {b.get('source_path')}"
+            f"{'-' if st is None else f'{st / US_PER_MS:.2f} ms'}  {b.get('verdict') or '-':<13} {b.get('source_path')}"
             + (f"  ({b['problem']})" if b.get("problem") else "")
         )
 

@@ -13,6 +13,7 @@ import csv
 import json
 import statistics
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from msdiag.ingest.metadata import info_of_metadata, read_profiler_metadata
 from msdiag.metrics import communication as cm
 from msdiag.metrics.registry import Context, Value, all_metrics
 from msdiag.model import COMM_OPS, Capture, RankData, RankInfo
+from msdiag.options import Options
 
 LEVEL1 = "ascend/torchnpu-2rank-level1"
 P2P = "ascend/torchnpu-2rank-p2p-2024"
@@ -110,7 +112,7 @@ def analyses(corpus: Path) -> dict[str, Analysis]:
 
 
 def _ctx(a: Analysis, **options: Any) -> Context:
-    return Context(capture=a.capture, steps=a.steps, options={**a.options.as_dict(), **options})
+    return Context(capture=a.capture, steps=a.steps, options=replace(a.options, **options))
 
 
 def _m(ctx: Context, mid: str) -> Value:
@@ -476,7 +478,7 @@ def test_groups_spanning_nodes_constructed(corpus: Path) -> None:
     #   4 per node: tp and dp_cp on node 0; pp {0, 4} nodes 0, 1
     cases = {1: (1, "dp_cp, pp, tp"), 2: (0, "dp_cp, pp"), 4: (0, "pp"), None: (0, None)}  # None: 8 per node
     for rpn, (tp, spanning) in cases.items():
-        ctx = Context(capture=cap, steps=pd.DataFrame(), options={"ranks_per_node": rpn})
+        ctx = Context(capture=cap, steps=pd.DataFrame(), options=Options(ranks_per_node=rpn))
         v = _m(ctx, "tp_group_spans_nodes")
         assert v.value == tp, rpn
         assert v.per_rank == {0: float(tp), 1: float(tp)}
@@ -498,7 +500,7 @@ def test_bad_ranks_per_node(corpus: Path) -> None:
     meta = read_profiler_metadata(corpus / "ascend/metadata/profiler_metadata_tp2pp2dp2.json")
     cap = _ops_capture([_op(0, "a__035_0", 1.0, group="6960437680420871035")], [0], metadata=meta)
     with pytest.raises(ValueError, match="ranks_per_node"):
-        _m(Context(capture=cap, steps=pd.DataFrame(), options={"ranks_per_node": 0}), "tp_group_spans_nodes")
+        _m(Context(capture=cap, steps=pd.DataFrame(), options=Options(ranks_per_node=0)), "tp_group_spans_nodes")
 
 
 # ---- report table ---------------------------------------------------------------------------------

@@ -28,8 +28,8 @@ from msdiag.analysis import Options, analyze
 from msdiag.cli import main
 from msdiag.errors import ParseError
 from msdiag.inference import latency as lat
-from msdiag.inference import phases as ph
 from msdiag.inference.requests import looks_like_request_log, read_request_log
+from msdiag.metrics import phases as ph
 from msdiag.model import Capture, RankData, RankInfo
 
 HAS_MINDSPORE = importlib.util.find_spec("mindspore") is not None

@@ -23,6 +23,7 @@ from msdiag.ingest.metadata import info_of_metadata, read_profiler_metadata
 from msdiag.metrics.memory import device_memory_gb
 from msdiag.metrics.registry import Context, Value, all_metrics
 from msdiag.model import COUNTERS, DATA_PIPELINE, KERNELS, STEPS, TIMELINE, Capture, RankData, RankInfo
+from msdiag.options import Options
 
 IDS = {
     "memory_peak_allocated_mb": "MB",
@@ -64,7 +65,7 @@ def _m(a: Analysis, mid: str) -> Value:
 
 def _with(a: Analysis, mid: str, **options: Any) -> Value:
     """A metric of a real capture computed again with other options."""
-    return all_metrics()[mid].fn(Context(capture=a.capture, steps=a.steps, options=options))
+    return all_metrics()[mid].fn(Context(capture=a.capture, steps=a.steps, options=Options(**options)))
 
 
 def _info(meta: dict[str, Any]) -> RankInfo:
@@ -80,7 +81,7 @@ def _ctx(tables_by_rank: dict[int, dict[str, pd.DataFrame]], steps: pd.DataFrame
         for r, t in sorted(tables_by_rank.items())
     ]
     return Context(capture=Capture(path="constructed", ranks=ranks), steps=STEPS.empty() if steps is None else steps,
-                   options=options)
+                   options=Options(**options))
 
 
 def _fn(mid: str) -> Callable[[Context], Value]:
@@ -270,7 +271,9 @@ def test_capacity_and_peak_share(run: Callable[[str], Analysis]) -> None:
     assert _with(a, "memory_capacity_gb", device="A100").value is None
     # 1526.75 MB reserved at the peak over 32 GiB = 32768 MiB
     assert _with(a, "memory_peak_share", device_memory_gb=32).value == pytest.approx(1526.75 / 32768)
-    assert _with(a, "memory_peak_share", device_memory_gb="lots").value is None
+    # a malformed option never reaches a metric: the typed options refuse it when made
+    with pytest.raises(ValueError, match="device_memory_gb"):
+        _with(a, "memory_peak_share", device_memory_gb="lots")
 
 
 # ---- recompute ----------------------------------------------------------------------------

@@ -55,6 +55,7 @@ import pandas as pd
 
 from msdiag import model
 from msdiag.errors import ParseError
+from msdiag.units import MS_PER_S
 
 HEADER_FORMAT = "msdiag-requests"
 HEADER_VERSION = 1
@@ -343,13 +344,13 @@ def _from_records(p: Path, fmt: str, records: list[tuple[str, Any]], meta: dict[
         if times is not None and finish < times[-1] - _TIME_TOLERANCE_S:
             raise _bad(p, where, f"finish_s {finish} is before the last token time {times[-1]}")
         last = times[-1] if times is not None else finish
-        tpot = (last - first) * 1000.0 / (out - 1) if out >= 2 else float("nan")
+        tpot = (last - first) * MS_PER_S / (out - 1) if out >= 2 else float("nan")
         k = len(rows)
         rows.append(
             {
                 "request_id": rid, "arrival_s": arrival, "first_token_s": first, "finish_s": finish,
                 "prompt_tokens": prompt, "output_tokens": out, "batch_size": batch,
-                "ttft_ms": (first - arrival) * 1000.0, "tpot_ms": tpot, "e2e_ms": (finish - arrival) * 1000.0,
+                "ttft_ms": (first - arrival) * MS_PER_S, "tpot_ms": tpot, "e2e_ms": (finish - arrival) * MS_PER_S,
             }
         )
         if times is not None:
@@ -376,7 +377,7 @@ def _gaps_frame(gaps: Iterable[tuple[int, float, float]], itl_ms: list[float] | 
     req = pd.array([x[0] for x in g], dtype=model.INT)
     start = np.array([x[1] for x in g], dtype=float)
     end = np.array([x[2] for x in g], dtype=float)
-    itl = np.array(itl_ms, dtype=float) if itl_ms is not None else (end - start) * 1000.0
+    itl = np.array(itl_ms, dtype=float) if itl_ms is not None else (end - start) * MS_PER_S
     return TOKEN_GAPS.frame({"req": req, "start_s": start, "end_s": end, "itl_ms": itl})
 
 
@@ -396,7 +397,22 @@ def _vlist(p: Path, doc: dict[str, Any], key: str, n: int | None) -> list[Any] |
     return v
 
 
-def _from_vllm(p: Path, doc: dict[str, Any]) -> RequestLog:
+@dataclass
+class _VllmColumns:
+    """The per-request lists of a vLLM benchmark result (None where the version writes none)."""
+
+    ttfts: list[Any]
+    itls: list[Any] | None
+    inputs: list[Any] | None
+    outputs: list[Any] | None
+    e2e_key: str
+    e2els: list[Any] | None
+    starts: list[Any] | None
+    errors: list[Any] | None
+
+
+def _vllm_columns(p: Path, doc: dict[str, Any]) -> _VllmColumns:
+    """The lists a vLLM result must hold to give latencies, checked for presence and length."""
     ttfts = _vlist(p, doc, "ttfts", None)
     if ttfts is None:
         raise ParseError(
@@ -407,82 +423,91 @@ def _from_vllm(p: Path, doc: dict[str, Any]) -> RequestLog:
     n = len(ttfts)
     if n == 0:
         raise ParseError(p, "'ttfts' is empty: the benchmark recorded no request")
-    itls = _vlist(p, doc, "itls", n)
-    inputs = _vlist(p, doc, "input_lens", n)
-    outputs = _vlist(p, doc, "output_lens", n)
     e2e_key = "latencies" if doc.get("latencies") is not None else "e2els"
-    e2els = _vlist(p, doc, e2e_key, n)
-    starts = _vlist(p, doc, "start_times", n)
-    errors = _vlist(p, doc, "errors", n)
-    if e2els is None and itls is None:
+    c = _VllmColumns(
+        ttfts=ttfts, itls=_vlist(p, doc, "itls", n), inputs=_vlist(p, doc, "input_lens", n),
+        outputs=_vlist(p, doc, "output_lens", n), e2e_key=e2e_key, e2els=_vlist(p, doc, e2e_key, n),
+        starts=_vlist(p, doc, "start_times", n), errors=_vlist(p, doc, "errors", n),
+    )
+    if c.e2els is None and c.itls is None:
         raise ParseError(p, "neither 'latencies' / 'e2els' nor 'itls': the end-to-end latency cannot be derived")
-    if outputs is None and itls is None:
+    if c.outputs is None and c.itls is None:
         raise ParseError(p, "neither 'output_lens' nor 'itls': the output token counts cannot be derived")
+    return c
 
-    def num(key: str, i: int, v: Any) -> float:
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(float(v)) or v < 0:
-            raise ParseError(p, f"request {i}: {key} is {v!r}, not a non-negative number (seconds)")
-        return float(v)
 
+def _vllm_seconds(p: Path, key: str, i: int, v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(float(v)) or v < 0:
+        raise ParseError(p, f"request {i}: {key} is {v!r}, not a non-negative number (seconds)")
+    return float(v)
+
+
+def _vllm_whole(p: Path, key: str, i: int, v: Any, least: int) -> int:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v != int(v) or v < least:
+        raise ParseError(p, f"request {i}: {key} is {v!r}, not a whole number >= {least}")
+    return int(v)
+
+
+def _vllm_request(p: Path, c: _VllmColumns, i: int, t0: float | None) -> tuple[dict[str, Any], list[float] | None] | None:
+    """Request ``i``'s row and inter-token gaps (s), or None when it failed (an error, no output)."""
+    out_i = c.outputs[i] if c.outputs is not None else None
+    if (c.errors is not None and c.errors[i]) or out_i == 0 or c.ttfts[i] is None:
+        return None
+    ttft = _vllm_seconds(p, "ttfts", i, c.ttfts[i])
+    il = c.itls[i] if c.itls is not None else None
+    if il is not None and (not isinstance(il, list)):
+        raise ParseError(p, f"request {i}: itls entry is {type(il).__name__}, expected a list of seconds")
+    il_s = [_vllm_seconds(p, "itls", i, x) for x in il] if il is not None else None
+    e2e = _vllm_seconds(p, c.e2e_key, i, c.e2els[i]) if c.e2els is not None else ttft + sum(il_s or [])
+    if e2e < ttft - _TIME_TOLERANCE_S:
+        raise ParseError(p, f"request {i}: end-to-end latency {e2e} s is shorter than its TTFT {ttft} s")
+    out = _vllm_whole(p, "output_lens", i, out_i, 1) if out_i is not None else len(il_s or []) + 1
+    prompt = _vllm_whole(p, "input_lens", i, c.inputs[i], 0) if c.inputs is not None else None
+    arrival = float(c.starts[i]) - t0 if c.starts is not None and t0 is not None else None
+    tpot = (e2e - ttft) * MS_PER_S / (out - 1) if out >= 2 else float("nan")
+    row = {
+        "request_id": str(i), "arrival_s": arrival,
+        "first_token_s": None if arrival is None else arrival + ttft,
+        "finish_s": None if arrival is None else arrival + e2e,
+        "prompt_tokens": prompt, "output_tokens": out, "batch_size": None,
+        "ttft_ms": ttft * MS_PER_S, "tpot_ms": tpot, "e2e_ms": e2e * MS_PER_S,
+    }
+    return row, il_s
+
+
+def _from_vllm(p: Path, doc: dict[str, Any]) -> RequestLog:
+    c = _vllm_columns(p, doc)
+    n = len(c.ttfts)
     rows: list[dict[str, Any]] = []
     gaps: list[tuple[int, float, float]] = []
     gap_ms: list[float] = []
     failed = 0
     t0 = None
-    if starts is not None:
-        ok_starts = [float(s) for s in starts if isinstance(s, (int, float)) and not isinstance(s, bool)]
+    if c.starts is not None:
+        ok_starts = [float(s) for s in c.starts if isinstance(s, (int, float)) and not isinstance(s, bool)]
         t0 = min(ok_starts) if ok_starts else None
     for i in range(n):
-        out_i = outputs[i] if outputs is not None else None
-        if (errors is not None and errors[i]) or out_i == 0 or ttfts[i] is None:
+        got = _vllm_request(p, c, i, t0)
+        if got is None:
             failed += 1
             continue
-        ttft = num("ttfts", i, ttfts[i])
-        il = itls[i] if itls is not None else None
-        if il is not None and (not isinstance(il, list)):
-            raise ParseError(p, f"request {i}: itls entry is {type(il).__name__}, expected a list of seconds")
-        il_s = [num("itls", i, x) for x in il] if il is not None else None
-        e2e = num(e2e_key, i, e2els[i]) if e2els is not None else ttft + sum(il_s or [])
-        if e2e < ttft - _TIME_TOLERANCE_S:
-            raise ParseError(p, f"request {i}: end-to-end latency {e2e} s is shorter than its TTFT {ttft} s")
-        if out_i is not None:
-            if isinstance(out_i, bool) or not isinstance(out_i, (int, float)) or out_i != int(out_i) or out_i < 1:
-                raise ParseError(p, f"request {i}: output_lens is {out_i!r}, not a whole number >= 1")
-            out = int(out_i)
-        else:
-            out = len(il_s or []) + 1
-        prompt = None
-        if inputs is not None:
-            v = inputs[i]
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or v != int(v) or v < 0:
-                raise ParseError(p, f"request {i}: input_lens is {v!r}, not a whole number >= 0")
-            prompt = int(v)
-        arrival = float(starts[i]) - t0 if starts is not None and t0 is not None else None
-        tpot = (e2e - ttft) * 1000.0 / (out - 1) if out >= 2 else float("nan")
+        row, il_s = got
         k = len(rows)
-        rows.append(
-            {
-                "request_id": str(i), "arrival_s": arrival,
-                "first_token_s": None if arrival is None else arrival + ttft,
-                "finish_s": None if arrival is None else arrival + e2e,
-                "prompt_tokens": prompt, "output_tokens": out, "batch_size": None,
-                "ttft_ms": ttft * 1000.0, "tpot_ms": tpot, "e2e_ms": e2e * 1000.0,
-            }
-        )
+        rows.append(row)
         if il_s:
-            t = (arrival + ttft) if arrival is not None else float("nan")
+            t = row["first_token_s"] if row["first_token_s"] is not None else float("nan")
             for x in il_s:
                 gaps.append((k, t, t + x))
-                gap_ms.append(x * 1000.0)
+                gap_ms.append(x * MS_PER_S)
                 t = t + x
     if not rows:
         raise ParseError(p, f"all {n} requests failed (errors / zero output): no latency to analyze")
     notes = []
     if failed:
         notes.append(f"{failed} of {n} requests failed (errors or no output): left out of the latencies")
-    if starts is None:
+    if c.starts is None:
         notes.append("no start_times in the vLLM result: arrival times unknown (load and batching figures are null)")
-    if inputs is None:
+    if c.inputs is None:
         notes.append("no input_lens in the vLLM result: prompt lengths unknown")
     dur = doc.get("duration")
     duration = float(dur) if isinstance(dur, (int, float)) and not isinstance(dur, bool) and dur > 0 else None

@@ -4,7 +4,8 @@
   content is one) and reads the log of ``--requests``;
 - :func:`empty_capture` stands in for the capture when a request log is analyzed alone (no ranks, no
   steps: the JSON contract keeps its keys);
-- :func:`build` gives the ``requests`` and ``phases`` objects of the JSON contract.
+- :func:`build` gives the ``requests`` and ``phases`` objects of the JSON contract (the phases object is
+  made by :mod:`msdiag.metrics.phases`: inference/ reads request logs and imports nothing from metrics/).
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import numpy as np
 
 from msdiag.errors import InputError
 from msdiag.inference import latency as lat
-from msdiag.inference import phases as ph
 from msdiag.inference.requests import FORMAT_LABEL, LOG_SUFFIXES, RequestLog, looks_like_request_log, read_request_log
 from msdiag.model import Capture
 
@@ -63,11 +63,10 @@ def _dist(values: np.ndarray) -> dict[str, float] | None:
     return out
 
 
-def requests_summary(log: RequestLog, options: dict[str, Any]) -> dict[str, Any]:
-    """The ``requests`` object of the JSON contract."""
+def requests_summary(log: RequestLog, slo_ttft: float | None, slo_tpot: float | None) -> dict[str, Any]:
+    """The ``requests`` object of the JSON contract (SLO counts against the objectives given)."""
     r = log.requests
     window, window_from = log.window_s()
-    slo_ttft, slo_tpot = options.get("slo_ttft_ms"), options.get("slo_tpot_ms")
     slo = None
     if slo_ttft is not None or slo_tpot is not None:
         met = int(lat.good_mask(log, slo_ttft, slo_tpot).sum())
@@ -98,37 +97,6 @@ def requests_summary(log: RequestLog, options: dict[str, Any]) -> dict[str, Any]
     }
 
 
-def phases_summary(ctx: Any) -> dict[str, Any] | None:
-    """The ``phases`` object of the JSON contract: null without a capture, else how steps were told apart."""
-    if not len(ctx.capture.ranks):
-        return None
-    phases = ph.phases_for(ctx)
-    if not phases.ok:
-        return {"classified_by": None, "reason": phases.reason, "prefill": None, "decode": None, "notes": list(phases.notes)}
-    s = ph.summary_for(ctx)
-    kv_mb, kv_from = ph.kv_cache_from_memory(ctx.capture, phases)
-    return {
-        "classified_by": phases.classified_by,
-        "reason": None,
-        "prefill": s.get(ph.PREFILL),
-        "decode": s.get(ph.DECODE),
-        "kv_cache_mb": kv_mb,
-        "kv_cache_from": kv_from,
-        "notes": list(phases.notes),
-    }
-
-
-def workload(ctx: Any) -> str | None:
-    """'inference' (request log, or steps told apart as prefill / decode), 'training' (backward ops), else None."""
-    if getattr(ctx, "requests", None) is not None:
-        return "inference"
-    if not len(ctx.capture.ranks):
-        return None
-    if ph.training_ops(ctx.capture) is not None:
-        return "training"
-    return "inference" if ph.phases_for(ctx).ok else None
-
-
 def _clean(x: Any) -> Any:
     """JSON-safe: NaN / inf -> None, numpy scalars -> Python, recursively."""
     if isinstance(x, dict):
@@ -144,12 +112,11 @@ def _clean(x: Any) -> Any:
     return x
 
 
-def build(ctx: Any) -> dict[str, Any]:
-    """{"requests": ..., "phases": ...} of an analysis context (JSON-safe)."""
-    log = getattr(ctx, "requests", None)
+def build(log: RequestLog | None, slo_ttft_ms: float | None, slo_tpot_ms: float | None, phases: dict[str, Any] | None) -> dict[str, Any]:
+    """{"requests": ..., "phases": ...} of the JSON contract (JSON-safe); ``phases`` comes from metrics/phases.py."""
     return _clean(
         {
-            "requests": requests_summary(log, ctx.options) if log is not None else None,
-            "phases": phases_summary(ctx),
+            "requests": requests_summary(log, slo_ttft_ms, slo_tpot_ms) if log is not None else None,
+            "phases": phases,
         }
     )

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from msdiag import intervals as iv
+from msdiag.metrics.registry import Reads, declare_reads
 from msdiag.model import STEPS, RankData
 
 _RECEIVE = ("receive", "recv")
@@ -77,6 +78,14 @@ def _comm_from_timeline(rd: RankData) -> pd.DataFrame:
 DATA_WAIT_PATTERN = r"GetNext|enumerate\(DataLoader\)|dataset_iterator|Dataset::|msdiag::data_wait"
 # A repetition-found step structure is trusted when the op counts per step vary less than this.
 REPETITION_TOLERANCE = 0.1
+
+# What the step breakdown reads of a rank (metrics/reduce.py keeps it): the device and HCCL lanes (also
+# the report's step timeline), the step markers and, of the host lane, the data waits. The reduction runs
+# the breakdown first; these reads let it run again on a reduced rank with the same result.
+declare_reads(
+    "breakdown.step_breakdown",
+    Reads(tables=("timeline", "kernels"), lanes=("device", "hccl", "step"), lane_rows=(("host", DATA_WAIT_PATTERN),)),
+)
 
 
 @dataclass

@@ -20,26 +20,28 @@ import pandas as pd
 
 from msdiag.metrics.registry import Context, Value, metric
 from msdiag.model import ABSENT, FAILED, Capture
-
-US_PER_MS = 1000.0
+from msdiag.options import TRANSPORTS
+from msdiag.units import US_PER_MS
 
 # ---- constants --------------------------------------------------------------------------------
 
-#: Transports communication.json reports. SDMA aggregates the on-node transports (in the corpus it
-#: repeats HCCS exactly), so transports are never added together.
-TRANSPORTS = ("HCCS", "RDMA", "SDMA", "PCIE", "SIO")
+#: Transports communication.json reports: TRANSPORTS, defined in msdiag/options.py (which checks the
+#: bandwidth_norms option). SDMA aggregates the on-node transports (in the corpus it repeats HCCS
+#: exactly), so transports are never added together.
 
 #: Standard bandwidth (GB/s) of a transport, the norm a measured bandwidth is compared with.
 #: CANN msprof's cluster analysis rules (chip V2 standard): RDMA 12.5, HCCS 18, PCIe 20
 #: (see shared/docs/anchors.md, "CANN msprof's own cluster rules"). The same rules give chip V4:
 #: RDMA 25, HCCS 28 (BANDWIDTH_NORMS_V4_GBPS); which products the chip ids are is unconfirmed, so V2
-#: is the default. Override with ctx.options["bandwidth_norms"]: {"HCCS": 28, "RDMA": 25} or
-#: "HCCS=28,RDMA=25" (the transports named replace the defaults; the others keep them).
+#: is the default. Override with the bandwidth_norms option (--bandwidth-norm HCCS=28, or
+#: [tool.msdiag.bandwidth_norms] in a config): the transports named replace the defaults; the others keep them.
 BANDWIDTH_NORMS_GBPS: dict[str, float] = {"HCCS": 18.0, "RDMA": 12.5, "PCIE": 20.0}
 BANDWIDTH_NORMS_V4_GBPS: dict[str, float] = {"HCCS": 28.0, "RDMA": 25.0}
 
-#: CANN msprof: a link is slow when its bandwidth is below 0.8 of its transport's standard.
-SLOW_LINK_FRACTION = 0.8
+#: CANN msprof: a link is slow when its bandwidth is below 0.8 of its transport's standard. The cut is
+#: the rule's parameter (rules/comm-slow-link.yaml), read through the options: one home, so that
+#: ``--set comm-slow-link.min_utilization=X`` moves the metric and the rule together.
+SLOW_LINK_PARAM = "comm-slow-link.min_utilization"
 #: A link or transport that moved less than this (MB, summed over the capture) is latency-bound:
 #: its bandwidth is reported but not judged against the standard (a 4-byte AllReduce "runs" at
 #: 0.004 GB/s in the corpus).
@@ -128,45 +130,13 @@ def _per_rank(df: pd.DataFrame, fn: Callable[[pd.DataFrame], float | None]) -> d
 
 
 def _option_norms(ctx: Context) -> dict[str, float]:
-    """The bandwidth norms: the defaults, with ctx.options["bandwidth_norms"] laid over them."""
-    norms = dict(BANDWIDTH_NORMS_GBPS)
-    raw = ctx.options.get("bandwidth_norms")
-    if raw is None:
-        return norms
-    if isinstance(raw, str):
-        items: list[tuple[str, Any]] = []
-        for part in raw.split(","):
-            if not part.strip():
-                continue
-            key, sep, val = part.partition("=")
-            if not sep:
-                raise ValueError(f"bandwidth_norms: '{part.strip()}' is not TRANSPORT=GBPS")
-            items.append((key, val))
-    elif isinstance(raw, Mapping):
-        items = list(raw.items())
-    else:
-        raise ValueError(f"bandwidth_norms should be a mapping or 'HCCS=28,RDMA=25', found {type(raw).__name__}")
-    for key, val in items:
-        t = str(key).strip().upper()
-        if t not in TRANSPORTS:
-            raise ValueError(f"bandwidth_norms: unknown transport '{key}' (known: {', '.join(TRANSPORTS)})")
-        try:
-            v = float(val)
-        except (TypeError, ValueError):
-            raise ValueError(f"bandwidth_norms: {t} = {val!r} is not a number of GB/s") from None
-        if not v > 0:
-            raise ValueError(f"bandwidth_norms: {t} = {v} should be positive")
-        norms[t] = v
-    return norms
+    """The bandwidth norms: the defaults, with the option bandwidth_norms laid over them."""
+    return {**BANDWIDTH_NORMS_GBPS, **ctx.options.bandwidth_norms}
 
 
 def _ranks_per_node(ctx: Context) -> int:
-    rpn = ctx.options.get("ranks_per_node")
-    if rpn is None:
-        return DEFAULT_RANKS_PER_NODE
-    if isinstance(rpn, bool) or not isinstance(rpn, (int, np.integer)) or rpn < 1:
-        raise ValueError(f"ranks_per_node should be a positive integer, found {rpn!r}")
-    return int(rpn)
+    rpn = ctx.options.ranks_per_node
+    return DEFAULT_RANKS_PER_NODE if rpn is None else rpn
 
 
 # ---- time split of collectives ----------------------------------------------------------------
@@ -549,6 +519,7 @@ def _slow_rank_data(ctx: Context) -> tuple[pd.DataFrame, int | None, dict[int, i
         has_ops = len(ctx.capture.table("comm_ops")) > 0
         k = ctx.capture.table("kernels")
         has_k = bool((k["kind"] == "communication").any()) if len(k) else False
+        why: str | None
         if len(ctx.capture.ranks) < 2:
             why = "a single rank: no other rank to compare with"
         elif not has_ops and not has_k:
@@ -645,6 +616,7 @@ def _link_name(row: pd.Series) -> str:
     "The link ('src-dst transport', group-local ranks) with the lowest bandwidth against its transport's "
     "standard, named only below 0.8 x the standard; per rank: that rank's lowest bandwidth / standard",
     "communication_matrix.json",
+    params=(SLOW_LINK_PARAM,),
 )
 def _slow_link(ctx: Context) -> Value:
     lb, why = _slowest_link(ctx)
@@ -652,13 +624,14 @@ def _slow_link(ctx: Context) -> Value:
         return Value(None, reason=why)
     per = {int(r): float(g["ratio"].min()) for r, g in lb.groupby("rank")}
     worst = lb.iloc[0]
-    if worst["ratio"] < SLOW_LINK_FRACTION:
+    cut = ctx.options.param(SLOW_LINK_PARAM)
+    if worst["ratio"] < cut:
         return Value(_link_name(worst), per)
     return Value(
         None,
         per,
         reason=(
-            f"no link below {SLOW_LINK_FRACTION} x its standard bandwidth (slowest: {_link_name(worst)} "
+            f"no link below {cut:g} x its standard bandwidth (slowest: {_link_name(worst)} "
             f"on rank {int(worst['rank'])} at {worst['bandwidth_gbps']:.2f} GB/s = {worst['ratio']:.2f} x "
             f"{worst['norm_gbps']:g} GB/s)"
         ),

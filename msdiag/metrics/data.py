@@ -248,20 +248,10 @@ def _data_workers_vs_cores(ctx: Context) -> Value:
     per, why = _workers(ctx)
     if why:
         return Value(None, per, why)
-    cores: Any = ctx.options.get("host_cores")
-    if cores is None:
+    n_cores = ctx.options.host_cores  # a positive integer when given (msdiag/options.py)
+    if n_cores is None:
         return Value(None, reason="the capture does not record the host's CPU cores: give host_cores")
-    try:
-        n_cores = float(cores)
-    except (TypeError, ValueError):
-        return Value(None, reason=f"host_cores {cores!r} is not a number")
-    if n_cores <= 0:
-        return Value(None, reason=f"host_cores {cores!r} is not a positive count")
-    rpn: Any = ctx.options.get("ranks_per_node") or 1
-    try:
-        ranks_per_node = float(rpn)
-    except (TypeError, ValueError):
-        return Value(None, reason=f"ranks_per_node {rpn!r} is not a number")
+    ranks_per_node = ctx.options.ranks_per_node or 1
     out = {r: (None if v is None else v * ranks_per_node / n_cores) for r, v in per.items()}
     vals = [v for v in out.values() if v is not None]
     return Value(max(vals), out) if vals else Value(None, out, "the pipeline profile records no num_workers")

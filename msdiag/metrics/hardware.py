@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from msdiag.metrics.registry import Context, Value, metric
+from msdiag.metrics.registry import Context, Reads, Value, metric
 
 AICORE_FREQ_TRACK = "AI Core Freq"
 
@@ -12,6 +12,7 @@ AICORE_FREQ_TRACK = "AI Core Freq"
     "ratio",
     "1 - min / max of the AI Core frequency samples (throttling), max over ranks",
     "counters: track 'AI Core Freq' (MHz)",
+    reads=Reads(tables=("counters",), tracks=(AICORE_FREQ_TRACK,)),
 )
 def _aicore_freq_drop(ctx: Context) -> Value:
     """Non-positive samples are left out: 0 MHz is no frequency the cores ran at."""

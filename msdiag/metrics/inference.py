@@ -3,21 +3,22 @@ prefill / decode phases and the KV cache (captures of an inference process).
 
 Request metrics read ``Context.requests`` (a request log: ``msdiag analyze LOG`` or ``--requests LOG``) and
 are null with that reason without one; phase metrics read the capture's steps (see
-:mod:`msdiag.inference.phases`). Latencies are milliseconds; percentiles across requests with linear
+:mod:`msdiag.metrics.phases`). Latencies are milliseconds; percentiles across requests with linear
 interpolation (numpy's default).
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 
 from msdiag.inference import latency as lat
-from msdiag.inference import phases as ph
 from msdiag.inference.latency import Unavailable
 from msdiag.inference.requests import RequestLog
+from msdiag.metrics import phases as ph
 from msdiag.metrics.registry import Context, Value, metric
+from msdiag.units import MIB_PER_GIB, US_PER_MS
 
 NO_LOG = "no request log (msdiag analyze LOG, or msdiag analyze CAPTURE --requests LOG)"
 LOG_SOURCE = "request log"
@@ -39,11 +40,6 @@ def _from_log(fn: Callable[[RequestLog, Context], float]) -> Callable[[Context],
             return Value(None, reason=str(e))
 
     return run
-
-
-def _slo(ctx: Context, key: str) -> float | None:
-    v: Any = ctx.options.get(key)
-    return None if v is None else float(v)
 
 
 # ---- latency distributions ------------------------------------------------------------------
@@ -106,11 +102,11 @@ metric("output_tokens_per_s", "tokens/s", "Output tokens per second over the log
 metric(
     "goodput_rps", "req/s", "Requests per second that meet every SLO given (--slo-ttft-ms, --slo-tpot-ms)",
     f"{LOG_SOURCE} + options slo_ttft_ms / slo_tpot_ms",
-)(_from_log(lambda log, ctx: lat.goodput_rps(log, _slo(ctx, "slo_ttft_ms"), _slo(ctx, "slo_tpot_ms"))))
+)(_from_log(lambda log, ctx: lat.goodput_rps(log, ctx.options.slo_ttft_ms, ctx.options.slo_tpot_ms)))
 metric(
     "goodput_share", "ratio", "Share of all requests (failed ones included) that meet every SLO given",
     f"{LOG_SOURCE} + options slo_ttft_ms / slo_tpot_ms",
-)(_from_log(lambda log, ctx: lat.goodput_share(log, _slo(ctx, "slo_ttft_ms"), _slo(ctx, "slo_tpot_ms"))))
+)(_from_log(lambda log, ctx: lat.goodput_share(log, ctx.options.slo_ttft_ms, ctx.options.slo_tpot_ms)))
 
 # ---- queueing, load and batching ------------------------------------------------------------
 
@@ -185,7 +181,7 @@ def _phase_value(fn: Callable[[ph.Phases, Context], float | None], why_none: str
 def _median_ms(p: str) -> Callable[[ph.Phases, Context], float | None]:
     def f(phases: ph.Phases, ctx: Context) -> float | None:
         s = phases.timed(p)
-        return float(np.median(s["total_us"])) / 1000.0 if len(s) else None
+        return float(np.median(s["total_us"])) / US_PER_MS if len(s) else None
 
     return f
 
@@ -261,7 +257,7 @@ def _kv_mb(ctx: Context) -> tuple[float | None, str]:
         mb, why = ph.kv_cache_from_memory(ctx.capture, phases)
         if mb is not None:
             return mb, why
-    cfg_path = ctx.options.get("model_config")
+    cfg_path = ctx.options.model_config
     if cfg_path:
         from msdiag.metrics import model_config
 
@@ -295,4 +291,4 @@ def _kv_cache_share(ctx: Context) -> Value:
     gb, cwhy = _capacity(ctx)
     if gb is None:
         return Value(None, reason=cwhy or "device memory unknown")
-    return Value(float(mb) / (float(gb) * 1024.0))
+    return Value(float(mb) / (float(gb) * MIB_PER_GIB))

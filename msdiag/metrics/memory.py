@@ -21,11 +21,11 @@ out (not an allocator, no allocated figure) and so are the npu_module_mem rows (
 from __future__ import annotations
 
 import re
-from typing import Any, Callable
+from typing import Callable
 
 import pandas as pd
 
-from msdiag.metrics.registry import Context, Value, metric
+from msdiag.metrics.registry import Context, Reads, Value, metric
 
 MEMORY_SOURCES = ("memory_record", "cpu_ms_memory_record")
 # In order of preference, per rank (see the module doc).
@@ -151,18 +151,12 @@ def device_memory_gb(device: str) -> tuple[float | None, str | None]:
 
 def _capacity(ctx: Context) -> tuple[float | None, str | None]:
     """(GB, reason when unknown): option device_memory_gb, else the table entry of option device."""
-    given: Any = ctx.options.get("device_memory_gb")
+    given = ctx.options.device_memory_gb  # a positive number when given (msdiag/options.py)
     if given is not None:
-        try:
-            gb = float(given)
-        except (TypeError, ValueError):
-            return None, f"device_memory_gb {given!r} is not a number"
-        if gb <= 0:
-            return None, f"device_memory_gb {given!r} is not a positive size"
-        return gb, None
-    device = ctx.options.get("device")
+        return given, None
+    device = ctx.options.device
     if device:
-        return device_memory_gb(str(device))
+        return device_memory_gb(device)
     return None, "device memory unknown: the capture does not record it; give --device (e.g. 910B2) or device_memory_gb"
 
 
@@ -329,6 +323,7 @@ PYTHON_FRAME = re.compile(r"\.py\(\d+\): ")
     "flag",
     "1 when op, scope or Python-frame names show activation recomputation, 0 when they would show it but do not",
     "kernels.name, timeline scope and host lanes",
+    reads=Reads(tables=("kernels", "timeline"), lane_names=("scope", "host")),
 )
 def _recompute_on(ctx: Context) -> Value:
     k = ctx.capture.table("kernels")

@@ -35,7 +35,7 @@ def _info_json(ctx: Context) -> Path | None:
 def _peak(ctx: Context) -> tuple[float | None, str]:
     o = ctx.options
     try:
-        return devices.resolve_peak(o.get("peak_tflops"), o.get("device"), _info_json(ctx))
+        return devices.resolve_peak(o.peak_tflops, o.device, _info_json(ctx))
     except (ValueError, OSError) as e:
         return None, str(e)
 
@@ -78,7 +78,7 @@ def _flops(ctx: Context) -> dict[str, Any]:
     if cache:
         return cache
     out: dict[str, Any] = {"model": {}, "hardware": {}, "source": None, "reason": None, "convention": None}
-    cfg_path = ctx.options.get("model_config")
+    cfg_path = ctx.options.model_config
     k = ctx.capture.table("kernels")
     comp = k[k["kind"] == "compute"].reset_index(drop=True)
     shape_f = pd.Series(dtype=float)

@@ -2,22 +2,28 @@
 
 A rank's tables are read where the rank is parsed (a pool worker, a Dask worker) and only what
 the metrics and the report read is sent back, so that the memory of the process holding every rank
-grows with the ops the analysis needs, not with the size of the traces. What is dropped, and why
-no result changes (tests/test_cluster.py compares the report of corpus captures of every format
-family with and without this reduction):
+grows with the ops the analysis needs, not with the size of the traces.
 
+What is kept follows from the declarations of what is read (``Reads``: ``@metric(..., reads=)``
+and ``declare_reads`` in metrics/registry.py), gathered by :func:`plan`; no list here is kept in
+step by hand. With today's declarations:
+
+- timeline, lanes ``device``, ``hccl``, ``step``: read row by row (the step breakdown, the report's
+  step timeline): kept whole.
 - timeline, lane ``host``: the step breakdown reads the host events whose names are dataset waits
-  (``breakdown.DATA_WAIT_PATTERN``), whole; every other host event is read only by its name
-  (``memory._recompute_on`` looks at distinct names): one row per distinct name is kept. On a
-  torch_npu trace with Python call stacks these are most of the timeline.
+  (``breakdown.DATA_WAIT_PATTERN``), whole; the recompute metric reads the others only by name:
+  one row per distinct name is kept. On a torch_npu trace with Python call stacks these are most
+  of the timeline.
 - timeline, lane ``scope``: read only by distinct name (recompute evidence): one row per name.
 - timeline, lane ``overlap``: the profiler's own Overlap Analysis lanes; msdiag computes the overlap
-  itself from the device lanes and reads these nowhere.
-- counters: only the tracks a metric reads (``hardware.AICORE_FREQ_TRACK``); the sampled PMU, QoS,
-  HBM and LLC tracks are about half the rows of an Ascend trace.
+  itself from the device lanes and nothing declares them: dropped.
+- counters: only the tracks some declaration names (``hardware.AICORE_FREQ_TRACK``); the sampled
+  PMU, QoS, HBM and LLC tracks are about half the rows of an Ascend trace.
+- every other table is kept whole.
 
-A metric or chart that starts reading more of these tables must widen this reduction in the same
-change (``REDUCE_VERSION`` too, so that cached ranks are rebuilt).
+tests/test_cluster.py compares the report of corpus captures of every format family with and
+without this reduction. A metric or chart that starts reading more of these tables declares it
+in the same change; :func:`reduce_id` (the cache key of reduced ranks) then changes by itself.
 
 The rank's step breakdown (``breakdown.step_breakdown``, the per-rank part of the analysis) is
 computed here too, before anything is dropped, and kept as the rank's ``steps`` table: it is then
@@ -26,52 +32,102 @@ computed on the workers, in parallel, and read back from the cache with the rank
 
 from __future__ import annotations
 
+import hashlib
+import json
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
-from msdiag.metrics.breakdown import DATA_WAIT_PATTERN, step_breakdown
-from msdiag.metrics.hardware import AICORE_FREQ_TRACK
+from msdiag.metrics.breakdown import step_breakdown
+from msdiag.metrics.registry import all_reads
 from msdiag.model import RankData
 
-#: Bumped whenever the reduction keeps less or more: part of the cache key.
-REDUCE_VERSION = 2
-#: Counter tracks some metric reads.
-COUNTER_TRACKS = (AICORE_FREQ_TRACK,)
-#: Timeline lanes read only by distinct event name.
-NAME_ONLY_LANES = ("scope",)
-#: Timeline lanes nothing reads.
-UNREAD_LANES = ("overlap",)
+#: Bumped whenever the way the reduction keeps rows changes (what it keeps follows from the
+#: declarations, hashed by reduce_id): part of the cache key.
+REDUCE_VERSION = 3
+#: Every lane the canonical timeline has (model.py: TIMELINE's ``lane`` column). Rows of any other
+#: lane value are kept: the reduction drops only what it knows nothing reads.
+TIMELINE_LANES = ("device", "hccl", "overlap", "host", "step", "scope")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the reduction keeps, gathered from every declaration of what is read."""
+
+    whole_lanes: tuple[str, ...]  # timeline lanes kept row by row
+    name_lanes: tuple[str, ...]  # timeline lanes kept one row per distinct name (+ the rows below)
+    lane_rows: tuple[tuple[str, str], ...]  # (lane, regex): rows of a name-only lane kept whole
+    dropped_lanes: tuple[str, ...]  # timeline lanes nothing reads
+    tracks: tuple[str, ...]  # counter tracks kept
+
+
+def plan() -> Plan:
+    """The reduction derived from the metrics' and readers' declarations (metrics/registry.py)."""
+    decl = all_reads().values()
+    whole = sorted({lane for r in decl for lane in r.lanes})
+    rows = sorted({(lane, pat) for r in decl for lane, pat in r.lane_rows if lane not in whole})
+    names = sorted({lane for r in decl for lane in r.lane_names} - set(whole))
+    partial = set(names) | {lane for lane, _ in rows}
+    # a lane read only through row patterns is a name-only lane with no name reader: its rows of interest only
+    dropped = [lane for lane in TIMELINE_LANES if lane not in whole and lane not in partial]
+    return Plan(
+        whole_lanes=tuple(whole),
+        name_lanes=tuple(names),
+        lane_rows=tuple(rows),
+        dropped_lanes=tuple(dropped),
+        tracks=tuple(sorted({t for r in decl for t in r.tracks})),
+    )
+
+
+def reduce_id() -> str:
+    """A stable id of the reduction (its plan from the declarations + REDUCE_VERSION): the rank cache's key."""
+    p = plan()
+    doc = {
+        "version": REDUCE_VERSION,
+        "whole_lanes": p.whole_lanes,
+        "name_lanes": p.name_lanes,
+        "lane_rows": p.lane_rows,
+        "dropped_lanes": p.dropped_lanes,
+        "tracks": p.tracks,
+    }
+    digest = hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
+    return f"reduce-{REDUCE_VERSION}-{digest}"
 
 
 def reduce_rank(rd: RankData) -> RankData:
-    """Store the rank's step rows, then drop the rows no metric or chart reads (module doc); returns ``rd``."""
+    """Store the rank's step rows, then drop the rows nothing reads (module doc); returns ``rd``."""
     rd.tables["steps"] = step_breakdown(rd)
+    p = plan()
     tl = rd.tables.get("timeline")
     if tl is not None and len(tl):
-        rd.tables["timeline"] = _reduce_timeline(tl)
+        rd.tables["timeline"] = _reduce_timeline(tl, p)
     c = rd.tables.get("counters")
     if c is not None and len(c):
-        keep = c["track"].isin(COUNTER_TRACKS).fillna(False).to_numpy(bool)
+        keep = c["track"].isin(p.tracks).fillna(False).to_numpy(bool)
         if not keep.all():
             rd.tables["counters"] = c[keep].reset_index(drop=True)
     return rd
 
 
-def _reduce_timeline(tl: pd.DataFrame) -> pd.DataFrame:
+def _reduce_timeline(tl: pd.DataFrame, p: Plan) -> pd.DataFrame:
+    """Whole lanes kept, name-only lanes one row per name plus the rows a pattern names, unread lanes dropped."""
     lane = tl["lane"].to_numpy(dtype=object, na_value="")
-    keep = ~np.isin(lane, UNREAD_LANES + NAME_ONLY_LANES + ("host",))
+    partial = tuple(dict.fromkeys(p.name_lanes + tuple(lane for lane, _ in p.lane_rows)))
+    keep = ~np.isin(lane, p.dropped_lanes + partial)
     names = tl["name"]
-    for which in NAME_ONLY_LANES + ("host",):
+    for which in partial:
         m = lane == which
         if not m.any():
             continue
         sub = names[m]
-        first = ~sub.duplicated(keep="first").to_numpy(bool)
-        if which == "host":
+        first = ~sub.duplicated(keep="first").to_numpy(bool) if which in p.name_lanes else np.zeros(len(sub), bool)
+        patterns = [pat for lane_, pat in p.lane_rows if lane_ == which]
+        if patterns:
             # the distinct names are few: match them, not every event
             distinct = pd.Series(sub.dropna().unique()).astype("string")
-            waits = set(distinct[distinct.str.contains(DATA_WAIT_PATTERN, regex=True, na=False)])
-            first |= sub.isin(waits).fillna(False).to_numpy(bool)
+            hits = distinct.str.contains("|".join(f"(?:{pat})" for pat in patterns), regex=True, na=False)
+            first |= sub.isin(set(distinct[hits])).fillna(False).to_numpy(bool)
         idx = np.flatnonzero(m)
         keep[idx[first]] = True
     if keep.all():

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 import pandas as pd
 
 from msdiag.model import Capture
+from msdiag.options import Options
 
 if TYPE_CHECKING:
     from msdiag.inference.requests import RequestLog
@@ -24,7 +25,7 @@ class Context:
 
     capture: Capture
     steps: pd.DataFrame
-    options: dict[str, Any] = field(default_factory=dict)
+    options: Options = field(default_factory=Options)  # typed, read by attribute (msdiag/options.py)
     cache: dict[str, Any] = field(default_factory=dict)  # shared by the metrics of one analysis
     requests: RequestLog | None = None  # a request timing log (msdiag analyze LOG / --requests LOG)
 
@@ -37,27 +38,61 @@ class Value:
 
 
 @dataclass(frozen=True)
+class Reads:
+    """What a metric (or another reader of the gathered ranks) reads of a rank's tables.
+
+    The rank reduction (metrics/reduce.py) keeps exactly what these declarations name: a timeline
+    lane no declaration reads is dropped, a lane read only by distinct name keeps one row per name
+    (plus the rows a ``lane_rows`` pattern names), a counter track no declaration reads is dropped.
+    ``tables`` says which canonical tables are read (tables are kept whole).
+    """
+
+    tables: tuple[str, ...] = ()  # canonical tables read
+    lanes: tuple[str, ...] = ()  # timeline lanes read row by row
+    lane_names: tuple[str, ...] = ()  # timeline lanes read only by distinct event name
+    lane_rows: tuple[tuple[str, str], ...] = ()  # (lane, regex): rows of that lane whose name matches, read whole
+    tracks: tuple[str, ...] = ()  # counter tracks read
+
+    def __bool__(self) -> bool:
+        return bool(self.tables or self.lanes or self.lane_names or self.lane_rows or self.tracks)
+
+
+@dataclass(frozen=True)
 class Metric:
     id: str
     unit: str
     doc: str
     source: str
     fn: Callable[[Context], Value]
+    reads: Reads = Reads()
+    #: rule parameters ("rule-id.param") the metric cuts at: read from ctx.options.param, never a copy
+    params: tuple[str, ...] = ()
 
 
 METRICS: dict[str, Metric] = {}
+#: Readers of the gathered ranks that are not metrics (the step breakdown, views): name -> what they read.
+READERS: dict[str, Reads] = {}
 
 
-def metric(id: str, unit: str, doc: str, source: str) -> Callable[[Callable[[Context], Value]], Callable[[Context], Value]]:
-    """Register a metric function under ``id`` (ids are unique)."""
+def metric(
+    id: str, unit: str, doc: str, source: str, reads: Reads = Reads(), params: tuple[str, ...] = ()
+) -> Callable[[Callable[[Context], Value]], Callable[[Context], Value]]:
+    """Register a metric function under ``id`` (ids are unique), with what it reads and the rule params it uses."""
 
     def deco(fn: Callable[[Context], Value]) -> Callable[[Context], Value]:
         if id in METRICS:
             raise ValueError(f"metric {id} registered twice")
-        METRICS[id] = Metric(id, unit, doc, source, fn)
+        METRICS[id] = Metric(id, unit, doc, source, fn, reads, tuple(params))
         return fn
 
     return deco
+
+
+def declare_reads(name: str, reads: Reads) -> None:
+    """Declare what a reader that is not a metric (e.g. the step breakdown) reads of the ranks."""
+    if READERS.get(name, reads) != reads:
+        raise ValueError(f"reader {name} declared twice with different reads")
+    READERS[name] = reads
 
 
 def _load_metric_modules() -> None:
@@ -75,6 +110,18 @@ def all_metrics() -> dict[str, Metric]:
     """Every registered metric, by id."""
     _load_metric_modules()
     return METRICS
+
+
+def all_reads() -> dict[str, Reads]:
+    """Every declaration of what is read of a rank: each metric's (by id) and each other reader's (by name)."""
+    out = {m.id: m.reads for m in all_metrics().values() if m.reads}
+    out.update(READERS)
+    return out
+
+
+def declared_params() -> dict[str, tuple[str, ...]]:
+    """Metric id -> the rule parameters ("rule-id.param") it reads through the options."""
+    return {m.id: m.params for m in all_metrics().values() if m.params}
 
 
 def compute_all(ctx: Context) -> dict[str, Value]:

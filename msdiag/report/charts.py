@@ -730,7 +730,7 @@ def memory(a: Analysis) -> Chart:
     from msdiag.metrics.registry import Context
 
     ch = Chart("c-memory", "Device memory over time")
-    rows = framework_rows(Context(capture=a.capture, steps=a.steps, options=a.options.as_dict()))
+    rows = framework_rows(Context(capture=a.capture, steps=a.steps, options=a.options))
     rows = {r: g for r, g in rows.items() if g["allocated_mb"].notna().any() or g["reserved_mb"].notna().any()}
     if not rows:
         ch.absent = "no memory samples: " + (_reason(a, "memory_peak_allocated_mb") or "memory_record.csv absent")

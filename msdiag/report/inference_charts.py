@@ -19,7 +19,7 @@ from matplotlib.ticker import MaxNLocator
 
 from msdiag.analysis import Analysis
 from msdiag.inference import latency as lat
-from msdiag.inference import phases as ph
+from msdiag.metrics import phases as ph
 from msdiag.report.charts import ALERT, COMM, COMPUTE, FREE, INK, MUTED, Chart, _draw, _legend_top
 
 PREFILL_COLOUR = COMM  # prefill steps / first tokens

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 import yaml
 
@@ -318,23 +318,23 @@ def load_rules(extra_dirs: Iterable[str | Path] = (), metrics: set[str] | None =
     return rules
 
 
-def apply_overrides(rules: dict[str, Rule], overrides: dict[str, str]) -> dict[str, dict[str, float]]:
-    """Parameter values per rule: defaults, then ``--set RULE.PARAM=VALUE`` (validated)."""
+def apply_overrides(rules: dict[str, Rule], overrides: Mapping[str, str], where: str = "--set") -> dict[str, dict[str, float]]:
+    """Parameter values per rule: defaults, then ``--set RULE.PARAM=VALUE`` (validated; errors name ``where``)."""
     values = {rid: {p.name: p.default for p in r.params.values()} for rid, r in rules.items()}
     for key, raw in overrides.items():
         rid, _, pname = key.partition(".")
         if rid not in rules:
-            raise RuleError("--set", f"unknown rule '{rid}' in {key}={raw}")
+            raise RuleError(where, f"unknown rule '{rid}' in {key}={raw}")
         r = rules[rid]
         if pname not in r.params:
             known = ", ".join(sorted(r.params)) or "none"
-            raise RuleError("--set", f"rule '{rid}' has no parameter '{pname}' (it has: {known})")
+            raise RuleError(where, f"rule '{rid}' has no parameter '{pname}' (it has: {known})")
         try:
             v = float(raw)
         except ValueError:
-            raise RuleError("--set", f"{key}={raw}: the value must be a number") from None
+            raise RuleError(where, f"{key}={raw}: the value must be a number") from None
         lo, hi = r.params[pname].bounds
         if not lo <= v <= hi:
-            raise RuleError("--set", f"{key}={raw}: outside the parameter's bounds [{lo}, {hi}]")
+            raise RuleError(where, f"{key}={raw}: outside the parameter's bounds [{lo}, {hi}]")
         values[rid][pname] = v
     return values

@@ -31,7 +31,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from msdiag.metrics import flops
+from msdiag.metrics.registry import Context
 from msdiag.model import Capture
+from msdiag.units import FLOPS_PER_TFLOPS, US_PER_MS
 
 PREFILL = "prefill"
 DECODE = "decode"
@@ -276,8 +279,8 @@ def phase_summary(cap: Capture, ph: Phases, kernel_flops: pd.Series | None) -> d
         tot = float(s["total_us"].sum())
         d: dict[str, Any] = {
             "steps": int(len(s)),
-            "step_ms_p50": float(np.median(s["total_us"])) / 1000.0,
-            "total_ms": tot / 1000.0,
+            "step_ms_p50": float(np.median(s["total_us"])) / US_PER_MS,
+            "total_ms": tot / US_PER_MS,
             "share": tot / total_all if total_all > 0 else None,
             "computing_share": float(s["computing_us"].fillna(0).sum()) / tot if tot > 0 and s["computing_us"].notna().any() else None,
             "free_share": float(s["free_us"].fillna(0).sum()) / tot if tot > 0 and s["free_us"].notna().any() else None,
@@ -298,7 +301,7 @@ def phase_summary(cap: Capture, ph: Phases, kernel_flops: pd.Series | None) -> d
             if kernel_flops is not None and len(kernel_flops) == len(comp):
                 f = kernel_flops[m]
                 if f.notna().any() and tot > 0:
-                    d["tflops"] = float(f.fillna(0).sum()) / (tot * 1e-6) / 1e12
+                    d["tflops"] = float(f.fillna(0).sum()) / (tot * 1e-6) / FLOPS_PER_TFLOPS
         out[p] = d
     return out
 
@@ -362,22 +365,20 @@ def kv_cache_from_model(cfg: Any) -> tuple[float | None, str]:
     )
 
 
-# ---- shared by the metrics and the report ---------------------------------------------------------
+# ---- shared by the metrics, the analysis and the report ---------------------------------------------------------
 
 
-def phases_for(ctx: Any) -> Phases:
+def phases_for(ctx: Context) -> Phases:
     """The analysis context's phases, classified once per analysis (kept in ``ctx.cache``)."""
     hit = ctx.cache.get("inference.phases")
     if hit is None:
-        hit = classify(ctx.capture, ctx.steps, with_requests=getattr(ctx, "requests", None) is not None)
+        hit = classify(ctx.capture, ctx.steps, with_requests=ctx.requests is not None)
         ctx.cache["inference.phases"] = hit
     return hit
 
 
 def compute_kernel_flops(cap: Capture) -> pd.Series | None:
     """Shape FLOPs of each compute kernel (positional, aligned with the compute rows of the kernel table)."""
-    from msdiag.metrics import flops
-
     k = cap.table("kernels")
     if not len(k):
         return None
@@ -391,7 +392,7 @@ def compute_kernel_flops(cap: Capture) -> pd.Series | None:
     return f.reset_index(drop=True)
 
 
-def summary_for(ctx: Any) -> dict[str, Any]:
+def summary_for(ctx: Context) -> dict[str, Any]:
     """Per-phase figures of the context's capture (cached)."""
     hit = ctx.cache.get("inference.phase_summary")
     if hit is None:
@@ -399,3 +400,34 @@ def summary_for(ctx: Any) -> dict[str, Any]:
         hit = phase_summary(ctx.capture, ph, compute_kernel_flops(ctx.capture)) if ph.ok else {}
         ctx.cache["inference.phase_summary"] = hit
     return hit
+
+
+def phases_summary(ctx: Context) -> dict[str, Any] | None:
+    """The ``phases`` object of the JSON contract: null without a capture, else how steps were told apart."""
+    if not len(ctx.capture.ranks):
+        return None
+    phases = phases_for(ctx)
+    if not phases.ok:
+        return {"classified_by": None, "reason": phases.reason, "prefill": None, "decode": None, "notes": list(phases.notes)}
+    s = summary_for(ctx)
+    kv_mb, kv_from = kv_cache_from_memory(ctx.capture, phases)
+    return {
+        "classified_by": phases.classified_by,
+        "reason": None,
+        "prefill": s.get(PREFILL),
+        "decode": s.get(DECODE),
+        "kv_cache_mb": kv_mb,
+        "kv_cache_from": kv_from,
+        "notes": list(phases.notes),
+    }
+
+
+def workload(ctx: Context) -> str | None:
+    """'inference' (request log, or steps told apart as prefill / decode), 'training' (backward ops), else None."""
+    if ctx.requests is not None:
+        return "inference"
+    if not len(ctx.capture.ranks):
+        return None
+    if training_ops(ctx.capture) is not None:
+        return "training"
+    return "inference" if phases_for(ctx).ok else None
