@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -20,6 +20,9 @@ from msdiag.metrics.registry import Context, Value, compute_all
 from msdiag.model import STEPS, Capture
 from msdiag.rules.engine import SEVERITY_RANK, evaluate, finding, verdict
 from msdiag.rules.loader import apply_overrides, load_rules
+
+if TYPE_CHECKING:  # imported where the views are built: importing it first would reorder the metric registry
+    from msdiag.metrics.views import ChartViews
 
 # Agreement required between msdiag's own breakdown and the profiler's step_trace_time.csv.
 AGREEMENT_TOLERANCE = 0.01
@@ -77,6 +80,7 @@ class Analysis:
     requests: Any = None  # the request log (msdiag.inference.requests.RequestLog), where one was given
     inference: dict[str, Any] = field(default_factory=dict)  # {"requests": summary, "phases": summary}
     cluster: dict[str, Any] = field(default_factory=dict)  # rank_table, link_heatmap (metrics/cluster.py)
+    views: ChartViews | None = None  # what each chart draws (metrics/views.py), computed on first use
 
 
 # A rank's first step slower than this many times the median of its other steps is warm-up
@@ -230,6 +234,7 @@ def analyze(path: str | Path, options: Options | None = None) -> Analysis:
         {k: v.value for k, v in metrics.items()}, opts, {k: v.reason for k, v in metrics.items() if v.reason}
     )
     from msdiag.metrics import cluster
+    from msdiag.metrics.views import ChartViews
 
     views = {
         "rank_table": cluster.rank_table(cap, steps, metrics, opts.ranks_per_node),
@@ -249,6 +254,7 @@ def analyze(path: str | Path, options: Options | None = None) -> Analysis:
         cluster=views,
         requests=log,
         inference=inference.build(ctx),
+        views=ChartViews(ctx, metrics, findings, identity.get("workload")),
     )
 
 

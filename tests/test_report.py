@@ -155,9 +155,9 @@ def test_sample_cpu_report(tmp_path: Path) -> None:
     for k, v in figs.items():
         assert ("<svg" in v) != ("Not drawn: " in v), k
     assert "MatMul" in figs["c-kernels"]
-    from msdiag.report.charts import fmt_mb
+    from msdiag import fmt
 
-    assert f"peak allocated {fmt_mb(data['metrics']['memory_peak_allocated_mb'])} (rank 0)" in figs["c-memory"]
+    assert f"peak allocated {fmt.mib(data['metrics']['memory_peak_allocated_mb'])} (rank 0)" in figs["c-memory"]
     from msdiag.report.html import _span
 
     ids = sorted({s["step"] for s in data["steps"]})
@@ -187,8 +187,8 @@ def test_autoescape(tmp_path: Path) -> None:
     import jinja2
 
     from msdiag.analysis import analyze
+    from msdiag.contract import build
     from msdiag.report import html
-    from msdiag.report.data import build
 
     env = html.environment()
     assert env.autoescape is True and env.undefined is jinja2.StrictUndefined
@@ -220,8 +220,9 @@ def test_report_imports_stay_off_the_analyze_path() -> None:
         "import sys\n"
         "from msdiag.cli import main\n"
         "from msdiag.analysis import analyze\n"
-        "from msdiag.report import data, text\n"
-        f"text.render(data.build(analyze({str(SAMPLE)!r})))\n"
+        "from msdiag import contract\n"
+        "from msdiag.report import text\n"
+        f"text.render(contract.build(analyze({str(SAMPLE)!r})))\n"
         "print(sorted(m for m in ('matplotlib', 'jinja2') if m in sys.modules))\n"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

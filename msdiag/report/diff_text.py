@@ -4,27 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from msdiag.report.text import _mb, _us
-
-
-def _pct(x: float | None, digits: int = 1) -> str:
-    return "n/a" if x is None else f"{100 * x:+.{digits}f}%"
-
-
-def _val(x: Any, unit: str | None) -> str:
-    if x is None:
-        return "-"
-    if isinstance(x, str):
-        return x
-    if unit == "us":
-        return _us(float(x))
-    if unit == "ms":
-        return _us(float(x) * 1e3)
-    if unit == "MB":
-        return _mb(float(x))
-    if unit == "ratio":
-        return f"{100 * float(x):.1f}%"
-    return f"{float(x):.4g}" + (f" {unit}" if unit and unit not in ("rank", "flag") else "")
+from msdiag import fmt
 
 
 def _side(s: dict[str, Any]) -> str:
@@ -36,7 +16,7 @@ def _side(s: dict[str, Any]) -> str:
 
 def _judged(j: dict[str, Any], unit: str) -> str:
     return (
-        f"{_val(j['baseline'], unit)} -> {_val(j['candidate'], unit)} ({_pct(j['relative_change'])}): "
+        f"{fmt.value_short(j['baseline'], unit)} -> {fmt.value_short(j['candidate'], unit)} ({fmt.signed_pct(j['relative_change'])}): "
         f"{j['judgement'].upper()}"
     )
 
@@ -67,7 +47,7 @@ def render(d: dict[str, Any]) -> str:
     if d["per_rank_step_time"] and len(d["per_rank_step_time"]) > 1:
         out.append("\nMedian step time per rank (ranks both have):")
         for r in d["per_rank_step_time"][:16]:
-            out.append(f"  rank {r['rank']:>4}: {_us(r['baseline_us'])} -> {_us(r['candidate_us'])} ({_pct(r['relative_change'])})")
+            out.append(f"  rank {r['rank']:>4}: {fmt.us(r['baseline_us'])} -> {fmt.us(r['candidate_us'])} ({fmt.signed_pct(r['relative_change'])})")
         if len(d["per_rank_step_time"]) > 16:
             out.append(f"  ... {len(d['per_rank_step_time']) - 16} more (--format json)")
     v = d["verdict"]
@@ -99,9 +79,9 @@ def render(d: dict[str, Any]) -> str:
     if shown or moved:
         out.append("\nMetrics:")
         for r in shown + moved[:12]:
-            rel = f" ({_pct(r.get('relative_change'))})" if r.get("relative_change") is not None else ""
+            rel = f" ({fmt.signed_pct(r.get('relative_change'))})" if r.get("relative_change") is not None else ""
             why = f": {r['reason']}" if r.get("reason") else ""
-            out.append(f"  {r['metric']:<30} {_val(r['baseline'], r['unit'])} -> {_val(r['candidate'], r['unit'])}{rel}  {r['outcome']}{why}")
+            out.append(f"  {r['metric']:<30} {fmt.value_short(r['baseline'], r['unit'])} -> {fmt.value_short(r['candidate'], r['unit'])}{rel}  {r['outcome']}{why}")
         if len(moved) > 12:
             out.append(f"  ... {len(moved) - 12} more better or worse (--format json)")
     k = d["kernels"]
@@ -112,14 +92,14 @@ def render(d: dict[str, Any]) -> str:
         )
         for title, key in (("slower", "slower"), ("faster", "faster")):
             for r in k[key][:5]:
-                pc = f", per call {_us(r['baseline_us_per_call'])} -> {_us(r['candidate_us_per_call'])} ({_pct(r['relative_change_per_call'])})"
+                pc = f", per call {fmt.us(r['baseline_us_per_call'])} -> {fmt.us(r['candidate_us_per_call'])} ({fmt.signed_pct(r['relative_change_per_call'])})"
                 out.append(
-                    f"  {title} {r['type']}: {_us(r['baseline_us_per_step'])} -> {_us(r['candidate_us_per_step'])} per step "
-                    f"({_pct(r['relative_change'])}){pc}"
+                    f"  {title} {r['type']}: {fmt.us(r['baseline_us_per_step'])} -> {fmt.us(r['candidate_us_per_step'])} per step "
+                    f"({fmt.signed_pct(r['relative_change'])}){pc}"
                 )
         for title, key, col in (("new", "new", "candidate_us_per_step"), ("gone", "gone", "baseline_us_per_step")):
             if k[key]:
-                out.append(f"  {title}: " + "; ".join(f"{r['type']} {_us(r[col])}/step" for r in k[key][:5]))
+                out.append(f"  {title}: " + "; ".join(f"{r['type']} {fmt.us(r[col])}/step" for r in k[key][:5]))
         if k.get("naming"):
             out.append(f"  ({k['naming']})")
     c = d["communication"]
@@ -127,9 +107,9 @@ def render(d: dict[str, Any]) -> str:
         out.append(f"\nCommunication per step, by {c['keyed_by']}:")
         for r in c["rows"][:8]:
             out.append(
-                f"  {r['group'][:24]:<24} {r['op_type']:<22} elapse {_us(r['baseline_elapse_us_per_step'])} -> "
-                f"{_us(r['candidate_elapse_us_per_step'])} ({_pct(r['relative_change'])}), wait {_us(r['baseline_wait_us_per_step'])} -> "
-                f"{_us(r['candidate_wait_us_per_step'])}"
+                f"  {r['group'][:24]:<24} {r['op_type']:<22} elapse {fmt.us(r['baseline_elapse_us_per_step'])} -> "
+                f"{fmt.us(r['candidate_elapse_us_per_step'])} ({fmt.signed_pct(r['relative_change'])}), wait {fmt.us(r['baseline_wait_us_per_step'])} -> "
+                f"{fmt.us(r['candidate_wait_us_per_step'])}"
             )
     g = d.get("gate")
     if g:
@@ -170,7 +150,7 @@ def render_section(d: dict[str, Any]) -> str:
     if k["compared"]:
         for key in ("slower", "faster"):
             if k[key]:
-                out.append(f"  {key} kernel types: " + "; ".join(f"{r['type']} ({_pct(r['relative_change'])})" for r in k[key][:3]))
+                out.append(f"  {key} kernel types: " + "; ".join(f"{r['type']} ({fmt.signed_pct(r['relative_change'])})" for r in k[key][:3]))
     for x in d["not_compared"][:3]:
         out.append(f"  not compared: {x}")
     for n in d["notes"]:

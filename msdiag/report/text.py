@@ -4,25 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-
-def _us(x: float | None) -> str:
-    if x is None:
-        return "-"
-    if abs(x) >= 1e6:
-        return f"{x / 1e6:.2f} s"
-    if abs(x) >= 1e3:
-        return f"{x / 1e3:.2f} ms"
-    return f"{x:.1f} us"
-
-
-def _pct(part: float | None, total: float | None) -> str:
-    if part is None or not total:
-        return "-"
-    return f"{100.0 * part / total:.1f}%"
-
-
-def _mb(x: float | None) -> str:
-    return "-" if x is None else (f"{x / 1024:.2f} GB" if x >= 1024 else f"{x:.1f} MB")
+from msdiag import fmt
 
 
 def render(report: dict[str, Any]) -> str:
@@ -73,7 +55,7 @@ def render(report: dict[str, Any]) -> str:
     steps = report["steps"]
     if steps or not report.get("requests"):  # a request log alone has no steps
         out.append(
-            f"\nStep time: median {_us(m.get('step_time_us'))}, p90 {_us(m.get('step_time_p90_us'))} "
+            f"\nStep time: median {fmt.us(m.get('step_time_us'))}, p90 {fmt.us(m.get('step_time_p90_us'))} "
             f"over {m.get('step_count') or 0} rank-step(s)"
         )
         out.append("\nPer rank and step (share of the step):")
@@ -81,9 +63,9 @@ def render(report: dict[str, Any]) -> str:
     for s in steps[:40]:
         t = s["total_us"]
         out.append(
-            f"  {s['rank']:>4} {('-' if s['step'] is None else s['step']):>6} {_us(t):>10} "
-            f"{_pct(s['computing_us'], t):>10} {_pct(s['communication_us'], t):>10} "
-            f"{_pct(s['communication_exposed_us'], t):>10} {_pct(s['free_us'], t):>10}  {s['source']}"
+            f"  {s['rank']:>4} {('-' if s['step'] is None else s['step']):>6} {fmt.us(t):>10} "
+            f"{fmt.share(s['computing_us'], t):>10} {fmt.share(s['communication_us'], t):>10} "
+            f"{fmt.share(s['communication_exposed_us'], t):>10} {fmt.share(s['free_us'], t):>10}  {s['source']}"
         )
     if len(steps) > 40:
         out.append(f"  ... {len(steps) - 40} more rows (--format json has them all)")
@@ -93,14 +75,14 @@ def render(report: dict[str, Any]) -> str:
             out.append(f"  steps found by: {r['steps_from']}")
         tk = r["top_kernels"][:5]
         if tk:
-            out.append("  top kernel types: " + "; ".join(f"{k['type']} {_us(k['total_us'])} ({100 * k['share']:.0f}%, {k['count']}x)" for k in tk))
+            out.append("  top kernel types: " + "; ".join(f"{k['type']} {fmt.us(k['total_us'])} ({100 * k['share']:.0f}%, {k['count']}x)" for k in tk))
         c = r.get("communication")
         if c:
             extra = ""
             if "transit_us" in c:
-                extra = f", transit {_us(c['transit_us'])}, wait {_us(c['wait_us'])}, sync {_us(c['sync_us'])}, idle {_us(c['idle_us'])}"
-            out.append(f"  communication: {c['ops']} ops, elapse {_us(c['elapse_us'])}{extra} ({c['source']})")
-        out.append(f"  memory peak allocated: {_mb(r['memory_peak_allocated_mb'])}")
+                extra = f", transit {fmt.us(c['transit_us'])}, wait {fmt.us(c['wait_us'])}, sync {fmt.us(c['sync_us'])}, idle {fmt.us(c['idle_us'])}"
+            out.append(f"  communication: {c['ops']} ops, elapse {fmt.us(c['elapse_us'])}{extra} ({c['source']})")
+        out.append(f"  memory peak allocated: {fmt.mib(r['memory_peak_allocated_mb'])}")
         for n in r["notes"]:
             out.append(f"  note: {n}")
     bad = [c for c in report.get("checks", []) if not c["ok"]]
