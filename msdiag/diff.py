@@ -232,10 +232,17 @@ def judge(
         if ci.rel_low is not None
         else f"{int(ci.level * 100)}% interval of the difference {ci.diff_low:.4g} .. {ci.diff_high:.4g}"
     )
-    evidence = f"{nb} against {nc} steps; {ci_txt}; rank test p = {test.p_value:.2g}"
-    out["evidence"] = evidence
+    out["evidence"] = f"{nb} against {nc} steps; {ci_txt}; rank test p = {test.p_value:.2g}"
+    return _judgement(out, ci, ci_txt, alpha)
+
+
+def _judgement(out: dict[str, Any], ci: stats.Interval, ci_txt: str, alpha: float) -> dict[str, Any]:
+    """Fill the judgement, its confidence and the sentence saying why, from a judged figure's numbers."""
+    nb, nc, mp, rel, min_effect = out["n_baseline"], out["n_candidate"], out["min_possible_p"], out["relative_change"], out["min_effect"]
+    vb, vc, d, stat_name, evidence = out["baseline"], out["candidate"], out["direction"], out["statistic"], out["evidence"]
+    p_value = out["p_value"]
     big = rel is None or abs(rel) >= min_effect
-    significant = test.p_value < alpha and ci_excludes_zero
+    significant = p_value < alpha and out["ci_excludes_zero"]
     if mp >= alpha:
         need = stats.min_steps_per_side(alpha)
         out["judgement"] = "too few samples"
@@ -255,7 +262,7 @@ def judge(
         doubts = []
         if not beyond:
             doubts.append(f"the interval reaches within the {100 * min_effect:g}% minimum effect")
-        if test.p_value >= alpha / 5:
+        if p_value >= alpha / 5:
             doubts.append(f"p is above {alpha / 5:g}")
         out["confidence"] = "medium" if doubts else "high"
         out["sentence"] = f"{out['judgement']}: {stat_name} {fmt.signed_pct(rel)}, beyond noise ({evidence})" + (

@@ -315,9 +315,9 @@ def _many_ranks(corpus: Path, dst: Path, n: int) -> Path:
 
 
 def test_many_ranks(corpus: Path, tmp_path: Path) -> None:
-    from msdiag.report import charts
+    from msdiag.metrics import views
 
-    n = charts.LANE_RANK_LIMIT + 2
+    n = views.LANE_RANK_LIMIT + 2
     cap = _many_ranks(corpus, tmp_path / "cap", n)
     page = report(cap, tmp_path / "r.html")
     figs = figures(page)

@@ -33,10 +33,8 @@ def _step_lines(d: dict[str, Any]) -> list[str]:
     return out
 
 
-def render(d: dict[str, Any]) -> str:
-    """The full text view of a diff."""
-    out = [f"msdiag diff: baseline {_side(d['baseline'])}", f"          candidate {_side(d['candidate'])}", ""]
-    out += _step_lines(d)
+def _breakdown_lines(d: dict[str, Any]) -> list[str]:
+    out = []
     if d["breakdown"]:
         out.append("\nBreakdown (share of the step; judged over the same per-step samples):")
         for j in d["breakdown"]:
@@ -50,14 +48,17 @@ def render(d: dict[str, Any]) -> str:
             out.append(f"  rank {r['rank']:>4}: {fmt.us(r['baseline_us'])} -> {fmt.us(r['candidate_us'])} ({fmt.signed_pct(r['relative_change'])})")
         if len(d["per_rank_step_time"]) > 16:
             out.append(f"  ... {len(d['per_rank_step_time']) - 16} more (--format json)")
+    return out
+
+
+def _verdict_short(x: dict[str, Any]) -> str:
+    share = f" {100 * x['share']:.0f}%" if x.get("share") is not None else ""
+    return f"{x.get('bottleneck') or '-'}{share}"
+
+
+def _verdict_lines(d: dict[str, Any]) -> list[str]:
     v = d["verdict"]
-    vb, vc = v["baseline"], v["candidate"]
-
-    def vtxt(x: dict[str, Any]) -> str:
-        share = f" {100 * x['share']:.0f}%" if x.get("share") is not None else ""
-        return f"{x.get('bottleneck') or '-'}{share}"
-
-    out.append(f"\nVerdict: {vtxt(vb)} -> {vtxt(vc)}" + (" (changed)" if v["changed"] else ""))
+    out = [f"\nVerdict: {_verdict_short(v['baseline'])} -> {_verdict_short(v['candidate'])}" + (" (changed)" if v["changed"] else "")]
     f = d["findings"]
     for r in f["appeared"]:
         out.append(f"  appeared [{r['severity']}] {r['rule_id']}: {r['message']}")
@@ -68,13 +69,21 @@ def render(d: dict[str, Any]) -> str:
         out.append(f"  {p['rule_id']}: {p['baseline_severity']} -> {p['candidate_severity']}")
     if f["persisting"] and not sev:
         out.append(f"  still firing: {', '.join(p['rule_id'] for p in f['persisting'])}")
-    focus = [
-        "mfu", "hfu", "achieved_tflops", "memory_peak_allocated_mb", "memory_peak_reserved_mb",
-        "data_wait_ms_per_step", "data_queue_empty_share", "comm_wait_ratio", "kernels_per_step",
-    ]
+    return out
+
+
+# metrics always listed in the diff's text when both sides have them; others only when they moved
+FOCUS_METRICS = (
+    "mfu", "hfu", "achieved_tflops", "memory_peak_allocated_mb", "memory_peak_reserved_mb",
+    "data_wait_ms_per_step", "data_queue_empty_share", "comm_wait_ratio", "kernels_per_step",
+)  # fmt: skip
+
+
+def _metric_lines(d: dict[str, Any]) -> list[str]:
+    out = []
     rows = {r["metric"]: r for r in d["metrics"]}
-    shown = [rows[m] for m in focus if m in rows]
-    moved = [r for r in d["metrics"] if r["metric"] not in focus and r["metric"] not in {j["metric"] for j in d["breakdown"]}
+    shown = [rows[m] for m in FOCUS_METRICS if m in rows]
+    moved = [r for r in d["metrics"] if r["metric"] not in FOCUS_METRICS and r["metric"] not in {j["metric"] for j in d["breakdown"]}
              and r["metric"] not in ("step_time_us", "step_time_p90_us") and r.get("outcome") in ("better", "worse")]
     if shown or moved:
         out.append("\nMetrics:")
@@ -84,24 +93,35 @@ def render(d: dict[str, Any]) -> str:
             out.append(f"  {r['metric']:<30} {fmt.value_short(r['baseline'], r['unit'])} -> {fmt.value_short(r['candidate'], r['unit'])}{rel}  {r['outcome']}{why}")
         if len(moved) > 12:
             out.append(f"  ... {len(moved) - 12} more better or worse (--format json)")
+    return out
+
+
+def _kernel_lines(d: dict[str, Any]) -> list[str]:
+    out: list[str] = []
     k = d["kernels"]
-    if k["compared"]:
-        out.append(
-            f"\nKernel types (time per step over {k['rank_steps']['baseline']} vs {k['rank_steps']['candidate']} rank-steps; "
-            f"{k['types']['common']} types in common):"
-        )
-        for title, key in (("slower", "slower"), ("faster", "faster")):
-            for r in k[key][:5]:
-                pc = f", per call {fmt.us(r['baseline_us_per_call'])} -> {fmt.us(r['candidate_us_per_call'])} ({fmt.signed_pct(r['relative_change_per_call'])})"
-                out.append(
-                    f"  {title} {r['type']}: {fmt.us(r['baseline_us_per_step'])} -> {fmt.us(r['candidate_us_per_step'])} per step "
-                    f"({fmt.signed_pct(r['relative_change'])}){pc}"
-                )
-        for title, key, col in (("new", "new", "candidate_us_per_step"), ("gone", "gone", "baseline_us_per_step")):
-            if k[key]:
-                out.append(f"  {title}: " + "; ".join(f"{r['type']} {fmt.us(r[col])}/step" for r in k[key][:5]))
-        if k.get("naming"):
-            out.append(f"  ({k['naming']})")
+    if not k["compared"]:
+        return out
+    out.append(
+        f"\nKernel types (time per step over {k['rank_steps']['baseline']} vs {k['rank_steps']['candidate']} rank-steps; "
+        f"{k['types']['common']} types in common):"
+    )
+    for title, key in (("slower", "slower"), ("faster", "faster")):
+        for r in k[key][:5]:
+            pc = f", per call {fmt.us(r['baseline_us_per_call'])} -> {fmt.us(r['candidate_us_per_call'])} ({fmt.signed_pct(r['relative_change_per_call'])})"
+            out.append(
+                f"  {title} {r['type']}: {fmt.us(r['baseline_us_per_step'])} -> {fmt.us(r['candidate_us_per_step'])} per step "
+                f"({fmt.signed_pct(r['relative_change'])}){pc}"
+            )
+    for title, key, col in (("new", "new", "candidate_us_per_step"), ("gone", "gone", "baseline_us_per_step")):
+        if k[key]:
+            out.append(f"  {title}: " + "; ".join(f"{r['type']} {fmt.us(r[col])}/step" for r in k[key][:5]))
+    if k.get("naming"):
+        out.append(f"  ({k['naming']})")
+    return out
+
+
+def _comm_and_gate_lines(d: dict[str, Any]) -> list[str]:
+    out = []
     c = d["communication"]
     if c["compared"]:
         out.append(f"\nCommunication per step, by {c['keyed_by']}:")
@@ -119,6 +139,14 @@ def render(d: dict[str, Any]) -> str:
     if d["not_compared"]:
         out.append("\nNot compared:")
         out += [f"  {x}" for x in d["not_compared"]]
+    return out
+
+
+def render(d: dict[str, Any]) -> str:
+    """The full text view of a diff."""
+    out = [f"msdiag diff: baseline {_side(d['baseline'])}", f"          candidate {_side(d['candidate'])}", ""]
+    for section in (_step_lines, _breakdown_lines, _verdict_lines, _metric_lines, _kernel_lines, _comm_and_gate_lines):
+        out += section(d)
     for n in d["notes"]:
         out.append(f"note: {n}")
     s = d["settings"]

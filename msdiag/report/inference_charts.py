@@ -9,7 +9,7 @@ estimated prefill cost line, the phase of each step): nothing here classifies or
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Literal
 
 import numpy as np
 from matplotlib.figure import Figure
@@ -23,7 +23,7 @@ from msdiag.units import US_PER_MS
 
 PREFILL_COLOUR = COMM  # prefill steps / first tokens
 DECODE_COLOUR = COMPUTE  # decode steps / token pacing
-PCT_STYLE = {"p50": ("-", 1.0), "p90": ("--", 1.0), "p99": (":", 1.4)}
+PCT_STYLE: dict[str, tuple[Literal["-", "--", ":"], float]] = {"p50": ("-", 1.0), "p90": ("--", 1.0), "p99": (":", 1.4)}
 # The summary tiles of a report on a request log alone: (metric id, label, note).
 TILES = (
     ("ttft_p50_ms", "TTFT (median)", "time to first token"),
