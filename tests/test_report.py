@@ -16,7 +16,9 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 from conftest import SAMPLE_TRACES
@@ -398,3 +400,93 @@ def test_browser_sample_and_escaping(tmp_path: Path) -> None:
     dom = _dom(tmp_path, tmp_path / "escaped.html")
     assert "Cast&lt;float&gt;" in dom and "<float>" not in dom.lower()
     assert "&lt;b&gt;bold&lt;/b&gt;" in dom
+
+
+# ---- renderers only render: views, one formatting module, imports one way ----------------------
+
+
+def test_report_imports_nothing_below_the_analysis() -> None:
+    """report/ reads the Analysis and the report object only; diff.py does not import report/ (and
+    report/ no module that builds): every import counts, inside functions and under TYPE_CHECKING."""
+    import ast
+
+    import msdiag
+
+    pkg = Path(msdiag.__file__).parent
+
+    def imported(path: Path) -> set[str]:
+        out = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                out |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+            elif isinstance(node, ast.Import):
+                out |= {a.name for a in node.names}
+        return out
+
+    for f in sorted((pkg / "report").glob("*.py")):
+        below = {m for m in imported(f) if m.startswith(("msdiag.metrics", "msdiag.inference", "msdiag.ingest"))}
+        assert not below, f"{f.name} imports {sorted(below)}"
+    assert not {m for m in imported(pkg / "diff.py") if m.startswith("msdiag.report")}
+    assert {m.split(".")[1] for m in imported(pkg / "fmt.py") if m.startswith("msdiag.")} == {"units"}  # top level only
+
+
+def test_number_formats() -> None:
+    from msdiag import fmt
+
+    # microseconds: 1.5e6 us = 1.50 s; 134246.75 us = 134.25 ms (the level1 step); below 1 ms in us
+    assert (fmt.us(1.5e6), fmt.us(134246.75), fmt.us(999.94), fmt.us(None), fmt.us(float("nan"))) == (
+        "1.50 s", "134.25 ms", "999.9 us", "-", "-")
+    # MiB: 2048 MiB = 2.00 GB; 12.34 MiB stays MB
+    assert (fmt.mib(2048), fmt.mib(12.34)) == ("2.00 GB", "12.3 MB")
+    assert (fmt.pct(0.7386, 0), fmt.signed_pct(-0.05), fmt.signed_pct(None), fmt.pts(0.012)) == (
+        "74%", "-5.0%", "n/a", "+1.2 pts")
+    assert (fmt.share(25.0, 200.0), fmt.share(1.0, 0.0)) == ("12.5%", "-")
+    assert (fmt.flop(3.2e12), fmt.flop(512.0)) == ("3.20 TFLOP", "512 FLOP")
+    # ms: below 10 ms two decimals, from 10 s in seconds
+    assert (fmt.ms(4.321), fmt.ms(123.45), fmt.ms(12345.0)) == ("4.32 ms", "123.5 ms", "12.35 s")
+    # the report's values by unit, and the diff's shorter style of the same figures
+    assert (fmt.value(0.5, "ms"), fmt.value(0.25, "ratio"), fmt.value(3.0, "votes"), fmt.value(1.0, "flag")) == (
+        "500.0 us", "25.0%", "3 votes", "yes")
+    assert (fmt.value_short(2.0, "rank"), fmt.value_short(1.23456, "TFLOP/s"), fmt.value_short(0.5, "ms")) == (
+        "2", "1.235 TFLOP/s", "500.0 us")
+
+
+@pytest.fixture(scope="module")
+def job8_analysis(corpus: Path, repo: Path, tmp_path_factory: pytest.TempPathFactory) -> object:
+    """bench/cluster.py's 8-rank job (rank 5 slow, link 2-3's transit stretched 2.5x), analysed."""
+    import importlib.util
+
+    from msdiag.analysis import Options, analyze
+
+    spec = importlib.util.spec_from_file_location("msdiag_bench_cluster", repo / "bench" / "cluster.py")
+    assert spec and spec.loader
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    out = tmp_path_factory.mktemp("cluster") / "job8"
+    plan = bench.build(out, 8, 3, 20261129, 0.01, 3.0, 2.5, 1)
+    assert plan["slow_link"] == "2-3 HCCS"
+    return analyze(out, Options(jobs=1))
+
+
+def test_slow_link_reaches_the_heatmap_as_data(job8_analysis: object, tmp_path: Path) -> None:
+    """The slow link is structured in the view (no parsing of the metric's text) and outlined in the heatmap."""
+    from msdiag.contract import build
+    from msdiag.report import charts, html
+
+    a: Any = job8_analysis
+    links = a.views.links
+    # bench/cluster.py plants the slow link at 2 -> 3 of the one 8-rank group, on HCCS: transit 2.5x longer,
+    # bandwidth / 2.5, well under 0.8 x HCCS's standard, so slow_link names it
+    assert a.metrics["slow_link"].value == "2-3 HCCS"
+    s = links.slow
+    assert (s.src, s.dst, s.transport, s.name) == (2, 3, "HCCS", "2-3 HCCS")
+    (m,) = links.matrices
+    assert s.group == m.group and m.rows == list(range(8)) and m.cols == list(range(8))
+    # 8 ranks x 7 peers; the diagonal (a rank to itself, on-chip LOCAL) is blank
+    assert int(np.isfinite(m.mat).sum()) == 56 and all(np.isnan(m.mat[i, i]) for i in range(8))
+    assert m.mat[2, 3] == np.nanmin(m.mat)  # the planted link is the slowest cell
+    fig = charts.comm_links(a)
+    assert "Outlined in red: the slow link 2-3 HCCS." in fig.caption
+    assert charts.ALERT.lower() in fig.svg.lower()  # the outline, in the alert colour
+    page = html.render(a, build(a))
+    assert "Outlined in red: the slow link 2-3 HCCS." in page

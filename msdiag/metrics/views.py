@@ -61,6 +61,15 @@ class StepBars:
 
 
 @dataclass
+class StepCounts:
+    """How many steps each rank has (fewest, most) and the profiler's step ids, for the page's identity block."""
+
+    fewest: int = 0
+    most: int = 0
+    ids: list[int] = field(default_factory=list)
+
+
+@dataclass
 class Lane:
     """One rank's lanes of the median step: (starts, ends) of compute, communication and free, from the step's start."""
 
@@ -291,6 +300,14 @@ def _bar_labels(d: pd.DataFrame, nsteps: int) -> list[str]:
         else:
             labels.append(f"step {_step_label(st)}")
     return labels
+
+
+def step_counts(steps: pd.DataFrame) -> StepCounts | None:
+    """Steps per rank and the step ids; None without step rows."""
+    if not len(steps):
+        return None
+    per = steps.groupby("rank").size()
+    return StepCounts(int(per.min()), int(per.max()), sorted({int(x) for x in steps["step"].dropna()}))
 
 
 # ---- the timeline of the median step --------------------------------------------------------------
@@ -655,6 +672,10 @@ class ChartViews:
         self.has_capture = bool(ctx.capture.ranks)
         # the inference charts apply to a request log or to steps told apart as prefill / decode
         self.has_inference = ctx.requests is not None or workload == "inference"
+
+    @cached_property
+    def step_counts(self) -> StepCounts | None:
+        return step_counts(self._ctx.steps)
 
     @cached_property
     def step_bars(self) -> StepBars:

@@ -155,7 +155,7 @@ def _legend_top(ax: Any, handles: Sequence[Any]) -> None:
 # ---- helpers -------------------------------------------------------------------------------
 
 
-def _views(a: Analysis) -> Any:
+def views(a: Analysis) -> Any:
     """The analysis's chart views (``analysis.analyze`` builds them)."""
     if a.views is None:
         raise ValueError("this Analysis has no chart views: build it with msdiag.analysis.analyze()")
@@ -178,7 +178,7 @@ def step_breakdown(a: Analysis) -> Chart:
     ch = Chart("c-steps", "Step time by rank and step",
                "Each bar is a step's span on the device: computing, communication not hidden by compute, "
                "and free time (device idle), stacked.")
-    v = _views(a).step_bars
+    v = views(a).step_bars
     if v.absent:
         return _absent(ch, v.absent)
     if v.per_rank:
@@ -225,7 +225,7 @@ def step_breakdown(a: Analysis) -> Chart:
 
 def step_timeline(a: Analysis) -> Chart:
     ch = Chart("c-timeline", "Timeline of the median step")
-    v = _views(a).timeline
+    v = views(a).timeline
     if v.absent and not v.ranks:
         return _absent(ch, v.absent)
     div, unit = _time_unit(v.width_us)
@@ -296,7 +296,7 @@ def _paint_mix(fig: Figure, v: Any, div: float, unit: str) -> None:
 
 def kernel_types(a: Analysis) -> Chart:
     ch = Chart("c-kernels", "Top kernel types by time")
-    v = _views(a).kernel_types
+    v = views(a).kernel_types
     if v.absent:
         return _absent(ch, v.absent)
     ch.caption = (
@@ -347,7 +347,7 @@ def kernel_types(a: Analysis) -> Chart:
 
 def comm_ops(a: Analysis) -> Chart:
     ch = Chart("c-comm", "Communication ops: where the time goes")
-    v = _views(a).comm_ops
+    v = views(a).comm_ops
     if v.absent:
         return _absent(ch, v.absent)
     top = v.top
@@ -386,7 +386,7 @@ def comm_ops(a: Analysis) -> Chart:
 
 def comm_links(a: Analysis) -> Chart:
     ch = Chart("c-links", "Link bandwidth, rank by rank")
-    v = _views(a).links
+    v = views(a).links
     if v.absent:
         return _absent(ch, v.absent)
     ch.caption = (
@@ -467,7 +467,7 @@ def _downsample(t: np.ndarray, v: np.ndarray, n: int) -> tuple[np.ndarray, np.nd
 
 def memory(a: Analysis) -> Chart:
     ch = Chart("c-memory", "Device memory over time")
-    v = _views(a).memory
+    v = views(a).memory
     if v.absent:
         return _absent(ch, v.absent)
     tdiv, tunit = _time_unit(v.span_us)
@@ -570,7 +570,7 @@ def _memory_line(ax: Any, v: Any, r: int, i: int, t: np.ndarray, y: np.ndarray, 
 
 def data_pipeline(a: Analysis) -> Chart:
     ch = Chart("c-data", "Data pipeline: queue usage per op")
-    v = _views(a).data_pipeline
+    v = views(a).data_pipeline
     if v.absent:
         return _absent(ch, v.absent)
     g = v.ops
@@ -614,7 +614,7 @@ def data_pipeline(a: Analysis) -> Chart:
 
 def balance(a: Analysis) -> Chart:
     ch = Chart("c-balance", "Balance across ranks")
-    v = _views(a).balance
+    v = views(a).balance
     if v.absent:
         return _absent(ch, v.absent)
     tot, comp = v.total_us, v.computing_us

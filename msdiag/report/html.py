@@ -150,12 +150,10 @@ def _identity(a: Analysis, report: dict[str, Any]) -> list[tuple[str, str]]:
         out.append(("profiler", " · ".join(str(x) for x in (cap.get("profiler_level"), cap.get("aic_metrics")) if x)))
     ranks = sorted(int(r["rank"]) for r in report["ranks"])
     out.append(("ranks", f"{len(ranks)} ({_span(ranks)})" if ranks else "0"))
-    s = a.steps
-    if len(s):
-        per = s.groupby("rank").size()
-        ids = sorted({int(x) for x in s["step"].dropna()})
-        n = f"{int(per.iloc[0])} per rank" if per.nunique() == 1 else f"{int(per.min())}-{int(per.max())} per rank"
-        out.append(("steps", n + (f" (step {_span(ids)})" if ids else " (no step markers)")))
+    sc = ch.views(a).step_counts
+    if sc is not None:
+        n = f"{sc.most} per rank" if sc.fewest == sc.most else f"{sc.fewest}-{sc.most} per rank"
+        out.append(("steps", n + (f" (step {_span(sc.ids)})" if sc.ids else " (no step markers)")))
     else:
         out.append(("steps", "none found"))
     par = cap.get("parallel") or {}
@@ -297,7 +295,7 @@ def context(a: Analysis, report: dict[str, Any] | None = None) -> dict[str, Any]
     from msdiag.report import inference_charts
 
     # a request log alone has no capture: only the inference charts apply
-    charts = (ch.all_charts(a) if a.capture.ranks else []) + inference_charts.all_charts(a)
+    charts = (ch.all_charts(a) if ch.views(a).has_capture else []) + inference_charts.all_charts(a)
     findings = _findings(r)
     by_sev = [(sev, [f for f in findings if f["severity"] == sev]) for sev in SEVERITIES]
     others = [f for f in findings if f["severity"] not in SEVERITIES]

@@ -18,7 +18,7 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
 from msdiag.analysis import Analysis
-from msdiag.report.charts import ALERT, COMM, COMPUTE, FREE, INK, MUTED, Chart, _absent, _draw, _legend_top, _views
+from msdiag.report.charts import ALERT, COMM, COMPUTE, FREE, INK, MUTED, Chart, _absent, _draw, _legend_top, views
 from msdiag.units import US_PER_MS
 
 PREFILL_COLOUR = COMM  # prefill steps / first tokens
@@ -37,7 +37,7 @@ TILES = (
 
 def latency_cdf(a: Analysis) -> Chart:
     ch = Chart("c-latency", "Request latency: TTFT, TPOT and end-to-end (CDF)")
-    v = _views(a).latency_cdf
+    v = views(a).latency_cdf
     if v.absent:
         return _absent(ch, v.absent)
     ch.caption = (
@@ -78,7 +78,7 @@ def latency_cdf(a: Analysis) -> Chart:
 
 def ttft_vs_prompt(a: Analysis) -> Chart:
     ch = Chart("c-ttft-prompt", "TTFT against prompt length")
-    v = _views(a).ttft_prompt
+    v = views(a).ttft_prompt
     if v.absent:
         return _absent(ch, v.absent)
     ch.caption = (
@@ -105,7 +105,7 @@ def ttft_vs_prompt(a: Analysis) -> Chart:
 
 def tpot_vs_batch(a: Analysis) -> Chart:
     ch = Chart("c-tpot-batch", "TPOT against decode batch size")
-    v = _views(a).tpot_batch
+    v = views(a).tpot_batch
     if v.absent:
         return _absent(ch, v.absent)
     ch.caption = (
@@ -131,7 +131,7 @@ def tpot_vs_batch(a: Analysis) -> Chart:
 
 def phase_breakdown(a: Analysis) -> Chart:
     ch = Chart("c-phases", "Prefill and decode steps")
-    v = _views(a).phase_bars
+    v = views(a).phase_bars
     if v.absent:
         return _absent(ch, v.absent)
     ch.caption = (
@@ -172,6 +172,6 @@ CHARTS: tuple[Callable[[Analysis], Chart], ...] = (latency_cdf, ttft_vs_prompt, 
 
 def all_charts(a: Analysis) -> list[Chart]:
     """The inference charts, in page order; none for an analysis with neither a request log nor inference steps."""
-    if not _views(a).has_inference:
+    if not views(a).has_inference:
         return []
     return [fn(a) for fn in CHARTS]
