@@ -490,3 +490,13 @@ def test_slow_link_reaches_the_heatmap_as_data(job8_analysis: object, tmp_path: 
     assert charts.ALERT.lower() in fig.svg.lower()  # the outline, in the alert colour
     page = html.render(a, build(a))
     assert "Outlined in red: the slow link 2-3 HCCS." in page
+
+
+def test_links_of_a_capture_without_groups(corpus: Path, tmp_path: Path) -> None:
+    """Raw msprof output names no communication group: its links are one matrix (this used to crash the
+    report on an empty matrix), and the slow link is outlined there."""
+    page = report(corpus / "cann-msprof" / "PROF_000001_20230818142704322_COJGGGCANRMICFBC", tmp_path / "r.html")
+    fig = figures(page)["c-links"]
+    assert "<svg" in fig and "no group recorded" in fig
+    # link 0 -> 4 on PCIE moved 98.3 MB at 14.37 GB/s = 0.72 x PCIE's 20 GB/s standard, under 0.8: slow_link
+    assert "Outlined in red: the slow link 0-4 PCIE." in fig

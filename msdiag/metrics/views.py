@@ -130,7 +130,7 @@ class SlowLink:
 
 @dataclass
 class LinkMatrix:
-    group: Any
+    group: Any  # "" when the capture names no group
     rows: list[int]  # source ranks (group-local)
     cols: list[int]  # destination ranks
     mat: np.ndarray  # GB/s, NaN: no traffic
@@ -497,6 +497,7 @@ def links(ctx: Context, metrics: Mapping[str, Value]) -> Links:
     lb = link_bandwidth(capture)
     if not len(lb):
         return Links(_reason(metrics, "slow_link") or "no link on a transport with a standard bandwidth")
+    lb = lb.assign(group=lb["group"].fillna(""))  # raw msprof output names no group: its links are one matrix
     per = lb.groupby(["group", "src", "dst", "transport"], as_index=False, dropna=False)[["size_mb", "time_us"]].sum()
     per["bw"] = per["size_mb"] / (per["time_us"] / US_PER_MS)
     sizes = per.groupby("group", dropna=False)["size_mb"].sum().sort_values(ascending=False, kind="stable")
@@ -527,7 +528,7 @@ def slow_link(ctx: Context, metrics: Mapping[str, Value]) -> SlowLink | None:
     if lb is None or not len(lb):
         return None
     w = lb.iloc[0]
-    return SlowLink(w["group"], int(w["src"]), int(w["dst"]), str(w["transport"]), v.value)
+    return SlowLink("" if pd.isna(w["group"]) else w["group"], int(w["src"]), int(w["dst"]), str(w["transport"]), v.value)
 
 
 # ---- memory ---------------------------------------------------------------------------------------

@@ -427,7 +427,7 @@ def _paint_links(fig: Figure, v: Any, big_r: int, big_c: int) -> None:
         ax.set_yticklabels([str(r) for r in m.rows][::ey], fontsize=8)
         ax.set_xlabel("destination rank")
         ax.set_ylabel("source rank")
-        ax.set_title(f"group …{str(m.group)[-6:]} ({m.transports})", fontsize=9, loc="left")
+        ax.set_title((f"group …{str(m.group)[-6:]}" if m.group else "no group recorded") + f" ({m.transports})", fontsize=9, loc="left")
         for sp in ax.spines.values():
             sp.set_visible(False)
         ax.tick_params(length=0)
