@@ -105,7 +105,7 @@ IN_PROCESS = """
 import json, sys, time
 t0 = time.perf_counter()
 from msdiag.analysis import analyze
-from msdiag.report.data import build
+from msdiag.contract import build
 from msdiag.report import html
 t1 = time.perf_counter()
 a = analyze(sys.argv[1])

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -24,6 +24,9 @@ from msdiag.rules.loader import Rule, apply_overrides, load_rules
 from msdiag.units import US_PER_MS
 
 __all__ = ["AGREEMENT_TOLERANCE", "Analysis", "Options", "analyze", "diagnose", "finite_or_none", "resolve_rules"]
+
+if TYPE_CHECKING:  # imported where the views are built: importing it first would reorder the metric registry
+    from msdiag.metrics.views import ChartViews
 
 # Agreement required between msdiag's own breakdown and the profiler's step_trace_time.csv.
 AGREEMENT_TOLERANCE = 0.01
@@ -45,6 +48,7 @@ class Analysis:
     requests: Any = None  # the request log (msdiag.inference.requests.RequestLog), where one was given
     inference: dict[str, Any] = field(default_factory=dict)  # {"requests": summary, "phases": summary}
     cluster: dict[str, Any] = field(default_factory=dict)  # rank_table, link_heatmap (metrics/cluster.py)
+    views: ChartViews | None = None  # what each chart draws (metrics/views.py), computed on first use
 
 
 # A rank's first step slower than this many times the median of its other steps is warm-up
@@ -229,6 +233,7 @@ def analyze(path: str | Path, options: Options | None = None) -> Analysis:
         {k: v.value for k, v in metrics.items()}, rules, opts, {k: v.reason for k, v in metrics.items() if v.reason}
     )
     from msdiag.metrics import cluster
+    from msdiag.metrics.views import ChartViews
 
     views = {
         "rank_table": cluster.rank_table(cap, steps, metrics, opts.ranks_per_node),
@@ -249,6 +254,7 @@ def analyze(path: str | Path, options: Options | None = None) -> Analysis:
         cluster=views,
         requests=log,
         inference=inference.build(log, opts.slo_ttft_ms, opts.slo_tpot_ms, phases.phases_summary(ctx)),
+        views=ChartViews(ctx, metrics, findings, identity.get("workload")),
     )
 
 

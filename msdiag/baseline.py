@@ -9,7 +9,7 @@ One file per baseline, ``NAME.json`` (UTF-8 JSON), store schema ``STORE_SCHEMA_V
 - ``msdiag_baseline``: the store schema version ("1"); a file of another version is refused with
   the reason (save the baseline again)
 - ``name``, ``saved_at`` (UTC, ISO 8601), ``msdiag_version``, ``source_path`` (the capture analyzed)
-- ``report``: the report object of the analysis (``report.data.build``: the JSON contract of
+- ``report``: the report object of the analysis (``contract.build``: the JSON contract of
   ``msdiag analyze --format json``, its own ``schema_version``); its ``steps`` rows (with
   ``warmup``) are the per-step samples the noise-aware judgement resamples
 - ``kernel_types``: [{rank, type, kind, calls, total_us}] over the rank's timed steps

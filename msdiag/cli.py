@@ -177,7 +177,7 @@ def _exit_for(report: dict[str, Any], fail_on: str | None) -> int:
 def analyze(path: str, fmt: str, fail_on: str | None, baseline_name: str | None, **kw: Any) -> None:
     """Analyze a profiler capture (a rank folder or a folder of ranks) or a request timing log: verdict, findings, figures."""
     from msdiag.analysis import analyze as run
-    from msdiag.report.data import build
+    from msdiag.contract import build
 
     try:
         saved = _load_baseline(baseline_name) if baseline_name else None  # a wrong name fails before any work
@@ -234,7 +234,7 @@ def report(path: str, output: str, fail_on: str | None, baseline_name: str | Non
     """Write one self-contained HTML report of a capture (opens offline: inline CSS and SVG charts)."""
     from msdiag.analysis import analyze as run
     from msdiag.errors import InputError
-    from msdiag.report.data import build
+    from msdiag.contract import build
 
     try:
         p = Path(path)
@@ -327,7 +327,7 @@ def capture(
         click.echo("msdiag: nothing was captured, nothing to analyze" + (f" (see {log})" if log.exists() else ""), err=True)
         sys.exit(res.exit_code)
     from msdiag.analysis import analyze as run
-    from msdiag.report.data import build
+    from msdiag.contract import build
 
     try:
         a = run(folder, opts)

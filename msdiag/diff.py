@@ -1,6 +1,6 @@
 """Compare two captures (or a saved baseline and a capture): what changed, and is it beyond noise?
 
-``snapshot(Analysis)`` is what a side of a comparison is: the report object (``report.data.build``:
+``snapshot(Analysis)`` is what a side of a comparison is: the report object (``contract.build``:
 the JSON contract, whose ``steps`` rows are the per-step samples) plus the per-kernel-type and
 per-communication-group tables a diff needs. A saved baseline (``msdiag.baseline``) is the same
 snapshot on disk, so a name and a path compare the same way. ``compare(base, cand)`` reads two
@@ -26,7 +26,7 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from msdiag import stats
+from msdiag import contract, fmt, stats
 from msdiag.analysis import Analysis, finite_or_none
 from msdiag.errors import InputError
 
@@ -135,9 +135,7 @@ def snapshot(a: Analysis, report: dict[str, Any] | None = None) -> dict[str, Any
     Kernel and communication totals cover the timed steps only (warm-up left out, as in the step
     samples), so that captures of different lengths compare per step.
     """
-    from msdiag.report.data import build
-
-    rep = report if report is not None else build(a)
+    rep = report if report is not None else contract.build(a)
     steps = a.steps
     kernels = a.capture.table("kernels")
     comm = a.capture.table("comm_ops")
@@ -190,10 +188,6 @@ def _samples(rows: pd.DataFrame, cols: tuple[str, ...]) -> np.ndarray:
 # ---- judging a metric over per-step samples --------------------------------------------------
 
 
-def _pct(x: float | None, digits: int = 1) -> str:
-    return "n/a" if x is None else f"{100 * x:+.{digits}f}%"
-
-
 def judge(
     metric_id: str,
     base_rows: pd.DataFrame,
@@ -234,21 +228,28 @@ def judge(
         "min_effect": min_effect,
     }
     ci_txt = (
-        f"{int(ci.level * 100)}% interval of the change {_pct(ci.rel_low)} .. {_pct(ci.rel_high)}"
+        f"{int(ci.level * 100)}% interval of the change {fmt.signed_pct(ci.rel_low)} .. {fmt.signed_pct(ci.rel_high)}"
         if ci.rel_low is not None
         else f"{int(ci.level * 100)}% interval of the difference {ci.diff_low:.4g} .. {ci.diff_high:.4g}"
     )
-    evidence = f"{nb} against {nc} steps; {ci_txt}; rank test p = {test.p_value:.2g}"
-    out["evidence"] = evidence
+    out["evidence"] = f"{nb} against {nc} steps; {ci_txt}; rank test p = {test.p_value:.2g}"
+    return _judgement(out, ci, ci_txt, alpha)
+
+
+def _judgement(out: dict[str, Any], ci: stats.Interval, ci_txt: str, alpha: float) -> dict[str, Any]:
+    """Fill the judgement, its confidence and the sentence saying why, from a judged figure's numbers."""
+    nb, nc, mp, rel, min_effect = out["n_baseline"], out["n_candidate"], out["min_possible_p"], out["relative_change"], out["min_effect"]
+    vb, vc, d, stat_name, evidence = out["baseline"], out["candidate"], out["direction"], out["statistic"], out["evidence"]
+    p_value = out["p_value"]
     big = rel is None or abs(rel) >= min_effect
-    significant = test.p_value < alpha and ci_excludes_zero
+    significant = p_value < alpha and out["ci_excludes_zero"]
     if mp >= alpha:
         need = stats.min_steps_per_side(alpha)
         out["judgement"] = "too few samples"
         out["confidence"] = "none"
         out["sentence"] = (
             f"{nb} against {nc} steps can never reach p < {alpha:g} in a rank test (the smallest possible p is {mp:.2g}): "
-            f"the change {_pct(rel)} cannot be told from run-to-run noise; capture at least {need} steps per side "
+            f"the change {fmt.signed_pct(rel)} cannot be told from run-to-run noise; capture at least {need} steps per side "
             f"after warm-up. ({ci_txt}, from too few samples to trust.)"
         )
         return out
@@ -261,24 +262,24 @@ def judge(
         doubts = []
         if not beyond:
             doubts.append(f"the interval reaches within the {100 * min_effect:g}% minimum effect")
-        if test.p_value >= alpha / 5:
+        if p_value >= alpha / 5:
             doubts.append(f"p is above {alpha / 5:g}")
         out["confidence"] = "medium" if doubts else "high"
-        out["sentence"] = f"{out['judgement']}: {stat_name} {_pct(rel)}, beyond noise ({evidence})" + (
+        out["sentence"] = f"{out['judgement']}: {stat_name} {fmt.signed_pct(rel)}, beyond noise ({evidence})" + (
             f"; less sure: {' and '.join(doubts)}." if doubts else "."
         )
         return out
     out["judgement"] = "no significant change"
     if significant and not big:
         out["confidence"] = "medium"
-        out["sentence"] = f"beyond noise but smaller than the {100 * min_effect:g}% minimum effect: {stat_name} {_pct(rel)} ({evidence})."
+        out["sentence"] = f"beyond noise but smaller than the {100 * min_effect:g}% minimum effect: {stat_name} {fmt.signed_pct(rel)} ({evidence})."
     elif significant:
         out["confidence"] = "medium"
-        out["sentence"] = f"changed beyond noise ({stat_name} {_pct(rel)}), but this metric has no better direction ({evidence})."
+        out["sentence"] = f"changed beyond noise ({stat_name} {fmt.signed_pct(rel)}), but this metric has no better direction ({evidence})."
         out["judgement"] = "changed"
     else:
         out["confidence"] = "medium" if nb >= 10 and nc >= 10 else "low"
-        out["sentence"] = f"within noise: {stat_name} {_pct(rel)} ({evidence})."
+        out["sentence"] = f"within noise: {stat_name} {fmt.signed_pct(rel)} ({evidence})."
     return out
 
 
@@ -648,13 +649,13 @@ def gate(
             beyond = j["judgement"] not in ("too few samples",) and j["p_value"] < ALPHA and j["ci_excludes_zero"]
             failed = bool(beyond and (worse_by is None and (j["change"] * sign > 0) or (worse_by is not None and worse_by > threshold)))
             if failed:
-                why = f"failed: worse by {_pct(worse_by)} (threshold {100 * threshold:g}%), beyond noise ({j['evidence']})"
+                why = f"failed: worse by {fmt.signed_pct(worse_by)} (threshold {100 * threshold:g}%), beyond noise ({j['evidence']})"
             elif j["judgement"] == "too few samples":
                 why = f"not failed: {j['sentence']}"
             elif worse_by is not None and worse_by > threshold:
-                why = f"not failed: worse by {_pct(worse_by)} but within noise ({j['sentence']})"
+                why = f"not failed: worse by {fmt.signed_pct(worse_by)} but within noise ({j['sentence']})"
             else:
-                why = f"passed: {_pct(rel)} ({j['judgement']})"
+                why = f"passed: {fmt.signed_pct(rel)} ({j['judgement']})"
             entries.append({"metric": mid, "relative_change": rel, "worse_by": worse_by, "noise_estimate": True,
                             "beyond_noise": bool(beyond), "failed": failed, "sentence": why})
             continue
@@ -671,7 +672,7 @@ def gate(
         worse_by = None if rel is None else sign * rel
         failed = bool(worse_by is not None and worse_by > threshold) or (rel is None and row["change"] * sign > 0)
         why = (
-            f"{'failed' if failed else 'passed'}: {_pct(rel)} (threshold {100 * threshold:g}%); no noise estimate exists for "
+            f"{'failed' if failed else 'passed'}: {fmt.signed_pct(rel)} (threshold {100 * threshold:g}%); no noise estimate exists for "
             "this metric (no per-step samples): judged on the relative change alone"
         )
         entries.append({"metric": mid, "relative_change": rel, "worse_by": worse_by, "noise_estimate": False,

@@ -23,13 +23,13 @@ from click.testing import CliRunner
 
 from msdiag.analysis import Options, analyze
 from msdiag.cli import main
+from msdiag.contract import build
 from msdiag.errors import InputError
 from msdiag.ingest import parallel
 from msdiag.ingest.cache import CACHE_FORMAT, default_dir
 from msdiag.ingest.loader import load
 from msdiag.metrics import reduce as reduce_mod
 from msdiag.metrics.reduce import reduce_rank
-from msdiag.report.data import build
 
 LEVEL1 = ("ascend", "torchnpu-2rank-level1")
 SLOW_RANK, SLOW_LINK = 5, "2-3 HCCS"

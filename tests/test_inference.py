@@ -511,6 +511,27 @@ def test_committed_sample_log(tmp_path: Path) -> None:
     assert {"inference-queueing", "inference-static-batching"} <= {f["rule_id"] for f in rep["findings"]}
 
 
+def test_chart_views_show_the_figures_the_json_reports() -> None:
+    """The latency chart's P50 / P90 / P99 lines and the TTFT scatter come from the analysis's views
+    (msdiag/metrics/views.py): the same numbers as the metrics, computed once, drawn by the report."""
+    a = analyze(SAMPLE_LOG, Options(slo_ttft_ms=350.0))
+    assert a.views is not None and a.views.has_inference and not a.views.has_capture
+    cdf = a.views.latency_cdf
+    assert cdf.absent is None and cdf.any_slo and cdf.requests == len(a.requests.requests)
+    ttft = {c.column: c for c in cdf.columns}["ttft_ms"]
+    # one definition of a percentile (numpy's linear interpolation): the chart's lines are the metrics
+    assert dict(ttft.percentiles) == pytest.approx(
+        {"p50": a.metrics["ttft_p50_ms"].value, "p90": a.metrics["ttft_p90_ms"].value, "p99": a.metrics["ttft_p99_ms"].value}
+    )
+    assert ttft.slo_ms == 350.0 and list(ttft.values) == sorted(ttft.values)
+    sc = a.views.ttft_prompt
+    # the estimated prefill line at the median prompt is the metric prefill_est_ms_p50 (same bound, same requests)
+    med = float(np.median(sc.x))
+    est = lat.prefill_bound_ms(*lat.prefill_reference(a.requests)[:2], np.array([med]), sc.how)[0]
+    assert est == pytest.approx(a.metrics["prefill_est_ms_p50"].value)
+    assert a.views.phase_bars.absent == "no capture: a request log alone has no steps (give a capture with --requests)"
+
+
 # ---- the real MindSpore load test --------------------------------------------------------------------
 
 

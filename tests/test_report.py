@@ -16,7 +16,9 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 from conftest import SAMPLE_TRACES
@@ -155,9 +157,9 @@ def test_sample_cpu_report(tmp_path: Path) -> None:
     for k, v in figs.items():
         assert ("<svg" in v) != ("Not drawn: " in v), k
     assert "MatMul" in figs["c-kernels"]
-    from msdiag.report.charts import fmt_mb
+    from msdiag import fmt
 
-    assert f"peak allocated {fmt_mb(data['metrics']['memory_peak_allocated_mb'])} (rank 0)" in figs["c-memory"]
+    assert f"peak allocated {fmt.mib(data['metrics']['memory_peak_allocated_mb'])} (rank 0)" in figs["c-memory"]
     from msdiag.report.html import _span
 
     ids = sorted({s["step"] for s in data["steps"]})
@@ -187,8 +189,8 @@ def test_autoescape(tmp_path: Path) -> None:
     import jinja2
 
     from msdiag.analysis import analyze
+    from msdiag.contract import build
     from msdiag.report import html
-    from msdiag.report.data import build
 
     env = html.environment()
     assert env.autoescape is True and env.undefined is jinja2.StrictUndefined
@@ -220,8 +222,9 @@ def test_report_imports_stay_off_the_analyze_path() -> None:
         "import sys\n"
         "from msdiag.cli import main\n"
         "from msdiag.analysis import analyze\n"
-        "from msdiag.report import data, text\n"
-        f"text.render(data.build(analyze({str(SAMPLE)!r})))\n"
+        "from msdiag import contract\n"
+        "from msdiag.report import text\n"
+        f"text.render(contract.build(analyze({str(SAMPLE)!r})))\n"
         "print(sorted(m for m in ('matplotlib', 'jinja2') if m in sys.modules))\n"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -314,9 +317,9 @@ def _many_ranks(corpus: Path, dst: Path, n: int) -> Path:
 
 
 def test_many_ranks(corpus: Path, tmp_path: Path) -> None:
-    from msdiag.report import charts
+    from msdiag.metrics import views
 
-    n = charts.LANE_RANK_LIMIT + 2
+    n = views.LANE_RANK_LIMIT + 2
     cap = _many_ranks(corpus, tmp_path / "cap", n)
     page = report(cap, tmp_path / "r.html")
     figs = figures(page)
@@ -397,3 +400,103 @@ def test_browser_sample_and_escaping(tmp_path: Path) -> None:
     dom = _dom(tmp_path, tmp_path / "escaped.html")
     assert "Cast&lt;float&gt;" in dom and "<float>" not in dom.lower()
     assert "&lt;b&gt;bold&lt;/b&gt;" in dom
+
+
+# ---- renderers only render: views, one formatting module, imports one way ----------------------
+
+
+def test_report_imports_nothing_below_the_analysis() -> None:
+    """report/ reads the Analysis and the report object only; diff.py does not import report/ (and
+    report/ no module that builds): every import counts, inside functions and under TYPE_CHECKING."""
+    import ast
+
+    import msdiag
+
+    pkg = Path(msdiag.__file__).parent
+
+    def imported(path: Path) -> set[str]:
+        out = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                out |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+            elif isinstance(node, ast.Import):
+                out |= {a.name for a in node.names}
+        return out
+
+    for f in sorted((pkg / "report").glob("*.py")):
+        below = {m for m in imported(f) if m.startswith(("msdiag.metrics", "msdiag.inference", "msdiag.ingest"))}
+        assert not below, f"{f.name} imports {sorted(below)}"
+    assert not {m for m in imported(pkg / "diff.py") if m.startswith("msdiag.report")}
+    assert {m.split(".")[1] for m in imported(pkg / "fmt.py") if m.startswith("msdiag.")} == {"units"}  # top level only
+
+
+def test_number_formats() -> None:
+    from msdiag import fmt
+
+    # microseconds: 1.5e6 us = 1.50 s; 134246.75 us = 134.25 ms (the level1 step); below 1 ms in us
+    assert (fmt.us(1.5e6), fmt.us(134246.75), fmt.us(999.94), fmt.us(None), fmt.us(float("nan"))) == (
+        "1.50 s", "134.25 ms", "999.9 us", "-", "-")
+    # MiB: 2048 MiB = 2.00 GB; 12.34 MiB stays MB
+    assert (fmt.mib(2048), fmt.mib(12.34)) == ("2.00 GB", "12.3 MB")
+    assert (fmt.pct(0.7386, 0), fmt.signed_pct(-0.05), fmt.signed_pct(None), fmt.pts(0.012)) == (
+        "74%", "-5.0%", "n/a", "+1.2 pts")
+    assert (fmt.share(25.0, 200.0), fmt.share(1.0, 0.0)) == ("12.5%", "-")
+    assert (fmt.flop(3.2e12), fmt.flop(512.0)) == ("3.20 TFLOP", "512 FLOP")
+    # ms: below 10 ms two decimals, from 10 s in seconds
+    assert (fmt.ms(4.321), fmt.ms(123.45), fmt.ms(12345.0)) == ("4.32 ms", "123.5 ms", "12.35 s")
+    # the report's values by unit, and the diff's shorter style of the same figures
+    assert (fmt.value(0.5, "ms"), fmt.value(0.25, "ratio"), fmt.value(3.0, "votes"), fmt.value(1.0, "flag")) == (
+        "500.0 us", "25.0%", "3 votes", "yes")
+    assert (fmt.value_short(2.0, "rank"), fmt.value_short(1.23456, "TFLOP/s"), fmt.value_short(0.5, "ms")) == (
+        "2", "1.235 TFLOP/s", "500.0 us")
+
+
+@pytest.fixture(scope="module")
+def job8_analysis(corpus: Path, repo: Path, tmp_path_factory: pytest.TempPathFactory) -> object:
+    """bench/cluster.py's 8-rank job (rank 5 slow, link 2-3's transit stretched 2.5x), analysed."""
+    import importlib.util
+
+    from msdiag.analysis import Options, analyze
+
+    spec = importlib.util.spec_from_file_location("msdiag_bench_cluster", repo / "bench" / "cluster.py")
+    assert spec and spec.loader
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    out = tmp_path_factory.mktemp("cluster") / "job8"
+    plan = bench.build(out, 8, 3, 20261129, 0.01, 3.0, 2.5, 1)
+    assert plan["slow_link"] == "2-3 HCCS"
+    return analyze(out, Options(jobs=1))
+
+
+def test_slow_link_reaches_the_heatmap_as_data(job8_analysis: object, tmp_path: Path) -> None:
+    """The slow link is structured in the view (no parsing of the metric's text) and outlined in the heatmap."""
+    from msdiag.contract import build
+    from msdiag.report import charts, html
+
+    a: Any = job8_analysis
+    links = a.views.links
+    # bench/cluster.py plants the slow link at 2 -> 3 of the one 8-rank group, on HCCS: transit 2.5x longer,
+    # bandwidth / 2.5, well under 0.8 x HCCS's standard, so slow_link names it
+    assert a.metrics["slow_link"].value == "2-3 HCCS"
+    s = links.slow
+    assert (s.src, s.dst, s.transport, s.name) == (2, 3, "HCCS", "2-3 HCCS")
+    (m,) = links.matrices
+    assert s.group == m.group and m.rows == list(range(8)) and m.cols == list(range(8))
+    # 8 ranks x 7 peers; the diagonal (a rank to itself, on-chip LOCAL) is blank
+    assert int(np.isfinite(m.mat).sum()) == 56 and all(np.isnan(m.mat[i, i]) for i in range(8))
+    assert m.mat[2, 3] == np.nanmin(m.mat)  # the planted link is the slowest cell
+    fig = charts.comm_links(a)
+    assert "Outlined in red: the slow link 2-3 HCCS." in fig.caption
+    assert charts.ALERT.lower() in fig.svg.lower()  # the outline, in the alert colour
+    page = html.render(a, build(a))
+    assert "Outlined in red: the slow link 2-3 HCCS." in page
+
+
+def test_links_of_a_capture_without_groups(corpus: Path, tmp_path: Path) -> None:
+    """Raw msprof output names no communication group: its links are one matrix (this used to crash the
+    report on an empty matrix), and the slow link is outlined there."""
+    page = report(corpus / "cann-msprof" / "PROF_000001_20230818142704322_COJGGGCANRMICFBC", tmp_path / "r.html")
+    fig = figures(page)["c-links"]
+    assert "<svg" in fig and "no group recorded" in fig
+    # link 0 -> 4 on PCIE moved 98.3 MB at 14.37 GB/s = 0.72 x PCIE's 20 GB/s standard, under 0.8: slow_link
+    assert "Outlined in red: the slow link 0-4 PCIE." in fig

@@ -9,13 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from msdiag.report.diff_text import _pct, _us, _val
+from msdiag import fmt
 
 JUDGEMENT_CLASS = {"improved": "better", "regressed": "worse", "better": "better", "worse": "worse"}
-
-
-def _pts(x: float) -> str:
-    return f"{100 * x:+.1f} pts"
 
 
 def _judged(j: dict[str, Any], label: str, unit: str) -> dict[str, str]:
@@ -23,13 +19,13 @@ def _judged(j: dict[str, Any], label: str, unit: str) -> dict[str, str]:
     ci = j.get("ci_relative")
     if unit == "ratio":
         lo, hi = j["ci_change"]
-        change, ci_txt = _pts(j["change"]), f"{_pts(lo)} .. {_pts(hi)}"
+        change, ci_txt = fmt.pts(j["change"]), f"{fmt.pts(lo)} .. {fmt.pts(hi)}"
     else:
-        change, ci_txt = _pct(j["relative_change"]), (f"{_pct(ci[0])} .. {_pct(ci[1])}" if ci else "-")
+        change, ci_txt = fmt.signed_pct(j["relative_change"]), (f"{fmt.signed_pct(ci[0])} .. {fmt.signed_pct(ci[1])}" if ci else "-")
     return {
         "label": label,
-        "baseline": _val(j["baseline"], unit),
-        "candidate": _val(j["candidate"], unit),
+        "baseline": fmt.value_short(j["baseline"], unit),
+        "candidate": fmt.value_short(j["candidate"], unit),
         "change": change,
         "judgement": j["judgement"],
         "cls": JUDGEMENT_CLASS.get(j["judgement"], ""),
@@ -53,9 +49,9 @@ def context(d: dict[str, Any] | None) -> dict[str, Any] | None:
     metrics = [
         {
             "id": r["metric"],
-            "baseline": _val(r["baseline"], r.get("unit")),
-            "candidate": _val(r["candidate"], r.get("unit")),
-            "change": _pct(r.get("relative_change")) if r.get("relative_change") is not None else "",
+            "baseline": fmt.value_short(r["baseline"], r.get("unit")),
+            "candidate": fmt.value_short(r["candidate"], r.get("unit")),
+            "change": fmt.signed_pct(r.get("relative_change")) if r.get("relative_change") is not None else "",
             "outcome": r["outcome"],
             "cls": JUDGEMENT_CLASS.get(r["outcome"], ""),
         }
@@ -71,9 +67,9 @@ def context(d: dict[str, Any] | None) -> dict[str, Any] | None:
                 kernels.append(
                     {
                         "direction": key, "type": r["type"],
-                        "per_step": f"{_us(r['baseline_us_per_step'])} → {_us(r['candidate_us_per_step'])}",
-                        "change": _pct(r["relative_change"]),
-                        "per_call": f"{_us(r['baseline_us_per_call'])} → {_us(r['candidate_us_per_call'])}",
+                        "per_step": f"{fmt.us(r['baseline_us_per_step'])} → {fmt.us(r['candidate_us_per_step'])}",
+                        "change": fmt.signed_pct(r["relative_change"]),
+                        "per_call": f"{fmt.us(r['baseline_us_per_call'])} → {fmt.us(r['candidate_us_per_call'])}",
                         "cls": "worse" if key == "slower" else "better",
                     }
                 )

@@ -4,27 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from msdiag.report.text import _mb, _us
-
-
-def _pct(x: float | None, digits: int = 1) -> str:
-    return "n/a" if x is None else f"{100 * x:+.{digits}f}%"
-
-
-def _val(x: Any, unit: str | None) -> str:
-    if x is None:
-        return "-"
-    if isinstance(x, str):
-        return x
-    if unit == "us":
-        return _us(float(x))
-    if unit == "ms":
-        return _us(float(x) * 1e3)
-    if unit == "MB":
-        return _mb(float(x))
-    if unit == "ratio":
-        return f"{100 * float(x):.1f}%"
-    return f"{float(x):.4g}" + (f" {unit}" if unit and unit not in ("rank", "flag") else "")
+from msdiag import fmt
 
 
 def _side(s: dict[str, Any]) -> str:
@@ -36,7 +16,7 @@ def _side(s: dict[str, Any]) -> str:
 
 def _judged(j: dict[str, Any], unit: str) -> str:
     return (
-        f"{_val(j['baseline'], unit)} -> {_val(j['candidate'], unit)} ({_pct(j['relative_change'])}): "
+        f"{fmt.value_short(j['baseline'], unit)} -> {fmt.value_short(j['candidate'], unit)} ({fmt.signed_pct(j['relative_change'])}): "
         f"{j['judgement'].upper()}"
     )
 
@@ -53,10 +33,8 @@ def _step_lines(d: dict[str, Any]) -> list[str]:
     return out
 
 
-def render(d: dict[str, Any]) -> str:
-    """The full text view of a diff."""
-    out = [f"msdiag diff: baseline {_side(d['baseline'])}", f"          candidate {_side(d['candidate'])}", ""]
-    out += _step_lines(d)
+def _breakdown_lines(d: dict[str, Any]) -> list[str]:
+    out = []
     if d["breakdown"]:
         out.append("\nBreakdown (share of the step; judged over the same per-step samples):")
         for j in d["breakdown"]:
@@ -67,17 +45,20 @@ def render(d: dict[str, Any]) -> str:
     if d["per_rank_step_time"] and len(d["per_rank_step_time"]) > 1:
         out.append("\nMedian step time per rank (ranks both have):")
         for r in d["per_rank_step_time"][:16]:
-            out.append(f"  rank {r['rank']:>4}: {_us(r['baseline_us'])} -> {_us(r['candidate_us'])} ({_pct(r['relative_change'])})")
+            out.append(f"  rank {r['rank']:>4}: {fmt.us(r['baseline_us'])} -> {fmt.us(r['candidate_us'])} ({fmt.signed_pct(r['relative_change'])})")
         if len(d["per_rank_step_time"]) > 16:
             out.append(f"  ... {len(d['per_rank_step_time']) - 16} more (--format json)")
+    return out
+
+
+def _verdict_short(x: dict[str, Any]) -> str:
+    share = f" {100 * x['share']:.0f}%" if x.get("share") is not None else ""
+    return f"{x.get('bottleneck') or '-'}{share}"
+
+
+def _verdict_lines(d: dict[str, Any]) -> list[str]:
     v = d["verdict"]
-    vb, vc = v["baseline"], v["candidate"]
-
-    def vtxt(x: dict[str, Any]) -> str:
-        share = f" {100 * x['share']:.0f}%" if x.get("share") is not None else ""
-        return f"{x.get('bottleneck') or '-'}{share}"
-
-    out.append(f"\nVerdict: {vtxt(vb)} -> {vtxt(vc)}" + (" (changed)" if v["changed"] else ""))
+    out = [f"\nVerdict: {_verdict_short(v['baseline'])} -> {_verdict_short(v['candidate'])}" + (" (changed)" if v["changed"] else "")]
     f = d["findings"]
     for r in f["appeared"]:
         out.append(f"  appeared [{r['severity']}] {r['rule_id']}: {r['message']}")
@@ -88,48 +69,67 @@ def render(d: dict[str, Any]) -> str:
         out.append(f"  {p['rule_id']}: {p['baseline_severity']} -> {p['candidate_severity']}")
     if f["persisting"] and not sev:
         out.append(f"  still firing: {', '.join(p['rule_id'] for p in f['persisting'])}")
-    focus = [
-        "mfu", "hfu", "achieved_tflops", "memory_peak_allocated_mb", "memory_peak_reserved_mb",
-        "data_wait_ms_per_step", "data_queue_empty_share", "comm_wait_ratio", "kernels_per_step",
-    ]
+    return out
+
+
+# metrics always listed in the diff's text when both sides have them; others only when they moved
+FOCUS_METRICS = (
+    "mfu", "hfu", "achieved_tflops", "memory_peak_allocated_mb", "memory_peak_reserved_mb",
+    "data_wait_ms_per_step", "data_queue_empty_share", "comm_wait_ratio", "kernels_per_step",
+)  # fmt: skip
+
+
+def _metric_lines(d: dict[str, Any]) -> list[str]:
+    out = []
     rows = {r["metric"]: r for r in d["metrics"]}
-    shown = [rows[m] for m in focus if m in rows]
-    moved = [r for r in d["metrics"] if r["metric"] not in focus and r["metric"] not in {j["metric"] for j in d["breakdown"]}
+    shown = [rows[m] for m in FOCUS_METRICS if m in rows]
+    moved = [r for r in d["metrics"] if r["metric"] not in FOCUS_METRICS and r["metric"] not in {j["metric"] for j in d["breakdown"]}
              and r["metric"] not in ("step_time_us", "step_time_p90_us") and r.get("outcome") in ("better", "worse")]
     if shown or moved:
         out.append("\nMetrics:")
         for r in shown + moved[:12]:
-            rel = f" ({_pct(r.get('relative_change'))})" if r.get("relative_change") is not None else ""
+            rel = f" ({fmt.signed_pct(r.get('relative_change'))})" if r.get("relative_change") is not None else ""
             why = f": {r['reason']}" if r.get("reason") else ""
-            out.append(f"  {r['metric']:<30} {_val(r['baseline'], r['unit'])} -> {_val(r['candidate'], r['unit'])}{rel}  {r['outcome']}{why}")
+            out.append(f"  {r['metric']:<30} {fmt.value_short(r['baseline'], r['unit'])} -> {fmt.value_short(r['candidate'], r['unit'])}{rel}  {r['outcome']}{why}")
         if len(moved) > 12:
             out.append(f"  ... {len(moved) - 12} more better or worse (--format json)")
+    return out
+
+
+def _kernel_lines(d: dict[str, Any]) -> list[str]:
+    out: list[str] = []
     k = d["kernels"]
-    if k["compared"]:
-        out.append(
-            f"\nKernel types (time per step over {k['rank_steps']['baseline']} vs {k['rank_steps']['candidate']} rank-steps; "
-            f"{k['types']['common']} types in common):"
-        )
-        for title, key in (("slower", "slower"), ("faster", "faster")):
-            for r in k[key][:5]:
-                pc = f", per call {_us(r['baseline_us_per_call'])} -> {_us(r['candidate_us_per_call'])} ({_pct(r['relative_change_per_call'])})"
-                out.append(
-                    f"  {title} {r['type']}: {_us(r['baseline_us_per_step'])} -> {_us(r['candidate_us_per_step'])} per step "
-                    f"({_pct(r['relative_change'])}){pc}"
-                )
-        for title, key, col in (("new", "new", "candidate_us_per_step"), ("gone", "gone", "baseline_us_per_step")):
-            if k[key]:
-                out.append(f"  {title}: " + "; ".join(f"{r['type']} {_us(r[col])}/step" for r in k[key][:5]))
-        if k.get("naming"):
-            out.append(f"  ({k['naming']})")
+    if not k["compared"]:
+        return out
+    out.append(
+        f"\nKernel types (time per step over {k['rank_steps']['baseline']} vs {k['rank_steps']['candidate']} rank-steps; "
+        f"{k['types']['common']} types in common):"
+    )
+    for title, key in (("slower", "slower"), ("faster", "faster")):
+        for r in k[key][:5]:
+            pc = f", per call {fmt.us(r['baseline_us_per_call'])} -> {fmt.us(r['candidate_us_per_call'])} ({fmt.signed_pct(r['relative_change_per_call'])})"
+            out.append(
+                f"  {title} {r['type']}: {fmt.us(r['baseline_us_per_step'])} -> {fmt.us(r['candidate_us_per_step'])} per step "
+                f"({fmt.signed_pct(r['relative_change'])}){pc}"
+            )
+    for title, key, col in (("new", "new", "candidate_us_per_step"), ("gone", "gone", "baseline_us_per_step")):
+        if k[key]:
+            out.append(f"  {title}: " + "; ".join(f"{r['type']} {fmt.us(r[col])}/step" for r in k[key][:5]))
+    if k.get("naming"):
+        out.append(f"  ({k['naming']})")
+    return out
+
+
+def _comm_and_gate_lines(d: dict[str, Any]) -> list[str]:
+    out = []
     c = d["communication"]
     if c["compared"]:
         out.append(f"\nCommunication per step, by {c['keyed_by']}:")
         for r in c["rows"][:8]:
             out.append(
-                f"  {r['group'][:24]:<24} {r['op_type']:<22} elapse {_us(r['baseline_elapse_us_per_step'])} -> "
-                f"{_us(r['candidate_elapse_us_per_step'])} ({_pct(r['relative_change'])}), wait {_us(r['baseline_wait_us_per_step'])} -> "
-                f"{_us(r['candidate_wait_us_per_step'])}"
+                f"  {r['group'][:24]:<24} {r['op_type']:<22} elapse {fmt.us(r['baseline_elapse_us_per_step'])} -> "
+                f"{fmt.us(r['candidate_elapse_us_per_step'])} ({fmt.signed_pct(r['relative_change'])}), wait {fmt.us(r['baseline_wait_us_per_step'])} -> "
+                f"{fmt.us(r['candidate_wait_us_per_step'])}"
             )
     g = d.get("gate")
     if g:
@@ -139,6 +139,14 @@ def render(d: dict[str, Any]) -> str:
     if d["not_compared"]:
         out.append("\nNot compared:")
         out += [f"  {x}" for x in d["not_compared"]]
+    return out
+
+
+def render(d: dict[str, Any]) -> str:
+    """The full text view of a diff."""
+    out = [f"msdiag diff: baseline {_side(d['baseline'])}", f"          candidate {_side(d['candidate'])}", ""]
+    for section in (_step_lines, _breakdown_lines, _verdict_lines, _metric_lines, _kernel_lines, _comm_and_gate_lines):
+        out += section(d)
     for n in d["notes"]:
         out.append(f"note: {n}")
     s = d["settings"]
@@ -170,7 +178,7 @@ def render_section(d: dict[str, Any]) -> str:
     if k["compared"]:
         for key in ("slower", "faster"):
             if k[key]:
-                out.append(f"  {key} kernel types: " + "; ".join(f"{r['type']} ({_pct(r['relative_change'])})" for r in k[key][:3]))
+                out.append(f"  {key} kernel types: " + "; ".join(f"{r['type']} ({fmt.signed_pct(r['relative_change'])})" for r in k[key][:3]))
     for x in d["not_compared"][:3]:
         out.append(f"  not compared: {x}")
     for n in d["notes"]:

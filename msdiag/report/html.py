@@ -1,6 +1,6 @@
 """The HTML report: one self-contained, deterministic file built from an Analysis.
 
-``render(a)`` turns the report object (``report.data.build``, the JSON contract) and the charts
+``render(a)`` turns the report object (``contract.build``, the JSON contract) and the charts
 (``report.charts``) into a page through jinja2 templates in ``reports/templates/`` (shipped as
 ``msdiag._templates``): autoescape on and StrictUndefined, so a kernel named ``Cast<float>`` shows
 as text and a missing key is an error rather than a blank. The page carries inline CSS and inline
@@ -13,7 +13,6 @@ jinja2 and matplotlib are imported here and in ``charts`` only, off the analyze 
 
 from __future__ import annotations
 
-import math
 import re
 from pathlib import Path
 from typing import Any, Callable
@@ -21,10 +20,11 @@ from typing import Any, Callable
 import jinja2
 from markupsafe import Markup
 
+from msdiag import fmt
 from msdiag.analysis import Analysis
+from msdiag.contract import build
 from msdiag.report import charts as ch
 from msdiag.report import diff_html
-from msdiag.report.data import build
 from msdiag.resources import resource_dir
 
 BASE_TEMPLATE = "report.html.j2"
@@ -46,53 +46,9 @@ BOTTLENECK = {
 # ---- value formats -------------------------------------------------------------------------
 
 
-def _finite(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(float(x))
-
-
-def fmt_value(v: Any, unit: str | None) -> str:
-    """A metric value with its unit, in the form a reader expects (ms / us, %, GB)."""
-    if v is None:
-        return "-"
-    if isinstance(v, str):
-        return v
-    if isinstance(v, bool):
-        return "yes" if v else "no"
-    if not _finite(v):
-        return "-"
-    x = float(v)
-    u = unit or ""
-    if u == "us":
-        return ch.fmt_us(x)
-    if u == "ms":
-        return ch.fmt_us(x * 1e3)
-    if u == "ratio":
-        return ch.fmt_pct(x)
-    if u == "MB":
-        return ch.fmt_mb(x)
-    if u == "GB":
-        return f"{x:g} GB"
-    if u == "FLOP":
-        return ch.fmt_flop(x)
-    if u in ("GB/s", "TFLOP/s"):
-        return f"{x:.2f} {u}"
-    if u == "flag":
-        return "yes" if x else "no"
-    if u in ("rank", "steps", "kernels", "groups", "votes", "workers", "ops") or x.is_integer():
-        return f"{x:,.0f}" if u in ("rank", "") else f"{x:,.0f} {u}"
-    return f"{x:.3g} {u}".strip()
-
-
 # Units of metrics whose value is a label (a rank, a link, an op): their per-rank values are
 # numbers of another kind (the metric's doc says which), shown without the label's unit.
 LABEL_UNITS = ("rank", "link", "op", "transport", "text")
-
-
-def _plain(v: Any) -> str:
-    if not _finite(v):
-        return "-" if v is None else str(v)
-    x = float(v)
-    return f"{x:,.0f}" if abs(x) >= 1000 or x.is_integer() else f"{x:.3g}"
 
 
 def _per_rank(per: dict[str, Any], unit: str | None) -> str:
@@ -102,10 +58,10 @@ def _per_rank(per: dict[str, Any], unit: str | None) -> str:
     if unit in LABEL_UNITS:
         unit = ""
     items = sorted(((int(r), v) for r, v in per.items()), key=lambda kv: kv[0])
-    show: Callable[[Any], str] = _plain if not unit else (lambda v: fmt_value(v, unit))
+    show: Callable[[Any], str] = fmt.plain if not unit else (lambda v: fmt.value(v, unit))
     if len(items) <= PER_RANK_LIST_LIMIT:
         return " · ".join(f"{r}: {show(v)}" for r, v in items)
-    nums = [(r, float(v)) for r, v in items if _finite(v)]
+    nums = [(r, float(v)) for r, v in items if fmt.finite(v)]
     if not nums:
         distinct = sorted({str(v) for _, v in items if v is not None})
         return f"{len(items)} ranks; values: {', '.join(distinct[:4])}" + (" …" if len(distinct) > 4 else "")
@@ -113,10 +69,6 @@ def _per_rank(per: dict[str, Any], unit: str | None) -> str:
     lo, hi = nums[0], nums[-1]
     mid = nums[(len(nums) - 1) // 2][1]
     return f"min {show(lo[1])} (rank {lo[0]}) · median {show(mid)} · max {show(hi[1])} (rank {hi[0]}) over {len(nums)} ranks"
-
-
-def _shorten(s: str, n: int = 110) -> str:
-    return s if len(s) <= n else s[: n - 1] + "…"
 
 
 # ---- the page's parts ----------------------------------------------------------------------
@@ -133,7 +85,7 @@ def _verdict(report: dict[str, Any]) -> dict[str, Any]:
         "key": key,
         "label": label,
         "colour": colour,
-        "share": ch.fmt_pct(share, 0) + " of step time" if _finite(share) else "",
+        "share": fmt.pct(share, 0) + " of step time" if fmt.finite(share) else "",
         "sentence": v.get("sentence") or (
             "A request log has no steps, so no step-time verdict: the inference findings say what to change."
             if alone else "No verdict: the rules did not run."
@@ -142,9 +94,9 @@ def _verdict(report: dict[str, Any]) -> dict[str, Any]:
         "causes": list(v.get("causes") or []),
         "runner_up": (
             f"{BOTTLENECK.get(ru['bottleneck'], (ru['bottleneck'],))[0]} "
-            f"({ch.fmt_pct(ru.get('share'), 0)} of the step, {ru.get('rule_id')})" if ru else ""
+            f"({fmt.pct(ru.get('share'), 0)} of the step, {ru.get('rule_id')})" if ru else ""
         ),
-        "time_per_step": ch.fmt_us(v["time_us_per_step"]) if _finite(v.get("time_us_per_step")) else "",
+        "time_per_step": fmt.us(v["time_us_per_step"]) if fmt.finite(v.get("time_us_per_step")) else "",
     }
 
 
@@ -153,8 +105,8 @@ def _tile(report: dict[str, Any], mid: str, label: str, sub: str = "") -> dict[s
     det = report["metric_details"].get(mid) or {}
     if m is None:
         reason = det.get("reason") or "not computed"
-        return {"label": label, "value": "unknown", "sub": _shorten(reason, 90), "title": reason, "missing": "1"}
-    return {"label": label, "value": fmt_value(m, det.get("unit")), "sub": sub, "title": det.get("doc") or "", "missing": ""}
+        return {"label": label, "value": "unknown", "sub": fmt.shorten(reason, 90), "title": reason, "missing": "1"}
+    return {"label": label, "value": fmt.value(m, det.get("unit")), "sub": sub, "title": det.get("doc") or "", "missing": ""}
 
 
 def _tiles(report: dict[str, Any]) -> list[dict[str, str]]:
@@ -165,7 +117,7 @@ def _tiles(report: dict[str, Any]) -> list[dict[str, str]]:
         return [_tile(report, mid, label, sub) for mid, label, sub in TILES]
     p90 = m.get("step_time_p90_us")
     return [
-        _tile(report, "step_time_us", "Step time (median)", f"p90 {ch.fmt_us(p90)}" if _finite(p90) else ""),
+        _tile(report, "step_time_us", "Step time (median)", f"p90 {fmt.us(p90)}" if fmt.finite(p90) else ""),
         _tile(report, "mfu", "MFU", "model FLOPs / (step time x peak)"),
         _tile(report, "computing_share", "Computing", "share of step time"),
         _tile(report, "communication_exposed_share", "Exposed communication", "share of step time"),
@@ -198,12 +150,10 @@ def _identity(a: Analysis, report: dict[str, Any]) -> list[tuple[str, str]]:
         out.append(("profiler", " · ".join(str(x) for x in (cap.get("profiler_level"), cap.get("aic_metrics")) if x)))
     ranks = sorted(int(r["rank"]) for r in report["ranks"])
     out.append(("ranks", f"{len(ranks)} ({_span(ranks)})" if ranks else "0"))
-    s = a.steps
-    if len(s):
-        per = s.groupby("rank").size()
-        ids = sorted({int(x) for x in s["step"].dropna()})
-        n = f"{int(per.iloc[0])} per rank" if per.nunique() == 1 else f"{int(per.min())}-{int(per.max())} per rank"
-        out.append(("steps", n + (f" (step {_span(ids)})" if ids else " (no step markers)")))
+    sc = ch.views(a).step_counts
+    if sc is not None:
+        n = f"{sc.most} per rank" if sc.fewest == sc.most else f"{sc.fewest}-{sc.most} per rank"
+        out.append(("steps", n + (f" (step {_span(sc.ids)})" if sc.ids else " (no step markers)")))
     else:
         out.append(("steps", "none found"))
     par = cap.get("parallel") or {}
@@ -248,7 +198,7 @@ def _findings(report: dict[str, Any]) -> list[dict[str, Any]]:
         ev = []
         for k, v in (f.get("evidence") or {}).items():
             unit = (det.get(k) or {}).get("unit")
-            ev.append({"metric": k, "value": fmt_value(v, unit)})
+            ev.append({"metric": k, "value": fmt.value(v, unit)})
         sugg = [
             {
                 "action": s.get("action") or "",
@@ -279,7 +229,7 @@ def _metrics(report: dict[str, Any]) -> list[dict[str, str]]:
     for mid, v in report["metrics"].items():
         d = report["metric_details"].get(mid) or {}
         unit = d.get("unit") or ""
-        value = fmt_value(v, unit) if v is not None else "-"
+        value = fmt.value(v, unit) if v is not None else "-"
         detail = _per_rank(d.get("per_rank") or {}, unit)
         if unit == "text" and isinstance(v, str) and ":" in v:
             # a long explanation ("kernel shapes: FLOPs of ..."): its head as the value, the rest beside it
@@ -306,8 +256,8 @@ def _checks(report: dict[str, Any]) -> dict[str, Any]:
         "n": len(cs),
         "ok": len(cs) - len(bad),
         "bad": [
-            f"rank {c['rank']} step {c['step']} {c['column']}: msdiag {ch.fmt_us(c['msdiag'])} vs profiler "
-            f"{ch.fmt_us(c['profiler'])} ({ch.fmt_pct(c['relative_difference'])})"
+            f"rank {c['rank']} step {c['step']} {c['column']}: msdiag {fmt.us(c['msdiag'])} vs profiler "
+            f"{fmt.us(c['profiler'])} ({fmt.pct(c['relative_difference'])})"
             for c in bad[:10]
         ],
         "more": max(0, len(bad) - 10),
@@ -345,7 +295,7 @@ def context(a: Analysis, report: dict[str, Any] | None = None) -> dict[str, Any]
     from msdiag.report import inference_charts
 
     # a request log alone has no capture: only the inference charts apply
-    charts = (ch.all_charts(a) if a.capture.ranks else []) + inference_charts.all_charts(a)
+    charts = (ch.all_charts(a) if ch.views(a).has_capture else []) + inference_charts.all_charts(a)
     findings = _findings(r)
     by_sev = [(sev, [f for f in findings if f["severity"] == sev]) for sev in SEVERITIES]
     others = [f for f in findings if f["severity"] not in SEVERITIES]

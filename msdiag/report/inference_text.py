@@ -4,22 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-
-def _ms(x: Any) -> str:
-    if x is None:
-        return "-"
-    x = float(x)
-    if abs(x) >= 1e4:
-        return f"{x / 1000:.2f} s"
-    return f"{x:.1f} ms" if abs(x) >= 10 else f"{x:.2f} ms"
+from msdiag import fmt
 
 
 def _dist(name: str, d: dict[str, Any] | None) -> str:
     if not d:
         return f"  {name:<5} -"
     return (
-        f"  {name:<5} p50 {_ms(d.get('p50')):>10}  p90 {_ms(d.get('p90')):>10}  p99 {_ms(d.get('p99')):>10}  "
-        f"p99.9 {_ms(d.get('p999')):>10}  max {_ms(d.get('max')):>10}"
+        f"  {name:<5} p50 {fmt.ms(d.get('p50')):>10}  p90 {fmt.ms(d.get('p90')):>10}  p99 {fmt.ms(d.get('p99')):>10}  "
+        f"p99.9 {fmt.ms(d.get('p999')):>10}  max {fmt.ms(d.get('max')):>10}"
     )
 
 
@@ -46,7 +39,7 @@ def render_lines(report: dict[str, Any]) -> list[str]:
         if q is not None:
             slope = m.get("ttft_load_slope")
             grow = f"; TTFT grows {slope:.1f} ms per request in flight" if slope is not None else ""
-            out.append(f"  queueing: median {_ms(q)} ({100 * (qs or 0):.0f}% of the median TTFT){grow}")
+            out.append(f"  queueing: median {fmt.ms(q)} ({100 * (qs or 0):.0f}% of the median TTFT){grow}")
         for n in r.get("notes") or []:
             out.append(f"  note: {n}")
     p = report.get("phases")
@@ -64,7 +57,7 @@ def render_lines(report: dict[str, Any]) -> list[str]:
                 fl = "" if d.get("tflops") is None else f", {d['tflops']:.3g} TFLOP/s"
                 top = "; ".join(f"{k['type']} {100 * k['share']:.0f}%" for k in d.get("top_kernels", [])[:3])
                 out.append(
-                    f"  {name:<7} {d['steps']} steps, median {_ms(d['step_ms_p50'])}, {share} of forward time{comp}{batch}{fl}"
+                    f"  {name:<7} {d['steps']} steps, median {fmt.ms(d['step_ms_p50'])}, {share} of forward time{comp}{batch}{fl}"
                     + (f"\n          top kernels: {top}" if top else "")
                 )
             if p.get("kv_cache_mb") is not None:

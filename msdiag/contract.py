@@ -1,7 +1,10 @@
-"""The report object: one JSON-ready dict built from an Analysis, shared by every renderer.
+"""The report object: one JSON-ready dict built from an Analysis, shared by every renderer and the diff.
 
 This is the stable JSON contract of ``msdiag analyze --format json`` (documented in the README
-and docs/architecture.md). Renderers never compute metrics; they only read this structure.
+and docs/architecture.md). It sits at the top of the package, beside the analysis, so that both
+``msdiag.report`` (which renders it) and ``msdiag.diff`` (which compares two of them) read it
+without either importing the other. Renderers never compute metrics; they only read this
+structure (and, for the charts, ``Analysis.views``).
 """
 
 from __future__ import annotations
