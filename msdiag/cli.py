@@ -310,21 +310,9 @@ def capture(
     except MsdiagError as e:
         _fail(e, debug)
         return
-    m = res.manifest
-    ranks = [r for r in res.ranks if r.get("state") == "captured"]
-    click.echo(
-        f"msdiag: capture in {folder}: {len(ranks)} rank(s) captured; job exit code {m['job_returncode']}"
-        + (" (stopped by msdiag after the window)" if m.get("stopped_by_msdiag") else ""),
-        err=True,
-    )
-    for r in res.ranks:
-        for note in r.get("notes") or []:
-            click.echo(f"msdiag: capture: rank {r.get('rank')}: {note}", err=True)
-    for p in res.problems:
-        click.echo(f"msdiag: capture: {p}", err=True)
-    if not ranks:
-        log = folder / "msdiag_capture.log"
-        click.echo("msdiag: nothing was captured, nothing to analyze" + (f" (see {log})" if log.exists() else ""), err=True)
+    for line in res.messages():  # how the job ended (said as msdiag's exit code says it), notes, problems
+        click.echo(f"msdiag: {line}", err=True)
+    if not res.captured:
         sys.exit(res.exit_code)
     from msdiag.analysis import analyze as run
     from msdiag.contract import build

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import pickle
 import socket
 import subprocess
 import sys
@@ -21,8 +22,8 @@ import pytest
 from conftest import REPO, SAMPLE_TRACES
 
 from msdiag.analysis import Options, analyze
-from msdiag.capture import runner, runtime
-from msdiag.errors import ParseError
+from msdiag.capture import launch, preflight, runner, runtime
+from msdiag.errors import InputError, ParseError, one_line
 from msdiag.ingest import msdiag_markers
 from msdiag.ingest.msdiag_markers import read_markers
 
@@ -89,8 +90,22 @@ def test_runtime_and_reader_agree_on_the_format() -> None:
 
 
 def test_runtime_imports_only_the_standard_library() -> None:
-    src = (REPO / "msdiag" / "capture" / "runtime.py").read_text()
-    assert "import msdiag" not in src and "from msdiag" not in src
+    # the runtime package runs in the job's Python, which may lack msdiag and its dependencies:
+    # every module imports the standard library, its sibling modules, or MindSpore (inside functions)
+    import ast
+
+    files = sorted((REPO / "msdiag" / "capture" / "runtime").glob("*.py"))
+    assert len(files) >= 5
+    for f in files:
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, ast.Import):
+                roots = [a.name.split(".")[0] for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                roots = [] if node.level else [(node.module or "").split(".")[0]]
+            else:
+                continue
+            for root in roots:
+                assert root in sys.stdlib_module_names or root == "mindspore", f"{f.name}: import {root}"
 
 
 def test_sample_steps_come_from_msdiag_markers() -> None:
@@ -111,20 +126,21 @@ def test_sample_steps_come_from_msdiag_markers() -> None:
 
 
 def test_exit_codes_follow_the_shell() -> None:
-    assert runner._exit_code(3) == 3
-    assert runner._exit_code(-15) == 143  # killed by SIGTERM
+    assert launch.describe_exit(3) == ("job exit code 3", 3)
+    # killed by a signal: the words and the exit code say the same thing (128 + 15)
+    assert launch.describe_exit(-15) == ("job killed by signal 15 (SIGTERM); exit code 143", 143)
 
 
 def test_job_python_from_command_or_shebang(tmp_path: Path) -> None:
-    assert runner._job_python([sys.executable, "x.py"]) == sys.executable
+    assert preflight.job_python([sys.executable, "x.py"]) == sys.executable
     script = tmp_path / "launcher"
     script.write_text(f"#!{sys.executable}\nprint(1)\n")
     script.chmod(0o755)
-    assert runner._job_python([str(script)]) == sys.executable
+    assert preflight.job_python([str(script)]) == sys.executable
     sh = tmp_path / "run.sh"
     sh.write_text("#!/bin/sh\necho hi\n")
     sh.chmod(0o755)
-    assert runner._job_python([str(sh)]) is None
+    assert preflight.job_python([str(sh)]) is None
 
 
 def test_child_env(tmp_path: Path) -> None:
@@ -138,6 +154,7 @@ def test_child_env(tmp_path: Path) -> None:
     assert Path(cfg["out"]).is_absolute()
 
 
+@pytest.mark.slow
 def test_bootstrap_chains_to_the_sitecustomize_it_shadows(tmp_path: Path) -> None:
     boot = runner._bootstrap_dir()
     try:
@@ -160,16 +177,25 @@ def test_bootstrap_chains_to_the_sitecustomize_it_shadows(tmp_path: Path) -> Non
         shutil.rmtree(boot)
 
 
-def _msdiag(args: list[str], cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess:
+def _env(**over: str) -> dict[str, str]:
+    """The environment of an msdiag subprocess: this Python's folder first on PATH (python, msrun),
+    no capture of an enclosing msdiag; ``over`` on top."""
     env = dict(os.environ)
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])  # python, msrun
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     for k in (runtime.CONFIG_ENV, runtime.OWNER_ENV, runtime.WORKER_OWNER_ENV):
         env.pop(k, None)
+    env.update(over)
+    return env
+
+
+def _msdiag(args: list[str], cwd: Path, timeout: float = 240, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "msdiag.cli", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+        [sys.executable, "-m", "msdiag.cli", *args], cwd=cwd, env=env or _env(), stdin=subprocess.DEVNULL, capture_output=True,
+        text=True, timeout=timeout,
     )
 
 
+@pytest.mark.slow
 def test_mindspore_missing_gives_the_install_command(tmp_path: Path) -> None:
     # a Python that cannot import MindSpore: this interpreter without site-packages (-S)
     fake = tmp_path / "bin" / "python3"
@@ -180,12 +206,132 @@ def test_mindspore_missing_gives_the_install_command(tmp_path: Path) -> None:
     assert r.returncode == 2, r.stderr
     assert "MindSpore is not importable by the job's Python" in r.stderr
     assert "pip install 'msdiag[capture]'" in r.stderr
-    assert not (tmp_path / "cap" / "manifest.json").exists()  # the job never ran
+    assert len(r.stderr.splitlines()) == 1  # one line, before anything ran
+    assert not (tmp_path / "cap").exists()  # the job never ran, and the refusal created nothing
 
 
+@pytest.mark.slow
 def test_command_not_found(tmp_path: Path) -> None:
     r = _msdiag(["capture", "--out", "cap", "--", "no-such-command-xyz"], tmp_path)
     assert r.returncode == 2 and "command not found" in r.stderr
+    assert not (tmp_path / "cap").exists()
+
+
+# ---- issue 20 (capture) and issue 19: refusals, sitecustomize, exit codes, escaping --------------
+
+
+def _python_without_mindspore(tmp_path: Path) -> Path:
+    """A folder whose python3 / python is this interpreter without site-packages (-S): no MindSpore."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    for name in ("python3", "python"):
+        fake = bin_dir / name
+        fake.write_text(f'#!/bin/sh\nexec "{sys.executable}" -S "$@"\n')
+        fake.chmod(0o755)
+    return bin_dir
+
+
+def _fake_mindspore(tmp_path: Path) -> dict[str, str]:
+    """An environment whose Python finds a package named mindspore (an empty one): msdiag's check passes
+    without MindSpore installed, for jobs that never import it."""
+    site = tmp_path / "fake_site"
+    (site / "mindspore").mkdir(parents=True)
+    (site / "mindspore" / "__init__.py").write_text("__version__ = '0.0'\n")
+    env = _env()
+    env["PYTHONPATH"] = os.pathsep.join([str(site)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    return env
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("job", [["bash", "-c", "touch ran"], ["false"]])
+def test_non_python_commands_are_checked_for_mindspore_before_they_run(tmp_path: Path, job: list[str]) -> None:
+    # the command is not Python: the Python first on its PATH is checked (here one without MindSpore)
+    env = _env(PATH=os.pathsep.join([str(_python_without_mindspore(tmp_path)), "/usr/bin", "/bin"]))
+    r = _msdiag(["capture", "--out", "a/b/cap", "--", *job], tmp_path, env=env)
+    assert r.returncode == 2, r.stderr
+    [line] = r.stderr.splitlines()
+    assert line.startswith("msdiag: error: ") and "MindSpore is not importable by the Python first on the job's PATH" in line
+    assert not (tmp_path / "ran").exists()  # nothing ran
+    assert not (tmp_path / "a").exists()  # and nothing was created, not even --out's parents
+
+
+@pytest.mark.slow
+def test_refusing_a_used_out_folder_creates_nothing(tmp_path: Path) -> None:
+    used = tmp_path / "used"
+    used.mkdir()
+    (used / "manifest.json").write_text("{}")
+    r = _msdiag(["capture", "--out", "used", "--", "true"], tmp_path)
+    assert r.returncode == 2 and "already holds a capture" in r.stderr
+    assert sorted(p.name for p in used.iterdir()) == ["manifest.json"]
+
+
+@pytest.mark.slow
+def test_a_job_that_never_imports_mindspore_leaves_no_capture_folder(tmp_path: Path) -> None:
+    # issue 19: the default folder (msdiag_capture_<time>) was left behind, empty but for msdiag's state
+    r = _msdiag(["capture", "--", sys.executable, "-c", "print('no mindspore here')"], tmp_path, env=_fake_mindspore(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert "no mindspore here" in r.stdout
+    assert "never imported MindSpore" in r.stderr and "was removed" in r.stderr
+    assert not list(tmp_path.glob("msdiag_capture_*"))
+
+
+@pytest.mark.slow
+def test_a_job_killed_by_a_signal_says_it_as_the_exit_code_does(tmp_path: Path) -> None:
+    job = [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"]
+    r = _msdiag(["capture", "--out", "cap", "--", *job], tmp_path, env=_fake_mindspore(tmp_path))
+    assert r.returncode == 137  # 128 + 9, as a shell says it
+    assert "job killed by signal 9 (SIGKILL); exit code 137" in r.stderr
+    assert "-9" not in r.stderr
+
+
+SITECUSTOMIZE_JOB = "import sitecustomize, sys; print('job', getattr(sitecustomize, 'MARK', None), sitecustomize.__file__)"
+
+
+def _run_with_bootstrap(tmp_path: Path, user_sitecustomize: str) -> subprocess.CompletedProcess:
+    """This Python with msdiag's bootstrap first on PYTHONPATH, shadowing the user's sitecustomize."""
+    boot = runner._bootstrap_dir()
+    try:
+        other = tmp_path / "other"
+        other.mkdir()
+        (other / "sitecustomize.py").write_text(user_sitecustomize)
+        env = _env(PYTHONPATH=os.pathsep.join([str(boot), str(other)]), MSDIAG_CAPTURE=json.dumps({"out": str(tmp_path / "cap")}))
+        return subprocess.run([sys.executable, "-c", SITECUSTOMIZE_JOB], env=env, capture_output=True, text=True, timeout=60)
+    finally:
+        import shutil
+
+        shutil.rmtree(boot)
+
+
+@pytest.mark.slow
+def test_import_sitecustomize_gives_the_users_module(tmp_path: Path) -> None:
+    r = _run_with_bootstrap(tmp_path, "MARK = 'users'\n")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["job", "users", str(tmp_path / "other" / "sitecustomize.py")]
+
+
+@pytest.mark.slow
+def test_an_error_in_the_users_sitecustomize_is_printed_as_python_prints_it(tmp_path: Path) -> None:
+    r = _run_with_bootstrap(tmp_path, "raise ValueError('boom')\n")
+    assert r.returncode == 0, r.stderr  # the job goes on, as with Python's own site.py
+    # site.py's words (Python 3.11: Lib/site.py execsitecustomize)
+    assert "Error in sitecustomize; set PYTHONVERBOSE for traceback:\nValueError: boom\n" in r.stderr
+    assert r.stdout.startswith("job None")  # the job ran (its sitecustomize is msdiag's, the user's failed)
+    assert "ValueError: boom" in (tmp_path / "cap" / runtime.LOG_FILE).read_text()  # and msdiag's log has it
+
+
+def test_error_messages_escape_control_characters() -> None:
+    e = InputError("cap\nmsdiag: error: forged\x1b[2J\u202e", "does not exist")
+    assert str(e) == "cap\\nmsdiag: error: forged\\x1b[2J\\u202e: does not exist"
+    assert one_line("训练 run 1\u00a0ok") == "训练 run 1\u00a0ok"  # printable text is left as it is
+    assert pickle.loads(pickle.dumps(e)).path == e.path  # the raw path crosses process boundaries
+
+
+@pytest.mark.slow
+def test_a_folder_name_with_a_newline_cannot_forge_an_error_line(tmp_path: Path) -> None:
+    r = _msdiag(["analyze", "x\nmsdiag: error: forged"], tmp_path)
+    assert r.returncode == 2
+    [line] = r.stderr.splitlines()
+    assert line.startswith("msdiag: error: x\\nmsdiag: error: forged")
 
 
 # ---- real captures with MindSpore on CPU ------------------------------------------------------
@@ -214,6 +360,7 @@ def _window_from_markers(a: Any, manifest: dict, steps: list[int] = WINDOW) -> N
 
 
 @pytest.mark.mindspore
+@pytest.mark.slow
 @needs_mindspore
 def test_data_bound_waits_on_data_and_the_fixed_job_does_not(tmp_path: Path) -> None:
     job = [sys.executable, str(EXAMPLES / "data_bound.py"), "--steps", "9"]
@@ -241,6 +388,7 @@ def test_data_bound_waits_on_data_and_the_fixed_job_does_not(tmp_path: Path) -> 
 
 
 @pytest.mark.mindspore
+@pytest.mark.slow
 @needs_mindspore
 def test_compute_bound(tmp_path: Path) -> None:
     html = tmp_path / "cb.html"
@@ -263,6 +411,7 @@ def _free_port() -> int:
 
 
 @pytest.mark.mindspore
+@pytest.mark.slow
 @needs_mindspore
 def test_dp2_msrun_two_ranks_with_host_allreduce_and_stop_after(tmp_path: Path) -> None:
     msrun = Path(sys.executable).parent / "msrun"
@@ -273,7 +422,7 @@ def test_dp2_msrun_two_ranks_with_host_allreduce_and_stop_after(tmp_path: Path) 
     r, out, m = _capture(tmp_path, "dp2", job, "--stop-after", timeout=300)
     # --stop-after: both ranks stop at step 9 once steps 4-8 are written; msdiag exits 0
     assert r.returncode == 0, r.stderr
-    assert m["stopped_by_msdiag"] is True and m["exit_code"] == 0
+    assert m["stopped_by_msdiag"] is True and m["exit_code"] == 0, (m, r.stderr)
     assert m["world_size"] == 2 and m["parallel"]["parallel_mode"] == "data_parallel"
     assert sorted(x["rank"] for x in m["ranks"]) == [0, 1]
     assert all(x["steps_seen"] == 9 for x in m["ranks"])
@@ -289,6 +438,7 @@ def test_dp2_msrun_two_ranks_with_host_allreduce_and_stop_after(tmp_path: Path) 
 
 
 @pytest.mark.mindspore
+@pytest.mark.slow
 @needs_mindspore
 def test_generate_kv_counts_each_top_level_call_as_a_step(tmp_path: Path) -> None:
     # 1 request: 1 prefill + 9 decode calls = 10 calls of the decoder = 10 steps
@@ -321,6 +471,7 @@ for step, (bx, by) in enumerate(ds.NumpySlicesDataset({"x": x, "y": y}, shuffle=
 
 
 @pytest.mark.mindspore
+@pytest.mark.slow
 @needs_mindspore
 def test_failed_job_exit_code_and_partial_capture(tmp_path: Path) -> None:
     job = tmp_path / "exits.py"
@@ -344,6 +495,7 @@ def test_failed_job_exit_code_and_partial_capture(tmp_path: Path) -> None:
 
 
 @pytest.mark.mindspore
+@pytest.mark.slow
 @needs_mindspore
 def test_ctrl_c_is_forwarded_and_the_capture_kept(tmp_path: Path) -> None:
     import signal
@@ -354,7 +506,8 @@ def test_ctrl_c_is_forwarded_and_the_capture_kept(tmp_path: Path) -> None:
     env = dict(os.environ, PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
     cmd = [sys.executable, "-m", "msdiag.cli", "capture", "--out", str(tmp_path / "int"), "--jobs", "1", "--",
            sys.executable, str(job), "0"]
-    p = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # stdin too is not a terminal: msdiag is not a terminal's foreground job, so it forwards SIGINT
+    p = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     assert p.stdout is not None
     for line in p.stdout:  # the job's own output, line by line
@@ -368,6 +521,68 @@ def test_ctrl_c_is_forwarded_and_the_capture_kept(tmp_path: Path) -> None:
     m = json.loads((tmp_path / "int" / "manifest.json").read_text())
     assert m["exit_code"] == 143
     assert m["ranks"][0]["captured_steps"][:3] == [4, 5, 6]
+    assert "Verdict:" in out
+
+
+JOB_COUNTS_SIGINT = """
+import signal, sys, time
+import numpy as np
+import mindspore, mindspore.dataset as ds
+from mindspore import nn
+mindspore.set_device("CPU")
+calls = []
+def on_sigint(signum, frame):  # the job's own Ctrl-C handler: log each call, finish the step, stop
+    calls.append(signum)
+    with open(sys.argv[1], "a") as f:
+        f.write("SIGINT\\n")
+dense = nn.Dense(64, 10)
+net = nn.TrainOneStepCell(nn.WithLossCell(dense, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")),
+                          nn.Momentum(dense.trainable_params(), 0.1, 0.9))
+x = np.random.default_rng(0).standard_normal((640, 64)).astype(np.float32)
+y = (np.arange(640) % 10).astype(np.int32)
+for step, (bx, by) in enumerate(ds.NumpySlicesDataset({"x": x, "y": y}, shuffle=False).batch(32).create_tuple_iterator(num_epochs=1), 1):
+    loss = float(net(bx, by).asnumpy())
+    # MindSpore installs SIGINT handlers of its own (MindData, the runtime): the job's is set after them
+    signal.signal(signal.SIGINT, on_sigint)
+    print("step", step, loss, flush=True)
+    time.sleep(0.5)
+    if calls:
+        break
+print("stopped after step", step, flush=True)
+"""
+
+
+@pytest.mark.mindspore
+@pytest.mark.slow
+@needs_mindspore
+def test_one_sigint_to_the_process_group_reaches_the_job_once(tmp_path: Path) -> None:
+    import signal
+    import time
+
+    job = tmp_path / "counts_sigint.py"
+    job.write_text(textwrap.dedent(JOB_COUNTS_SIGINT))
+    calls = tmp_path / "sigint_calls.txt"
+    cmd = [sys.executable, "-m", "msdiag.cli", "capture", "--out", str(tmp_path / "grp"), "--jobs", "1", "--",
+           sys.executable, str(job), str(calls)]
+    # msdiag leads a process group of its own (as a shell's job would), without a terminal
+    p = subprocess.Popen(cmd, cwd=tmp_path, env=_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 120
+    assert p.stdout is not None
+    for line in p.stdout:
+        if line.startswith("step 6 ") or time.monotonic() > deadline:
+            break
+    os.killpg(p.pid, signal.SIGINT)  # e.g. `kill -INT -PGID`: msdiag and everything in its group
+    out, err = p.communicate(timeout=120)
+    # before: the job got the group's SIGINT and msdiag's forward, two calls of its handler
+    assert calls.read_text().splitlines() == ["SIGINT"], err
+    assert p.returncode == 0, err
+    # the job ended normally inside the window (at step 6, or 7 on a machine slow to deliver the signal):
+    # the window closed, its steps so far were written and analyzed
+    [last] = [int(line.split()[-1]) for line in out.splitlines() if line.startswith("stopped after step")]
+    assert 6 <= last <= 8
+    m = json.loads((tmp_path / "grp" / "manifest.json").read_text())
+    assert m["ranks"][0]["state"] == "captured" and m["ranks"][0]["captured_steps"] == list(range(4, last + 1))
     assert "Verdict:" in out
 
 
@@ -386,6 +601,7 @@ while time.time() - t0 < 6:
 
 
 @pytest.mark.mindspore
+@pytest.mark.slow
 @needs_mindspore
 def test_time_window_when_nothing_marks_steps(tmp_path: Path) -> None:
     job = tmp_path / "no_steps.py"
