@@ -200,7 +200,7 @@ def resolve_rules(opts: Options) -> tuple[dict[str, Rule], Options]:
 def _read(path: str | Path, opts: Options) -> tuple[Capture, dict[str, Any], pd.DataFrame, pd.DataFrame, list[dict[str, Any]], Any]:
     """The capture (or a request log alone) and its steps: (capture, identity, steps, profiler steps, checks, log)."""
     from msdiag.inference import summary as inference
-    from msdiag.metrics.reduce import reduce_rank
+    from msdiag.metrics.reduce import reduce_id, reduce_rank
 
     log, alone = inference.request_log_for(path, opts.requests)  # a request log is a file discovery refuses
     if alone and log is not None:
@@ -208,7 +208,7 @@ def _read(path: str | Path, opts: Options) -> tuple[Capture, dict[str, Any], pd.
         steps = STEPS.empty()
         _mark_warmup(steps)
         return cap, identity, steps, STEPS.empty(), [], log
-    cap = load(path, jobs=opts.jobs, cache=opts.cache, scheduler=opts.scheduler, reduce=reduce_rank)
+    cap = load(path, jobs=opts.jobs, cache=opts.cache, scheduler=opts.scheduler, reduce=reduce_rank, reduce_id=reduce_id())
     identity = describe(cap)
     steps, prof, checks, notes = _steps_for(cap)
     cap.notes.extend(notes)

@@ -233,8 +233,8 @@ def _check_output(output: str, folders: list[Path]) -> Path:
 def report(path: str, output: str, fail_on: str | None, baseline_name: str | None, **kw: Any) -> None:
     """Write one self-contained HTML report of a capture (opens offline: inline CSS and SVG charts)."""
     from msdiag.analysis import analyze as run
-    from msdiag.errors import InputError
     from msdiag.contract import build
+    from msdiag.errors import InputError
 
     try:
         p = Path(path)

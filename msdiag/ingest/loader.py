@@ -32,6 +32,7 @@ def load(
     cache: str | Path | None = None,
     scheduler: str | None = None,
     reduce: Callable[[RankData], RankData] | None = None,
+    reduce_id: str | None = None,
 ) -> Capture:
     """Discover and read a capture.
 
@@ -39,13 +40,14 @@ def load(
     capture) where each rank's tables are kept as Parquet and read back while its files are unchanged
     (``ingest/cache.py``). ``scheduler``: a Dask scheduler address: ranks are read on its workers.
     ``reduce``: applied to each rank where it is read, before it is gathered (a module-level function:
-    it travels to the workers). How the ranks were read is in ``Capture.ingest``.
+    it travels to the workers); ``reduce_id``: what the reduction keeps, as its caller declares it (part
+    of the cache key). How the ranks were read is in ``Capture.ingest``.
     """
     from msdiag.ingest import parallel
 
     disc: Discovery = discover(path)
     notes = list(disc.notes)
-    rcache = _open_cache(cache, disc, reduce) if cache is not None else None
+    rcache = _open_cache(cache, disc, reduce, reduce_id) if cache is not None else None
     if cache is not None:
         try:
             import pyarrow.parquet  # noqa: F401
@@ -80,7 +82,7 @@ def _load_rank_or_mark(rd_dir: RankDir) -> RankData:
         return rd
 
 
-def _open_cache(folder: str | Path, disc: Discovery, reduce: Callable[[RankData], RankData] | None) -> Any:
+def _open_cache(folder: str | Path, disc: Discovery, reduce: Callable[[RankData], RankData] | None, declared: str | None) -> Any:
     """The rank cache at ``folder``, refused inside the capture (msdiag never writes into one)."""
     from msdiag.ingest.cache import RankCache
 
@@ -91,13 +93,12 @@ def _open_cache(folder: str | Path, disc: Discovery, reduce: Callable[[RankData]
         except ValueError:
             continue
         raise InputError(folder, f"is inside the capture folder {p}; msdiag never writes into a capture: choose a cache folder outside it")
-    return RankCache.open(where, _reduce_id(reduce))
+    return RankCache.open(where, _reduce_id(reduce, declared))
 
 
-def _reduce_id(reduce: Callable[[RankData], RankData] | None) -> str:
-    """The reduction's identity for the cache key: its name, REDUCE_VERSION and a hash of its
-    package's sources (the metrics' own declarations will give it; until then, any change there
-    rebuilds the entries)."""
+def _reduce_id(reduce: Callable[[RankData], RankData] | None, declared: str | None) -> str:
+    """The reduction's identity for the cache key: the id its caller declares (what the metrics
+    read), its name and a hash of its package's sources (the step rows it stores are computed there)."""
     if reduce is None:
         return "none"
     from msdiag.ingest.cache import code_fingerprint
@@ -105,7 +106,7 @@ def _reduce_id(reduce: Callable[[RankData], RankData] | None) -> str:
     mod = sys.modules.get(reduce.__module__)
     parts = reduce.__module__.split(".")
     package = "/".join(parts[1:-1]) if len(parts) > 2 else parts[-1] + ".py"
-    return f"{reduce.__module__}.{reduce.__qualname__}:{getattr(mod, 'REDUCE_VERSION', 0)}:{code_fingerprint((package,))}"
+    return f"{declared or getattr(mod, 'REDUCE_VERSION', 0)}:{reduce.__module__}.{reduce.__qualname__}:{code_fingerprint((package,))}"
 
 
 def family_of(cap: Capture) -> str:

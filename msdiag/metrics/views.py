@@ -20,8 +20,8 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from msdiag.inference import latency as lat
 from msdiag import intervals as iv
+from msdiag.inference import latency as lat
 from msdiag.metrics import phases as ph
 from msdiag.metrics.communication import _slowest_link, link_bandwidth
 from msdiag.metrics.memory import framework_rows
