@@ -38,7 +38,6 @@ def _user_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "mindspore: needs MindSpore installed (capture tests)")
-    config.addinivalue_line("markers", "slow: starts subprocesses, MindSpore jobs, a browser or a Dask cluster (pytest -m 'not slow')")
+    config.addinivalue_line("markers", "slow: starts subprocesses, MindSpore jobs, a browser or a Dask cluster, or builds inputs of 100+ MB (pytest -m 'not slow')")
     config.addinivalue_line("markers", "dask: starts a local Dask cluster (skipped without Dask: pip install 'msdiag[cluster]')")
     config.addinivalue_line("markers", "hostile: issue 20's hostile-input cases (tests/test_hostile.py), each run in a bounded subprocess")
-    config.addinivalue_line("markers", "slow: takes minutes or builds inputs of 100+ MB (deselect with -m 'not slow')")
