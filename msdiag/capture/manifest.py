@@ -20,7 +20,7 @@ from msdiag.capture.launch import describe_exit
 from msdiag.capture.preflight import INSTALL_HINT
 
 if TYPE_CHECKING:
-    from msdiag.capture.runner import CaptureOptions
+    from msdiag.capture.options import CaptureOptions
 
 MANIFEST_FORMAT = "msdiag-capture"
 MANIFEST_VERSION = 1

@@ -28,6 +28,7 @@ from typing import Any
 from msdiag.capture import runtime
 from msdiag.capture.launch import describe_exit, run_job
 from msdiag.capture.manifest import MANIFEST_FORMAT, MANIFEST_VERSION, build_manifest, is_launcher, problems, states
+from msdiag.capture.options import CaptureOptions
 from msdiag.capture.preflight import INSTALL_HINT, MANIFEST, check_mindspore, check_out, make_out, remove_out
 from msdiag.errors import InputError, one_line
 
@@ -37,36 +38,6 @@ __all__ = [
 ]
 
 BOOT_PACKAGE = "_msdiag_capture_runtime"  # the runtime package's name on the job's PYTHONPATH
-
-
-@dataclass
-class CaptureOptions:
-    """What to capture; the defaults work on a job of 20 steps."""
-
-    out: Path
-    skip: int = 2  # steps left out at the start (graph compilation, first fetches)
-    warmup: int = 1  # profiler warm-up steps (profiler on, nothing kept)
-    steps: int = 5  # active steps recorded
-    stop_after: bool = False  # stop the job once the window is written
-    seconds: float = 10.0  # length of the time-window fallback
-    wait_for_steps: float = 30.0  # seconds after `import mindspore` without a step before falling back
-    profile_memory: bool = True
-    minddata: bool = True
-    minddata_interval_ms: int | None = None  # MindData queue sampling period (None: MindSpore's, 1000 ms)
-
-    def runtime_config(self) -> dict[str, Any]:
-        return {
-            "out": str(self.out.resolve()),
-            "skip": self.skip,
-            "warmup": self.warmup,
-            "steps": self.steps,
-            "stop_after": self.stop_after,
-            "seconds": self.seconds,
-            "wait_for_steps": self.wait_for_steps,
-            "profile_memory": self.profile_memory,
-            "minddata": self.minddata,
-            "minddata_interval_ms": self.minddata_interval_ms,
-        }
 
 
 @dataclass
