@@ -257,11 +257,9 @@ def _utilization_value(ctx: Context) -> tuple[pd.DataFrame | None, str | None]:
     "Lowest bandwidth / standard bandwidth over transports and ranks (standards: HCCS 18, RDMA 12.5, "
     "PCIE 20 GB/s, CANN msprof chip V2; option bandwidth_norms overrides)",
     "communication.json (Communication Bandwidth Info)",
+    given=_utilization_value,
 )
-def _utilization_min(ctx: Context) -> Value:
-    u, why = _utilization_value(ctx)
-    if u is None:
-        return Value(None, reason=why)
+def _utilization_min(ctx: Context, u: pd.DataFrame) -> Value:
     per = {int(r): float(g["utilization"].min()) for r, g in u.groupby("rank")}
     return Value(float(u["utilization"].iloc[0]), per)
 
@@ -271,11 +269,9 @@ def _utilization_min(ctx: Context) -> Value:
     "transport",
     "The transport with the lowest bandwidth utilization (see bandwidth_utilization_min); per rank: its utilization",
     "communication.json (Communication Bandwidth Info)",
+    given=_utilization_value,
 )
-def _slow_transport(ctx: Context) -> Value:
-    u, why = _utilization_value(ctx)
-    if u is None:
-        return Value(None, reason=why)
+def _slow_transport(ctx: Context, u: pd.DataFrame) -> Value:
     t = str(u["transport"].iloc[0])
     mine = u[u["transport"] == t]
     return Value(t, {int(r): float(v) for r, v in sorted(zip(mine["rank"], mine["utilization"]))})
@@ -307,11 +303,9 @@ def _weighted_lpr(df: pd.DataFrame) -> float:
     "Lowest large-packet ratio over transports and ranks, each the op ratios weighted by transit time "
     "(large: over 32 MB on HCCS/PCIE/SIO, over 0.5 MB on RDMA)",
     "communication.json (Large Packet Ratio)",
+    given=_packet_rows,
 )
-def _lpr_min(ctx: Context) -> Value:
-    tr, why = _packet_rows(ctx)
-    if tr is None:
-        return Value(None, reason=why)
+def _lpr_min(ctx: Context, tr: pd.DataFrame) -> Value:
     per_rt = {(int(r), str(t)): _weighted_lpr(g) for (r, t), g in tr.groupby(["rank", "transport"])}
     per: dict[int, float | None] = {}
     for (r, _), v in per_rt.items():
@@ -326,11 +320,9 @@ def _lpr_min(ctx: Context) -> Value:
     "estimated per op as (1 - large-packet ratio) x transit time: the canonical table keeps packet "
     "counts, not the Size Distribution's time per size",
     "communication.json (Large Packet Ratio)",
+    given=_packet_rows,
 )
-def _small_share(ctx: Context) -> Value:
-    tr, why = _packet_rows(ctx)
-    if tr is None:
-        return Value(None, reason=why)
+def _small_share(ctx: Context, tr: pd.DataFrame) -> Value:
     return Value(1.0 - _weighted_lpr(tr), _per_rank(tr, lambda g: 1.0 - _weighted_lpr(g)))
 
 
@@ -617,11 +609,9 @@ def _link_name(row: pd.Series) -> str:
     "standard, named only below 0.8 x the standard; per rank: that rank's lowest bandwidth / standard",
     "communication_matrix.json",
     params=(SLOW_LINK_PARAM,),
+    given=_slowest_link,
 )
-def _slow_link(ctx: Context) -> Value:
-    lb, why = _slowest_link(ctx)
-    if lb is None:
-        return Value(None, reason=why)
+def _slow_link(ctx: Context, lb: pd.DataFrame) -> Value:
     per = {int(r): float(g["ratio"].min()) for r, g in lb.groupby("rank")}
     worst = lb.iloc[0]
     cut = ctx.options.param(SLOW_LINK_PARAM)
@@ -644,11 +634,9 @@ def _slow_link(ctx: Context) -> Value:
     "Bandwidth of the link with the lowest bandwidth against its transport's standard (whether or not "
     "it is slow enough to be named in slow_link); per rank: that rank's such link",
     "communication_matrix.json",
+    given=_slowest_link,
 )
-def _slow_link_bw(ctx: Context) -> Value:
-    lb, why = _slowest_link(ctx)
-    if lb is None:
-        return Value(None, reason=why)
+def _slow_link_bw(ctx: Context, lb: pd.DataFrame) -> Value:
     per = {int(r): float(g["bandwidth_gbps"].iloc[0]) for r, g in lb.groupby("rank", sort=True)}
     return Value(float(lb["bandwidth_gbps"].iloc[0]), per)
 
@@ -726,11 +714,9 @@ _GROUPS_SOURCE = "communication.json group hashes + profiler_metadata.json paral
     "1 when a tensor-parallel ('tp') group that communication ops ran in has ranks on more than one node "
     "(node = rank // ranks_per_node, default 8), else 0; per rank: its tp group",
     _GROUPS_SOURCE,
+    given=_linked_groups,
 )
-def _tp_spans(ctx: Context) -> Value:
-    linked, why = _linked_groups(ctx)
-    if linked is None:
-        return Value(None, reason=why)
+def _tp_spans(ctx: Context, linked: pd.DataFrame) -> Value:
     tp = linked[linked["name"] == "tp"]
     if not len(tp):
         return Value(None, reason="no communication op ran in a group named 'tp'")
@@ -744,11 +730,9 @@ def _tp_spans(ctx: Context) -> Value:
     "Names of the communication groups (linked to parallel_group_info) whose ranks sit on more than one "
     "node, comma-separated; null when none does; per rank: how many of its groups span nodes",
     _GROUPS_SOURCE,
+    given=_linked_groups,
 )
-def _groups_spanning(ctx: Context) -> Value:
-    linked, why = _linked_groups(ctx)
-    if linked is None:
-        return Value(None, reason=why)
+def _groups_spanning(ctx: Context, linked: pd.DataFrame) -> Value:
     per = {int(r): float(g["spans"].sum()) for r, g in linked.groupby("rank")}
     names = sorted(set(linked.loc[linked["spans"], "name"]))
     if not names:

@@ -219,16 +219,16 @@ def _decode_batches(ctx: Context) -> tuple[np.ndarray | None, str]:
     return None, phases.reason or "decode steps carry no input shapes and there is no request log with batch_size"
 
 
-@metric("decode_batch_size_p50", "requests", "Median decode batch size (sequences per decode step)", "capture decode steps' input shapes, else the request log's batch_size")
-def _batch_p50(ctx: Context) -> Value:
-    b, why = _decode_batches(ctx)
-    return Value(None, reason=why) if b is None else Value(float(np.median(b)))
+@metric("decode_batch_size_p50", "requests", "Median decode batch size (sequences per decode step)",
+        "capture decode steps' input shapes, else the request log's batch_size", given=_decode_batches)
+def _batch_p50(ctx: Context, b: np.ndarray) -> Value:
+    return Value(float(np.median(b)))
 
 
-@metric("decode_batch_size_max", "requests", "Largest decode batch size seen", "capture decode steps' input shapes, else the request log's batch_size")
-def _batch_max(ctx: Context) -> Value:
-    b, why = _decode_batches(ctx)
-    return Value(None, reason=why) if b is None else Value(float(np.max(b)))
+@metric("decode_batch_size_max", "requests", "Largest decode batch size seen",
+        "capture decode steps' input shapes, else the request log's batch_size", given=_decode_batches)
+def _batch_max(ctx: Context, b: np.ndarray) -> Value:
+    return Value(float(np.max(b)))
 
 
 def _phase_tflops(p: str) -> Callable[[Context], Value]:
@@ -274,20 +274,17 @@ def _kv_mb(ctx: Context) -> tuple[float | None, str]:
 
 @metric(
     "kv_cache_mb", "MB", "Memory held by the KV cache: growth of allocated memory over decode runs, else K and V of the model description",
-    "capture memory timeline over decode steps, else --model-config",
+    "capture memory timeline over decode steps, else --model-config", given=_kv_mb,
 )
-def _kv_cache_mb(ctx: Context) -> Value:
-    mb, why = _kv_mb(ctx)
-    return Value(None, reason=why) if mb is None else Value(float(mb))
+def _kv_cache_mb(ctx: Context, mb: np.ndarray) -> Value:
+    return Value(float(mb))
 
 
-@metric("kv_cache_share", "ratio", "KV cache memory over device memory", "kv_cache_mb / device memory (--device-memory-gb or --device)")
-def _kv_cache_share(ctx: Context) -> Value:
+@metric("kv_cache_share", "ratio", "KV cache memory over device memory", "kv_cache_mb / device memory (--device-memory-gb or --device)",
+        given=_kv_mb)
+def _kv_cache_share(ctx: Context, mb: np.ndarray) -> Value:
     from msdiag.metrics.memory import _capacity
 
-    mb, why = _kv_mb(ctx)
-    if mb is None:
-        return Value(None, reason=why)
     gb, cwhy = _capacity(ctx)
     if gb is None:
         return Value(None, reason=cwhy or "device memory unknown")

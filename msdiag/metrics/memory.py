@@ -176,11 +176,9 @@ def _memory_capacity(ctx: Context) -> Value:
     "ratio",
     "Peak reserved memory over device memory, max over ranks",
     "memory_peak_reserved_mb / memory_capacity_gb",
+    given=_capacity,
 )
-def _memory_peak_share(ctx: Context) -> Value:
-    gb, why = _capacity(ctx)
-    if gb is None:
-        return Value(None, reason=why)
+def _memory_peak_share(ctx: Context, gb: float) -> Value:
     peak = _peak_reserved(ctx)
     if peak.value is None:
         return Value(None, reason=peak.reason)

@@ -74,18 +74,40 @@ METRICS: dict[str, Metric] = {}
 READERS: dict[str, Reads] = {}
 
 
-def metric(
-    id: str, unit: str, doc: str, source: str, reads: Reads = Reads(), params: tuple[str, ...] = ()
-) -> Callable[[Callable[[Context], Value]], Callable[[Context], Value]]:
-    """Register a metric function under ``id`` (ids are unique), with what it reads and the rule params it uses."""
+#: What a metric is computed from, when it needs more than the context: (data, None), or (None, why not).
+Given = Callable[[Context], "tuple[Any, str | None]"]
 
-    def deco(fn: Callable[[Context], Value]) -> Callable[[Context], Value]:
+
+def metric(
+    id: str,
+    unit: str,
+    doc: str,
+    source: str,
+    reads: Reads = Reads(),
+    params: tuple[str, ...] = (),
+    given: Given | None = None,
+) -> Callable[[Callable[..., Value]], Callable[..., Value]]:
+    """Register a metric function under ``id`` (ids are unique), with what it reads and the rule params it uses.
+
+    ``given``: a helper several metrics share, returning ``(data, None)`` or ``(None, reason)``. The
+    metric is then called as ``fn(ctx, data)``, and is null with the helper's reason when data is None.
+    """
+
+    def deco(fn: Callable[..., Value]) -> Callable[..., Value]:
         if id in METRICS:
             raise ValueError(f"metric {id} registered twice")
-        METRICS[id] = Metric(id, unit, doc, source, fn, reads, tuple(params))
+        METRICS[id] = Metric(id, unit, doc, source, fn if given is None else _with_given(fn, given), reads, tuple(params))
         return fn
 
     return deco
+
+
+def _with_given(fn: Callable[[Context, Any], Value], given: Given) -> Callable[[Context], Value]:
+    def run(ctx: Context) -> Value:
+        data, why = given(ctx)
+        return Value(None, reason=why) if data is None else fn(ctx, data)
+
+    return run
 
 
 def declare_reads(name: str, reads: Reads) -> None:
