@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from msdiag.errors import MsdiagError
+from msdiag.errors import LocatedError
 from msdiag.options import parse_bandwidth_norms
 
 if sys.version_info >= (3, 11):
@@ -35,18 +35,8 @@ PYPROJECT = "pyproject.toml"
 TOOL_TABLE = ("tool", "msdiag")
 
 
-class ConfigError(MsdiagError):
+class ConfigError(LocatedError):
     """A config file is unreadable, not TOML, or has an unknown key or a value of the wrong type."""
-
-    def __init__(self, path: str | Path, problem: str, line: int | None = None):
-        self.path = str(path)
-        self.line = line
-        self.problem = problem
-        where = f"{self.path}:{line}" if line is not None else self.path
-        super().__init__(f"{where}: {problem}")
-
-    def __reduce__(self):  # type: ignore[no-untyped-def]
-        return (type(self), (self.path, self.problem, self.line))
 
 
 @dataclass(frozen=True)

@@ -58,8 +58,8 @@ class ParseError(InputError):
     """A file exists but is truncated, empty or malformed."""
 
 
-class RuleError(MsdiagError):
-    """A rule file fails to load or validate."""
+class LocatedError(MsdiagError):
+    """A file msdiag reads for its own settings (a rule, a config) is wrong at a line."""
 
     def __init__(self, path: str | Path, problem: str, line: int | None = None):
         self.path = str(path)
@@ -70,3 +70,7 @@ class RuleError(MsdiagError):
 
     def __reduce__(self):  # type: ignore[no-untyped-def]
         return (type(self), (self.path, self.problem, self.line))
+
+
+class RuleError(LocatedError):
+    """A rule file fails to load or validate."""
