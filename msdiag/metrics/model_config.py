@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import yaml
 
@@ -293,53 +293,9 @@ def _load_mindformers(path: Path, data: Mapping[str, Any]) -> ModelConfig:
     vocab = _int(path, "model.model_config.vocab_size", need(mc.get("vocab_size"), "model.model_config.vocab_size"))
     seq = _int(path, "model.model_config.seq_length", need(mc.get("seq_length"), "model.model_config.seq_length"))
     notes: list[str] = []
-
-    act = mc.get("hidden_act")
-    mtype = " ".join(str(x) for x in (mc.get("type"), _section(path, model, "arch").get("type")) if x).lower()
-    if act is not None:
-        swiglu = str(act).lower() in _GATED_ACTIVATIONS
-    else:
-        swiglu = any(h in mtype for h in _GATED_MODEL_HINTS) or mc.get("multiple_of") is not None
-        notes.append(f"SwiGLU {'assumed' if swiglu else 'not assumed'} from the model type ({mtype or 'none given'})")
-    inter = _first(mc, "intermediate_size", "ffn_hidden_size")
-    if inter is not None:
-        ffn = _int(path, "model.model_config.intermediate_size", inter)
-    elif swiglu:
-        mult = mc.get("ffn_dim_multiplier")
-        ffn = mindformers_ffn(
-            hidden,
-            None,
-            None if mult is None else _number(path, "model.model_config.ffn_dim_multiplier", mult),
-            _int(path, "model.model_config.multiple_of", mc.get("multiple_of") or MINDFORMERS_DEFAULT_MULTIPLE_OF),
-        )
-    else:
-        ffn = 4 * hidden
-
-    batch_key = "runner_config.batch_size"
-    batch = _int(path, batch_key, need(runner.get("batch_size", mc.get("batch_size")), batch_key))
-    gas = _int(path, "runner_config.gradient_accumulation_steps", runner.get("gradient_accumulation_steps") or 1)
-    dp = _int(path, "parallel_config.data_parallel", par.get("data_parallel") or 1)
-    mp = _int(path, "parallel_config.model_parallel", par.get("model_parallel") or 1)
-    pp = _int(path, "parallel_config.pipeline_stage", par.get("pipeline_stage") or 1)
-    cp = _int(path, "parallel_config.context_parallel", par.get("context_parallel") or 1)
-    mbn = _int(path, "parallel_config.micro_batch_num", par.get("micro_batch_num") or 1)
-    mbi = _int(path, "micro_batch_interleave_num", data.get("micro_batch_interleave_num") or 1)
-    # MindFormers base_trainer, semi-auto parallel with full_batch: pipeline runs micro_batch_num
-    # micro-batches per step (gradient accumulation is then ignored); otherwise it accumulates.
-    global_batch = batch * dp * mbi * (mbn if pp > 1 else gas)
-    notes.append(
-        f"global batch {global_batch} = batch_size {batch} x data_parallel {dp} x micro_batch_interleave_num {mbi}"
-        + (f" x micro_batch_num {mbn}" if pp > 1 else f" x gradient_accumulation_steps {gas}")
-    )
-
-    moe = _section(path, data, "moe_config")
-    experts = _opt_int(path, "moe_config.expert_num", moe.get("expert_num"))
-    top_k = _opt_int(path, "moe_config.num_experts_chosen", moe.get("num_experts_chosen"))
-    if experts is not None and experts <= 1:
-        experts, top_k = None, None  # MindFormers writes expert_num: 1 for a dense model
-    elif experts is not None and top_k is None:
-        top_k = 1
-    _check_moe(path, experts, top_k, ("moe_config.expert_num", "moe_config.num_experts_chosen"))
+    swiglu, ffn = _mindformers_ffn(path, model, mc, hidden, notes)
+    global_batch, devices = _mindformers_batch(path, data, mc, runner, par, need, notes)
+    experts, top_k = _mindformers_moe(path, data)
 
     recompute, fraction = _recompute_mode(path, _section(path, data, "recompute_config"), layers)
     return ModelConfig(
@@ -357,10 +313,75 @@ def _load_mindformers(path: Path, data: Mapping[str, Any]) -> ModelConfig:
         causal=True,
         recompute=recompute,
         recompute_fraction=fraction,
-        devices=dp * mp * pp * cp,
+        devices=devices,
         source=f"{path} (MindFormers YAML)",
         notes=tuple(notes),
     )
+
+
+def _mindformers_ffn(path: Path, model: Mapping[str, Any], mc: Mapping[str, Any], hidden: int, notes: list[str]) -> tuple[bool, int]:
+    """(SwiGLU or not, the FFN width) of a MindFormers model_config."""
+    act = mc.get("hidden_act")
+    mtype = " ".join(str(x) for x in (mc.get("type"), _section(path, model, "arch").get("type")) if x).lower()
+    if act is not None:
+        swiglu = str(act).lower() in _GATED_ACTIVATIONS
+    else:
+        swiglu = any(h in mtype for h in _GATED_MODEL_HINTS) or mc.get("multiple_of") is not None
+        notes.append(f"SwiGLU {'assumed' if swiglu else 'not assumed'} from the model type ({mtype or 'none given'})")
+    inter = _first(mc, "intermediate_size", "ffn_hidden_size")
+    if inter is not None:
+        return swiglu, _int(path, "model.model_config.intermediate_size", inter)
+    if swiglu:
+        mult = mc.get("ffn_dim_multiplier")
+        return swiglu, mindformers_ffn(
+            hidden,
+            None,
+            None if mult is None else _number(path, "model.model_config.ffn_dim_multiplier", mult),
+            _int(path, "model.model_config.multiple_of", mc.get("multiple_of") or MINDFORMERS_DEFAULT_MULTIPLE_OF),
+        )
+    return swiglu, 4 * hidden
+
+
+def _mindformers_batch(
+    path: Path,
+    data: Mapping[str, Any],
+    mc: Mapping[str, Any],
+    runner: Mapping[str, Any],
+    par: Mapping[str, Any],
+    need: Callable[[Any, str], Any],
+    notes: list[str],
+) -> tuple[int, int]:
+    """(the global batch, the devices of the parallel layout) of a MindFormers config."""
+    batch_key = "runner_config.batch_size"
+    batch = _int(path, batch_key, need(runner.get("batch_size", mc.get("batch_size")), batch_key))
+    gas = _int(path, "runner_config.gradient_accumulation_steps", runner.get("gradient_accumulation_steps") or 1)
+    dp = _int(path, "parallel_config.data_parallel", par.get("data_parallel") or 1)
+    mp = _int(path, "parallel_config.model_parallel", par.get("model_parallel") or 1)
+    pp = _int(path, "parallel_config.pipeline_stage", par.get("pipeline_stage") or 1)
+    cp = _int(path, "parallel_config.context_parallel", par.get("context_parallel") or 1)
+    mbn = _int(path, "parallel_config.micro_batch_num", par.get("micro_batch_num") or 1)
+    mbi = _int(path, "micro_batch_interleave_num", data.get("micro_batch_interleave_num") or 1)
+    # MindFormers base_trainer, semi-auto parallel with full_batch: pipeline runs micro_batch_num
+    # micro-batches per step (gradient accumulation is then ignored); otherwise it accumulates.
+    global_batch = batch * dp * mbi * (mbn if pp > 1 else gas)
+    notes.append(
+        f"global batch {global_batch} = batch_size {batch} x data_parallel {dp} x micro_batch_interleave_num {mbi}"
+        + (f" x micro_batch_num {mbn}" if pp > 1 else f" x gradient_accumulation_steps {gas}")
+    )
+    return global_batch, dp * mp * pp * cp
+
+
+def _mindformers_moe(path: Path, data: Mapping[str, Any]) -> tuple[int | None, int | None]:
+    """(experts, experts per token) of a MindFormers moe_config; (None, None) for a dense model."""
+    moe = _section(path, data, "moe_config")
+    experts = _opt_int(path, "moe_config.expert_num", moe.get("expert_num"))
+    top_k = _opt_int(path, "moe_config.num_experts_chosen", moe.get("num_experts_chosen"))
+    if experts is not None and experts <= 1:
+        experts, top_k = None, None  # MindFormers writes expert_num: 1 for a dense model
+    elif experts is not None and top_k is None:
+        top_k = 1
+    _check_moe(path, experts, top_k, ("moe_config.expert_num", "moe_config.num_experts_chosen"))
+    return experts, top_k
 
 
 def load_model_config(path: Path | str) -> ModelConfig:
