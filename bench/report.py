@@ -36,15 +36,24 @@ SOURCE = CORPUS / "ascend" / "torchnpu-2rank-level1"
 MINDDATA = CORPUS / "mindspore-cpu" / "minddata_manual" / "md_parsed"
 
 
+def _link(src: Path, dst: Path) -> None:
+    """A hard link to a corpus file (a copy where the file system refuses one). Not a symbolic link:
+    msdiag reads no link that leads out of the capture (issue 20)."""
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
 def _link_tree(src: Path, dst: Path, skip: set[str]) -> None:
-    """Recreate ``src``'s folders under ``dst`` with every file a symbolic link to the original."""
-    for d, dirs, files in os.walk(src):
+    """Recreate ``src``'s folders under ``dst`` with every file a hard link to the original."""
+    for d, _dirs, files in os.walk(src):
         rel = Path(d).relative_to(src)
         (dst / rel).mkdir(parents=True, exist_ok=True)
         for f in files:
             if f in skip or f.startswith("profiler_info_"):
                 continue
-            os.symlink(Path(d) / f, dst / rel / f)
+            _link(Path(d) / f, dst / rel / f)
 
 
 def _shift_trace(src: Path, dst: Path, shift_us: float) -> None:
@@ -97,8 +106,8 @@ def build(out: Path, ranks: int, shift_us: float = 0.0, minddata: bool = False) 
             _shift_trace(src / "ASCEND_PROFILER_OUTPUT" / "trace_view.json", apo / "trace_view.json", r * shift_us)
             _shift_kernels(src / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv", apo / "kernel_details.csv", r * shift_us)
         if minddata and MINDDATA.is_dir():
-            os.symlink(MINDDATA / "minddata_pipeline_raw_0.csv", apo / f"minddata_pipeline_raw_{r}.csv")
-            os.symlink(MINDDATA / "minddata_pipeline_summary_0.json", apo / f"minddata_pipeline_summary_{r}.json")
+            _link(MINDDATA / "minddata_pipeline_raw_0.csv", apo / f"minddata_pipeline_raw_{r}.csv")
+            _link(MINDDATA / "minddata_pipeline_summary_0.json", apo / f"minddata_pipeline_summary_{r}.json")
 
 
 IN_PROCESS = """

@@ -297,6 +297,15 @@ def test_analysis_options_reach_the_report(corpus: Path, tmp_path: Path) -> None
 # ---- scale: many ranks, and the data pipeline chart ------------------------------------------
 
 
+def _link(src: Path, dst: Path) -> None:
+    """A file of a synthetic capture: a hard link to the corpus file (a copy where the file system
+    refuses one). Not a symbolic link: msdiag reads no link that leads out of the capture (issue 20)."""
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
 def _many_ranks(corpus: Path, dst: Path, n: int) -> Path:
     """``n`` ranks linked from the 2-rank corpus capture, renumbered, with MindData pipeline files."""
     srcs = sorted((corpus / LEVEL1).glob("rank*_ascend_pt"))
@@ -305,14 +314,13 @@ def _many_ranks(corpus: Path, dst: Path, n: int) -> Path:
         src, rd = srcs[r % len(srcs)], dst / f"rank{r}_ascend_pt"
         (rd / "ASCEND_PROFILER_OUTPUT").mkdir(parents=True)
         for f in (src / "ASCEND_PROFILER_OUTPUT").iterdir():
-            os.symlink(f, rd / "ASCEND_PROFILER_OUTPUT" / f.name)
-        os.symlink(src / "profiler_metadata.json", rd / "profiler_metadata.json")
+            _link(f, rd / "ASCEND_PROFILER_OUTPUT" / f.name)
+        _link(src / "profiler_metadata.json", rd / "profiler_metadata.json")
         info = json.loads(next(src.glob("profiler_info_*.json")).read_text())
         info["rank_id"] = r
         (rd / f"profiler_info_{r}.json").write_text(json.dumps(info))
-        os.symlink(md / "minddata_pipeline_raw_0.csv", rd / "ASCEND_PROFILER_OUTPUT" / f"minddata_pipeline_raw_{r}.csv")
-        os.symlink(md / "minddata_pipeline_summary_0.json",
-                   rd / "ASCEND_PROFILER_OUTPUT" / f"minddata_pipeline_summary_{r}.json")
+        _link(md / "minddata_pipeline_raw_0.csv", rd / "ASCEND_PROFILER_OUTPUT" / f"minddata_pipeline_raw_{r}.csv")
+        _link(md / "minddata_pipeline_summary_0.json", rd / "ASCEND_PROFILER_OUTPUT" / f"minddata_pipeline_summary_{r}.json")
     return dst
 
 

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from msdiag import __version__
+from msdiag.ingest.paths import Seen
 from msdiag.model import SCHEMA_VERSION, RankData, RankInfo, Source
 
 #: Bumped whenever the layout or the encoding of an entry changes.
@@ -74,13 +75,15 @@ def code_fingerprint(parts: tuple[str, ...] = _CODE) -> str:
 
 
 def files_of(folder: Path) -> list[list[Any]]:
-    """Every file under ``folder`` (symbolic links followed): [relative path, size, mtime_ns], sorted."""
+    """Every file under ``folder`` (symbolic links followed, each real folder entered once: links
+    back to a parent do not multiply the walk): [relative path, size, mtime_ns], sorted."""
     out: list[list[Any]] = []
-    stack = [(folder, 0)]
+    seen = Seen()
+    stack = [(folder, 0)] if seen.first(folder) else []
     while stack:
         d, depth = stack.pop()
         try:
-            entries = list(os.scandir(d))
+            entries = sorted(os.scandir(d), key=lambda e: e.name)  # the same folder wins each time
         except OSError:
             continue
         for e in entries:
@@ -90,7 +93,7 @@ def files_of(folder: Path) -> list[list[Any]]:
             except OSError:
                 continue
             if is_dir:
-                if depth < _MAX_DEPTH:
+                if depth < _MAX_DEPTH and seen.first(e.path):
                     stack.append((Path(e.path), depth + 1))
             else:
                 out.append([os.path.relpath(e.path, folder), st.st_size, st.st_mtime_ns])

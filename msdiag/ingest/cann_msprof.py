@@ -44,7 +44,8 @@ from msdiag import model, units
 from msdiag.errors import ParseError
 from msdiag.ingest import ascend_csv, metadata
 from msdiag.ingest._csv import NA_VALUES, check_last_row, read_csv, to_float
-from msdiag.ingest.engine import Ctx, Format, Item, RankDir, Read, Src, Then, locate, put, read_rank
+from msdiag.ingest.engine import Ctx, Format, Item, RankDir, Read, Src, Then, put, read_rank
+from msdiag.ingest.paths import Seen, rank_number, read_head, real_roots, refusal
 from msdiag.ingest.steptrace import StepPoints, assign_steps, op_type_from_full_name, steps_from_points, table_frame
 from msdiag.ingest.trace_view import read_trace_view
 from msdiag.model import RankData
@@ -57,6 +58,7 @@ _INFO_JSON = re.compile(r"^info\.json\.(\d+)$")
 _CSV_KINDS = ("op_summary", "op_statistic", "task_time", "communication_statistic")
 _MAX_DEPTH = 5
 _INVALID_RANK = 0xFFFFFFFF
+_INFO_JSON_MAX_BYTES = 1 << 20  # device_N/info.json.N is a few KB: a larger one is not read whole
 
 # HCCL task types (task_time) and HCCL timeline task names that move data
 HCCL_TASK_TYPES = frozenset(
@@ -115,7 +117,8 @@ def find_msprof_ranks(folder: Path) -> list[tuple[int, Path]]:
     """
     folder = Path(folder)
     profs: list[Path] = []
-    stack = [(folder, 0)]
+    seen = Seen()  # each real folder once: links back to a parent do not multiply the walk
+    stack = [(folder, 0)] if seen.first(folder) else []
     while stack:
         d, depth = stack.pop()
         if is_prof_dir(d):
@@ -128,7 +131,7 @@ def find_msprof_ranks(folder: Path) -> list[tuple[int, Path]]:
         if (d / "ASCEND_PROFILER_OUTPUT").is_dir():
             continue
         if depth < _MAX_DEPTH:
-            stack.extend((s, depth + 1) for s in subs)
+            stack.extend((s, depth + 1) for s in seen.new(subs))
     out: list[tuple[int, Path]] = []
     for p in profs:
         out.extend((r, p) for _, r in _devices(p))
@@ -146,8 +149,8 @@ def _devices(prof: Path) -> list[tuple[int, int]]:
         subs = []
     for s in subs:
         m = _DEVICE_DIR.match(s.name)
-        if m and s.is_dir():
-            dev = int(m.group(1))
+        dev = rank_number(m.group(1)) if m else None  # a device id beyond any device is not one
+        if dev is not None and s.is_dir():
             devs.append((dev, _rank_in_info(s / f"info.json.{dev}", dev)))
     if devs:
         return devs
@@ -162,15 +165,18 @@ def _devices(prof: Path) -> list[tuple[int, int]]:
 
 
 def _rank_in_info(path: Path, default: int) -> int:
+    head = read_head(path, real_roots(path.parent.parent), _INFO_JSON_MAX_BYTES)  # never a FIFO, a device
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        raw = json.loads(head) if head is not None else None
+    except ValueError:
         return default
     r = raw.get("rank_id") if isinstance(raw, dict) else None
     return r if isinstance(r, int) and not isinstance(r, bool) and 0 <= r < _INVALID_RANK else default
 
 
 def _device_ids(path: Path) -> set[int]:
+    if refusal(path, real_roots(path.parent)) is not None:
+        return set()
     try:
         df = pd.read_csv(path, usecols=["Device_id"], dtype=str, keep_default_na=False)
     except (ValueError, OSError, pd.errors.ParserError, pd.errors.EmptyDataError):
@@ -569,12 +575,12 @@ def _clock(ctx: Ctx) -> Read:
     """start_info.N: wall-clock us and monotonic-raw ns at the same instant (the slices' clock is
     monotonic-raw us): offset to add to get epoch us."""
     dev = ctx.vars["dev"]
-    p = locate(ctx.folder / f"device_{dev}", f"start_info.{dev}")
     try:
+        p = ctx.find(ctx.folder / f"device_{dev}", f"start_info.{dev}")
         raw = json.loads(p.read_text(encoding="utf-8")) if p is not None else {}
         wall_us = float(raw["collectionTimeBegin"])
         mono_ns = float(raw["clockMonotonicRaw"])
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, ParseError):
         return Read()
     return Read(meta={"clock": {"timeline_slices": "monotonic-raw us",
                                 "to_epoch_us": wall_us - mono_ns / units.NS_PER_US, "from": f"start_info.{dev}"}})
@@ -705,7 +711,10 @@ def prof_captured_ns(p: Path) -> int | None:
         return None
     import datetime as _dt
 
-    t = _dt.datetime.strptime(m.group(1)[:14], "%Y%m%d%H%M%S").replace(tzinfo=_dt.timezone.utc)
+    try:  # a bad date (month 13) only loses the ordering of duplicates: the folder's mtime then
+        t = _dt.datetime.strptime(m.group(1)[:14], "%Y%m%d%H%M%S").replace(tzinfo=_dt.timezone.utc)
+    except ValueError:
+        return None
     return int(t.timestamp()) * 10**9 + int(m.group(1)[14:]) * 10**6
 
 

@@ -18,6 +18,7 @@ from msdiag.ingest import cann_msprof, legacy
 from msdiag.ingest.engine import RankDir
 from msdiag.ingest.folders import ASCEND_MS, ASCEND_PT, MINDSPORE_CPU, PROFILER_INFO
 from msdiag.ingest.formats import FORMATS
+from msdiag.ingest.paths import Seen
 
 __all__ = ["ASCEND_MS", "ASCEND_PT", "CANN_MSPROF", "MINDSPORE_CPU", "MINDSPORE_LEGACY", "Discovery", "RankDir",
            "discover"]
@@ -34,6 +35,8 @@ FAMILY_LABEL = {
 }
 
 _MAX_DEPTH = 6
+# a capture folder holds one folder per rank and a few inside each: a walk past this many is a wrong path
+_MAX_FOLDERS = 100_000
 # Database files outside a rank folder are named in the error when nothing else is found.
 _DB_FILE = re.compile(r"^(ascend_pytorch_profiler(_\d+)?|ascend_mindspore_profiler(_\d+)?|msprof_\d+|analysis|communication_analyzer)\.db$")
 
@@ -53,6 +56,13 @@ def _listdir(d: Path) -> set[str]:
         raise InputError(d, f"cannot be listed ({e.strerror or e})") from None
 
 
+def _listdir_or_none(d: Path) -> set[str] | None:
+    try:
+        return set(os.listdir(d))
+    except OSError:
+        return None
+
+
 def _hints(d: Path, names: set[str]) -> list[str]:
     """Files of kinds msdiag does not read where they lie (for the error when nothing is found)."""
     out = []
@@ -67,30 +77,41 @@ def _hints(d: Path, names: set[str]) -> list[str]:
     return out
 
 
-def _walk(root: Path) -> tuple[list[RankDir], list[str]]:
+def _walk(root: Path) -> tuple[list[RankDir], list[str], list[str]]:
     """The ranks of every capture folder under root (each folder claimed by the first format that
-    recognises it, and not entered further), and hints of files not read."""
+    recognises it, and not entered further), hints of files not read, and the folders left out.
+
+    Each real folder is entered once, however many links lead to it (``s1 .. s8 -> .`` would make
+    N^depth paths), and at most ``_MAX_FOLDERS`` of them. A sub-folder that cannot be listed (chmod
+    000 scratch space beside the ranks) is left out with a note; only the root must be listable.
+    """
     claimed: dict[str, list[tuple[Path, set[str]]]] = {f.name: [] for f in FORMATS}
     hints: list[str] = []
+    skipped: list[str] = []
+    seen = Seen()
+    seen.first(root)
     stack = [(root, 0)]
     while stack:
         d, depth = stack.pop()
-        names = _listdir(d)
+        names = _listdir(d) if d == root else _listdir_or_none(d)
+        if names is None:
+            skipped.append(f"{d}: cannot be listed (permission denied or gone): left out")
+            continue
         fmt = next((f for f in FORMATS if f.claims(d, names)), None)
         if fmt is not None:
             claimed[fmt.name].append((d, names))
             continue
         hints.extend(_hints(d, names))
         if depth < _MAX_DEPTH:
-            for n in sorted(names):
-                p = d / n
-                if p.is_dir() and not n.startswith("."):
-                    stack.append((p, depth + 1))
+            subs = [d / n for n in sorted(names) if not n.startswith(".") and (d / n).is_dir()]
+            stack.extend((p, depth + 1) for p in seen.new(subs))
+        if len(seen) > _MAX_FOLDERS:
+            raise InputError(root, f"holds more than {_MAX_FOLDERS} folders: give the capture folder itself")
     if not any(claimed.values()):
         loose = next((f for f in FORMATS if f.loose is not None and f.loose(root)), None)
         if loose is not None:  # e.g. msprof's exported files copied into a plain folder
             claimed[loose.name].append((root, _listdir(root)))
-    return _ranks_of(claimed), hints
+    return _ranks_of(claimed), hints, skipped
 
 
 def _ranks_of(claimed: dict[str, list[tuple[Path, set[str]]]]) -> list[RankDir]:
@@ -118,8 +139,12 @@ def discover(path: str | Path) -> Discovery:
         )
     if root.name in ("ASCEND_PROFILER_OUTPUT", "FRAMEWORK"):
         root = root.parent
-    rank_dirs, hints = _walk(root)
+    rank_dirs, hints, skipped = _walk(root)
+    for r in rank_dirs:
+        r.root = root  # files may resolve anywhere in the folder the user gave (ingest/paths.py)
     if not rank_dirs:
+        if skipped:
+            raise InputError(root, f"no profiler capture found; {skipped[0]}")
         if hints:
             raise InputError(root, f"no profiler capture found, only {hints[0]}")
         raise InputError(
@@ -129,6 +154,7 @@ def discover(path: str | Path) -> Discovery:
         )
     notes: list[str] = []
     for r in rank_dirs:
+        notes.extend(f"{r.path}: {n}" for n in r.notes)
         if r.rank_from.startswith("no rank id"):
             notes.append(f"{r.path}: {r.rank_from}")
 
@@ -162,7 +188,7 @@ def discover(path: str | Path) -> Discovery:
         notes.append(
             f"rank {rank} appears {len(cands)} times: kept the newest capture {keep.path.name}, ignored {dropped}"
         )
-    return Discovery(root, chosen, notes + [f"not read: {h}" for h in hints], family)
+    return Discovery(root, chosen, notes + [f"not read: {h}" for h in hints + skipped], family)
 
 
 def _mtime_ns(p: Path) -> int:

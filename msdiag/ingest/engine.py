@@ -11,8 +11,9 @@ step of the format between sources (e.g. the steps found so far go to the timeli
 (with the reason) or failed (with the parse problem). Readers return what they read (a frame for
 the source's table, or a :class:`Read` with rows for several tables, typed info, notes); only the
 engine puts rows into the rank (:func:`put`). Every file a reader gets was resolved here
-(:func:`resolve`), and every database is opened here (:func:`connect`): the one place where checks
-on what is opened belong.
+(:func:`resolve`) and admitted (ingest/paths.py: a regular file inside the capture, else the source
+is failed with the reason and nothing is opened), and every database is opened here
+(:func:`connect`): the one place where checks on what is opened belong.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import pandas as pd
 
 from msdiag.errors import ParseError
 from msdiag.ingest._sqlite import Db, DbDamaged, open_db
+from msdiag.ingest.paths import real_roots, refusal
 from msdiag.model import ABSENT, FAILED, PRESENT, RankData, RankInfo, Source
 
 
@@ -43,6 +45,8 @@ class RankDir:
     captured_ns: int | None  # capture time (folder name or profiler_info), for choosing the newest
     text_files: list[str] = field(default_factory=list)  # names under ASCEND_PROFILER_OUTPUT/
     format: str = ""  # the name of the Format that reads it
+    root: Path | None = None  # the folder the user gave (set by discovery): files may resolve into it
+    notes: list[str] = field(default_factory=list)  # what discovery noticed (a name that is no rank id)
 
 
 class _Count(Enum):
@@ -76,6 +80,7 @@ class Ctx:
     state: dict[str, Any] = field(default_factory=dict)
     present: set[str] = field(default_factory=set)  # names of the declared sources read so far
     dbs: dict[str, Db] = field(default_factory=dict)  # databases opened by Database items
+    roots: tuple[Path, ...] = ()  # the real folders files must resolve into (the rank's, the capture's)
 
     @property
     def rank(self) -> int:
@@ -94,7 +99,17 @@ class Ctx:
 
     def beside(self, path: Path, name: str) -> Path | None:
         """A companion file next to a source's file (resolved by the engine, like every file)."""
-        return locate(path.parent, name)
+        return self.find(path.parent, name)
+
+    def find(self, folder: Path, name: str) -> Path | None:
+        """The file ``name`` in ``folder`` (None when there is none), admitted like every source's
+        file: a file that must not be read (a FIFO, a device, a link out of the capture) raises
+        ParseError with the reason."""
+        p = locate(folder, name)
+        why = None if p is None else refusal(p, self.roots)
+        if p is not None and why is not None:
+            raise ParseError(p, why)
+        return p
 
 
 Result = Union[pd.DataFrame, Read]
@@ -177,7 +192,8 @@ def read_rank(fmt: Format, rd_dir: RankDir) -> RankData:
     rd.info.rank_from = rd_dir.rank_from
     if rd_dir.captured_ns:
         rd.info.captured_ns = rd_dir.captured_ns
-    ctx = Ctx(rd, Path(rd_dir.path), {"rank": rd_dir.rank, **fmt.vars(rd_dir)})
+    ctx = Ctx(rd, Path(rd_dir.path), {"rank": rd_dir.rank, **fmt.vars(rd_dir)},
+              roots=real_roots(rd_dir.path, rd_dir.root))
     with ExitStack() as stack:
         for item in fmt.sources:
             if isinstance(item, Then):
@@ -285,7 +301,20 @@ def _file_source(ctx: Ctx, spec: Src) -> None:
         return
     for p in paths:
         name = spec.name.format(**ctx.vars) if spec.glob is None else _relative(p, ctx.folder)
-        _read_one(ctx, spec, p, name, str(p))
+        if _admitted(ctx, spec, p, name):
+            _read_one(ctx, spec, p, name, str(p))
+
+
+def _admitted(ctx: Ctx, spec: Src, p: Path, name: str) -> bool:
+    """Whether ``p`` may be opened (ingest/paths.py); a refused file is failed with the reason
+    (a core one stops the rank, as a broken core file does)."""
+    why = refusal(p, ctx.roots)
+    if why is None:
+        return True
+    if _core(spec, ctx):
+        raise ParseError(p, why)
+    ctx.rd.sources.append(Source(ctx.rank, name, FAILED, str(p), why))
+    return False
 
 
 def _db_source(ctx: Ctx, spec: Src) -> None:
@@ -355,6 +384,12 @@ def _open(ctx: Ctx, item: Database, stack: ExitStack) -> None:
         ctx.rd.sources.append(Source(ctx.rank, item.absent_name(ctx), ABSENT, None, _why(item.absent, ctx)))
         return
     path = folder / name
+    why = refusal(path, ctx.roots)
+    if why is not None:
+        if item.required:
+            raise ParseError(path, why)
+        ctx.rd.sources.append(Source(ctx.rank, path.name, FAILED, str(path), why))
+        return
     db = stack.enter_context(connect(path))
     ctx.rd.sources.append(Source(ctx.rank, path.name, PRESENT, str(path)))
     if item.check is not None:

@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 
 from msdiag.ingest.engine import RankDir
+from msdiag.ingest.paths import MAX_RANK, rank_number, read_head, real_roots
 
 # Format families of these folders.
 ASCEND_MS = "ascend_ms"  # MindSpore 2.3+ Ascend text output
@@ -25,6 +26,8 @@ CPU_RANK_FILE = re.compile(r"^cpu_(?:framework|op_execute_timestamp|ms_memory_re
 _RANK_DIR = re.compile(r"(?:^|[_-])rank[_-]?(\d+)(?:$|[_-])", re.IGNORECASE)
 _TS_DIR = re.compile(r"_(\d{13,17})_ascend_(?:ms|pt)$")
 _DB_RANK = re.compile(r"^ascend_(?:pytorch|mindspore)_profiler(?:_(\d+))?\.db$")
+_SHOWN_DIGITS = 20  # a longer number in a name is shown by its length
+_INFO_HEAD_BYTES = 4096  # the family is told by profiler_info's first keys
 
 
 def _names(d: Path) -> list[str]:
@@ -55,22 +58,25 @@ def is_cpu_rank(d: Path, names: set[str]) -> bool:
     )
 
 
-def _rank_id(d: Path, names: set[str], fw_files: list[str], text_files: list[str]) -> tuple[int, str]:
-    for n in sorted(names):
-        m = PROFILER_INFO.match(n)
-        if m:
-            return int(m.group(1)), n
-    for n in fw_files:
-        m = CPU_RANK_FILE.match(n)
-        if m:
-            return int(m.group(1)), f"FRAMEWORK/{n}"
-    for n in text_files:
-        m = _DB_RANK.match(n)
-        if m and m.group(1) is not None:
-            return int(m.group(1)), f"{OUTPUT_DIR}/{n}"
-    m = _RANK_DIR.search(d.name)
-    if m:
-        return int(m.group(1)), f"folder name {d.name}"
+def _rank_id(d: Path, names: set[str], fw_files: list[str], text_files: list[str],
+             notes: list[str]) -> tuple[int, str]:
+    """The rank id and where it was found; a name whose number no job has as a rank (beyond int32) is
+    passed over with a note in ``notes``."""
+    candidates = [
+        *((PROFILER_INFO.match(n), n) for n in sorted(names)),
+        *((CPU_RANK_FILE.match(n), f"FRAMEWORK/{n}") for n in fw_files),
+        *((_DB_RANK.match(n), f"{OUTPUT_DIR}/{n}") for n in text_files),
+        (_RANK_DIR.search(d.name), f"folder name {d.name}"),
+    ]
+    for m, where in candidates:
+        if m is None or m.group(1) is None:
+            continue
+        rank = rank_number(m.group(1))
+        if rank is not None:
+            return rank, where
+        digits = m.group(1)
+        shown = digits if len(digits) < _SHOWN_DIGITS else f"<{len(digits)} digits>"  # no 300-digit note
+        notes.append(f"{where.replace(digits, shown)}: {shown} is not a rank id (beyond {MAX_RANK}): ignored")
     return 0, "no rank id anywhere: taken as rank 0"
 
 
@@ -88,10 +94,10 @@ def _family_from_info(d: Path, names: set[str]) -> str:
     """Tell torch_npu from MindSpore by profiler_info's keys when the folder name does not say."""
     for n in names:
         if PROFILER_INFO.match(n):
-            try:
-                head = (d / n).read_text(encoding="utf-8", errors="replace")[:4096]
-            except OSError:
+            raw = read_head(d / n, real_roots(d), _INFO_HEAD_BYTES)  # never a FIFO, a device, a link out
+            if raw is None:
                 break
+            head = raw.decode("utf-8", errors="replace")
             if "ms_profiler_info" in head or "ms_version" in head:
                 return ASCEND_MS
             return ASCEND_PT
@@ -101,11 +107,12 @@ def _family_from_info(d: Path, names: set[str]) -> str:
 def ascend_rank(d: Path, names: set[str], fmt: str) -> RankDir:
     """The rank of an Ascend or MindSpore CPU rank folder: id, family, capture time."""
     text_files = _names(d / OUTPUT_DIR)
-    rank, rank_from = _rank_id(d, names, _names(d / "FRAMEWORK"), text_files)
+    notes: list[str] = []
+    rank, rank_from = _rank_id(d, names, _names(d / "FRAMEWORK"), text_files, notes)
     captured: int | None = None
     m = _TS_DIR.search(d.name)
     if m:
         digits = m.group(1)
         # the folder name carries a UTC timestamp in ms (13 digits) or us (16 digits)
         captured = int(digits) * 10 ** (19 - len(digits))
-    return RankDir(rank, d, _family(d, names, text_files), rank_from, captured, text_files, format=fmt)
+    return RankDir(rank, d, _family(d, names, text_files), rank_from, captured, text_files, format=fmt, notes=notes)

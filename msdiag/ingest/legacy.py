@@ -65,6 +65,7 @@ from msdiag.errors import ParseError
 from msdiag.ingest import ascend_csv, cann_msprof, metadata
 from msdiag.ingest._csv import NA_VALUES, check_last_row, read_csv, to_float
 from msdiag.ingest.engine import Ctx, Format, RankDir, Read, Src, listing, put, read_rank
+from msdiag.ingest.paths import rank_number
 from msdiag.ingest.steptrace import StepPoints, assign_steps, op_type_from_full_name, steps_from_points, table_frame
 from msdiag.model import RankData, Source
 
@@ -139,7 +140,9 @@ def find_legacy_ranks(folder: Path) -> list[tuple[int, Path]]:
         for pat in LEGACY_RANK_FILES + (_PROFILER_INFO,):
             m = pat.match(n)
             if m:
-                ranks.add(int(m.group(1)))
+                r = rank_number(m.group(1))  # None: a number no job has as a rank (ingest/paths.py)
+                if r is not None:
+                    ranks.add(r)
                 break
     return [(r, folder) for r in sorted(ranks)]
 

@@ -1,0 +1,107 @@
+"""The safe path to a capture's files: what may be opened, and walks that end.
+
+Captures travel (tarred, copied half-way, edited by scripts) and may hold anything a file system
+can: named pipes, links to devices, links to files outside the capture, links back to a parent
+folder, folders nobody may list. msdiag reads only regular files that resolve inside the capture
+(:func:`refusal` says why any other is not read, from ``stat`` alone: nothing is opened to find
+out), walks each real folder once however many links lead to it (:class:`Seen`), and takes a
+number in a file or folder name as a rank id only when it is one a job can have
+(:func:`rank_number`). Every check is cheap and happens before anything is opened.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+#: The largest rank id msdiag accepts from a name (an int32: any real job is far smaller).
+MAX_RANK = 2**31 - 1
+
+_KINDS = (
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISFIFO, "a named pipe (FIFO)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def rank_number(digits: str) -> int | None:
+    """The rank id written as ``digits`` in a name, or None when no job has such a rank."""
+    if not digits.isdigit() or len(digits) > len(str(MAX_RANK)):
+        return None
+    n = int(digits)
+    return n if n <= MAX_RANK else None
+
+
+def real_roots(*folders: str | Path | None) -> tuple[Path, ...]:
+    """The folders a capture's files must resolve into, links resolved (None entries skipped)."""
+    return tuple(dict.fromkeys(Path(os.path.realpath(f)) for f in folders if f is not None))
+
+
+def _kind(mode: int) -> str:
+    return next((what for test, what in _KINDS if test(mode)), "not a regular file")
+
+
+def refusal(path: Path, roots: Sequence[Path]) -> str | None:
+    """Why ``path`` must not be read, or None for a regular file inside one of ``roots``.
+
+    Decided from the path and ``stat`` only: a FIFO or a device is never opened (opening one may
+    block forever or never end), and a link out of the capture is never followed to its content.
+    """
+    real = Path(os.path.realpath(path))
+    if roots and not any(real.is_relative_to(r) for r in roots):
+        return "a symlink to outside the capture: not read (msdiag reads only files inside the capture folder)"
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as e:
+        return f"cannot be read ({e.strerror or e})"
+    if not stat.S_ISREG(mode):
+        return f"not a regular file ({_kind(mode)}): not read"
+    return None
+
+
+def read_head(path: Path, roots: Sequence[Path], limit: int) -> bytes | None:
+    """At most ``limit`` bytes of a regular file inside ``roots``; None when it is refused or unreadable.
+
+    For the few peeks discovery makes into a file (a family, a rank id): never the whole file.
+    """
+    if refusal(path, roots) is not None:
+        return None
+    try:
+        with open(path, "rb") as f:
+            return f.read(limit)
+    except OSError:
+        return None
+
+
+class Seen:
+    """The real folders a walk has entered: each is entered once, however many links lead to it
+    (``s1 .. s8 -> .`` would otherwise make N^depth paths)."""
+
+    def __init__(self) -> None:
+        self._ids: set[tuple[int, int]] = set()
+
+    def first(self, folder: str | Path) -> bool:
+        """True the first time the real folder behind ``folder`` is met (False after, or when it is
+        not a folder that can be stat'ed)."""
+        try:
+            st = os.stat(folder)
+        except OSError:
+            return False
+        if not stat.S_ISDIR(st.st_mode):
+            return False
+        key = (st.st_dev, st.st_ino)
+        if key in self._ids:
+            return False
+        self._ids.add(key)
+        return True
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def new(self, folders: Iterable[Path]) -> list[Path]:
+        """The folders of ``folders`` met for the first time, in order."""
+        return [f for f in folders if self.first(f)]
