@@ -62,7 +62,8 @@ class Check:
 CHECKS: dict[str, Check] = {
     "kernels": Check("start_us", ("dur_us",), required=True, window=True, step=True),
     "timeline": Check("start_us", ("dur_us",), required=True, window=True),
-    "comm_ops": Check("start_us", ("elapse_us",), required=True, window=True, step=True),
+    # hccl_raw (MindSpore 1.x-2.2) records no op start: a null start there is a figure the file lacks
+    "comm_ops": Check("start_us", ("elapse_us",), window=True, step=True),
     "counters": Check("ts_us", window=True),
     "memory": Check("ts_us"),
     "memory_allocs": Check("alloc_us", ("dur_us",)),
