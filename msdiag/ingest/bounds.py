@@ -191,7 +191,7 @@ def _judge_durs(table: str, check: Check, df: pd.DataFrame, repair: Repair) -> d
         _count(repair, table, col, "negative", negative)
         late = np.zeros(len(d), dtype=bool)
         if start is not None and np.isfinite(end_limit):
-            with np.errstate(invalid="ignore"):
+            with np.errstate(invalid="ignore", over="ignore"):
                 late = np.isfinite(d) & (d >= 0) & (start + d > end_limit)
         _count(repair, table, col, "runs past the capture's end", late)
         out[col] = infinite | negative | late
