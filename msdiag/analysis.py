@@ -93,8 +93,10 @@ def _steps_for(cap: Capture) -> tuple[pd.DataFrame, pd.DataFrame, list[dict[str,
         elif has_prof:
             ours.append(prof)
             if len(mine):
+                # worst is |ours - theirs| / theirs: beyond 1 the timeline is not a part of the step at all
+                spans = f"{100 * (1 - worst):.0f}% or less of" if 0 <= worst < 1 else "nothing like"
                 notes.append(
-                    f"rank {rd.rank}: the kernel timeline spans {100 * (1 - worst):.0f}% or less of the step the "
+                    f"rank {rd.rank}: the kernel timeline spans {spans} the step the "
                     "profiler measured (kernel_details.csv incomplete, trace_view.json absent?): "
                     "step rows are step_trace_time.csv's"
                 )
@@ -232,6 +234,7 @@ def analyze(path: str | Path, options: Options | None = None) -> Analysis:
     verdict, findings, skipped = diagnose(
         {k: v.value for k, v in metrics.items()}, rules, opts, {k: v.reason for k, v in metrics.items() if v.reason}
     )
+    on_repaired_data(verdict, cap)
     from msdiag.metrics import cluster
     from msdiag.metrics.views import ChartViews
 
@@ -255,6 +258,20 @@ def analyze(path: str | Path, options: Options | None = None) -> Analysis:
         requests=log,
         inference=inference.build(log, opts.slo_ttft_ms, opts.slo_tpot_ms, phases.phases_summary(ctx)),
         views=ChartViews(ctx, metrics, findings, identity.get("workload")),
+    )
+
+
+def on_repaired_data(verdict: dict[str, Any], cap: Capture) -> None:
+    """Say in the verdict when it stands on repaired data: values outside physical bounds that the
+    readers' rows lost (ingest/bounds.py, counted in each source's ``repaired``). Sets
+    ``verdict["repaired"]`` (true, only then) and ends the sentence with how many values were left out."""
+    left_out = sum(sum(s.repaired.values()) for s in cap.sources if s.repaired)
+    if not left_out or not verdict:
+        return
+    verdict["repaired"] = True
+    verdict["sentence"] = (
+        f"{verdict.get('sentence', '')} (stands on repaired data: {left_out} value(s) outside physical bounds "
+        "were left out; see the notes)"
     )
 
 

@@ -353,9 +353,13 @@ class Source:
     path: str | None = None
     reason: str | None = None
     rows: int | None = None
+    # values outside physical bounds left out of its rows (ingest/bounds.py): {"<table>.<column>:
+    # <problem>": count}; None when nothing was left out
+    repaired: dict[str, int] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        """The JSON contract's ``sources`` entry; ``repaired`` only when values were left out."""
+        out: dict[str, Any] = {
             "rank": self.rank,
             "name": self.name,
             "status": self.status,
@@ -363,6 +367,9 @@ class Source:
             "reason": self.reason,
             "rows": self.rows,
         }
+        if self.repaired:
+            out["repaired"] = dict(self.repaired)
+        return out
 
 
 @dataclass(frozen=True)

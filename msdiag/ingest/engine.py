@@ -29,6 +29,7 @@ from typing import Any, Callable, Union
 import pandas as pd
 
 from msdiag.errors import ParseError
+from msdiag.ingest import bounds
 from msdiag.ingest._sqlite import Db, DbDamaged, open_db
 from msdiag.ingest.paths import real_roots, refusal
 from msdiag.model import ABSENT, FAILED, PRESENT, RankData, RankInfo, Source
@@ -270,11 +271,25 @@ def _call(spec: Src, handle: Any, ctx: Ctx) -> Read:
     return Read(tables={spec.table: out})
 
 
+def _screened(spec: Src, handle: Any, ctx: Ctx, where: str, repair: bounds.Repair) -> Read:
+    """The reader's rows without values outside physical bounds (ingest/bounds.py); a file whose
+    clock stands still is a ParseError of that file."""
+    read = _call(spec, handle, ctx)
+    try:
+        for frames in (read.tables, read.replace):
+            for t, df in frames.items():
+                frames[t] = bounds.screen(t, df, repair)
+    except bounds.StoppedClock as e:
+        raise ParseError(where, str(e)) from None
+    return read
+
+
 def _read_one(ctx: Ctx, spec: Src, handle: Any, name: str, where: str) -> bool:
     """Read one file or table and record it; False when it failed (a core failure raises)."""
     rd = ctx.rd
+    repair = bounds.Repair()
     try:
-        read = _call(spec, handle, ctx)
+        read = _screened(spec, handle, ctx, where, repair)
     except DbDamaged:
         raise
     except ParseError as e:
@@ -289,7 +304,9 @@ def _read_one(ctx: Ctx, spec: Src, handle: Any, name: str, where: str) -> bool:
         rows = None if spec.table not in rd.tables else len(rd.tables[spec.table]) - before
     else:
         rows = read.rows  # type: ignore[assignment]
-    rd.sources.append(Source(rd.rank, name, PRESENT, where, None, rows))
+    rd.sources.append(Source(rd.rank, name, PRESENT, where, None, rows, repair.as_dict() if repair else None))
+    if repair:
+        rd.notes.append(repair.note(name))
     ctx.present.add(spec.name)
     return True
 

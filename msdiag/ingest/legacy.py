@@ -1082,7 +1082,7 @@ def _merge_prof(rd: RankData, ctx: Ctx) -> None:
     if "device_info" in sub.meta:
         rd.meta.setdefault("device_info", sub.meta["device_info"])
     for s in sub.sources:
-        rd.sources.append(Source(s.rank, f"{prof.name}/{s.name}", s.status, s.path, s.reason, s.rows))
+        rd.sources.append(Source(s.rank, f"{prof.name}/{s.name}", s.status, s.path, s.reason, s.rows, s.repaired))
     rd.notes.extend(f"{prof.name}: {n}" for n in sub.notes)
     k = rd.table("kernels")
     st = _step_trace(ctx)

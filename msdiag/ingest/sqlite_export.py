@@ -888,7 +888,9 @@ def _steps(ctx: Ctx) -> Steps:
 
 
 def _r_meta(db: Db, ctx: Ctx) -> Read:
-    return Read(meta={"db": read_db_meta(db)}, state={"launch": _launch_times(db)})
+    # names are ids into STRING_IDS: without it every kernel, op and API name is null (issue 20)
+    lost = [] if "STRING_IDS" in db.tables else [f"{db.path.name} holds no STRING_IDS table: kernel, op and API names are unknown (null)"]
+    return Read(meta={"db": read_db_meta(db)}, state={"launch": _launch_times(db)}, notes=lost)
 
 
 def _r_step_time(db: Db, ctx: Ctx) -> Read:

@@ -119,7 +119,7 @@ def _repetition_windows(ops: pd.DataFrame) -> tuple[list[Window], str] | None:
     order = np.argsort(ops["start_us"].to_numpy(float), kind="stable")
     names = ops["name"].to_numpy()[order]
     starts = ops["start_us"].to_numpy(float)[order]
-    ends = starts + ops["dur_us"].to_numpy(float)[order]
+    ends = _ends(ops)[order]
     counts = pd.Series(names).value_counts()
     if not len(counts):
         return None
@@ -147,9 +147,15 @@ def _repetition_windows(ops: pd.DataFrame) -> tuple[list[Window], str] | None:
     return wins, how
 
 
+def _ends(ops: pd.DataFrame) -> np.ndarray:
+    """Where each op ends, for bounding steps: an op whose duration was left out as impossible
+    (ingest/bounds.py) ends where it starts; it adds no interval to any part."""
+    return ops["start_us"].to_numpy(float) + np.nan_to_num(ops["dur_us"].to_numpy(float, na_value=np.nan), nan=0.0)
+
+
 def _windows(rd: RankData, ops: pd.DataFrame, host_ops: bool) -> tuple[list[Window], str]:
     starts = ops["start_us"].to_numpy(float)
-    ends = starts + ops["dur_us"].to_numpy(float)
+    ends = _ends(ops)
     steps = ops["step"]
     if steps.notna().any():
         wins = []
@@ -184,7 +190,8 @@ def step_breakdown(rd: RankData) -> pd.DataFrame:
     ops, src = _device_ops(rd)
     if not len(ops):
         return STEPS.empty()
-    ops = ops[ops["dur_us"].notna() & ops["start_us"].notna()].reset_index(drop=True)
+    # an op without a start cannot be placed; one without a duration still marks its step (bounds.py)
+    ops = ops[ops["start_us"].notna()].reset_index(drop=True)
     if not len(ops):
         return STEPS.empty()
     kind = ops["kind"].to_numpy()

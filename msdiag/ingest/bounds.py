@@ -1,0 +1,203 @@
+"""Values outside physical bounds: found in what a reader returns, counted and left out.
+
+A profiler file can carry values no capture can hold: a NaN or negative duration, a duration that
+runs far past the capture's end, a timestamp long before its start (``-1e300``), a step id below 0,
+or a clock that stands still (every event of a file at the same instant). Left in, one such value
+moves a figure without a word (a 160 us "step" from one kernel with ``Step Id -1``; one op lasting
+``1e308`` us doubles the computing share). The engine passes every frame a reader returns through
+:func:`screen` before it goes into the rank: rows whose required time is missing or impossible are
+left out, an impossible step id becomes null (the kernel stays, outside every step), and the
+counts come back per problem (:class:`Repair`), for the source's ``repaired`` entry, a note of the
+rank and the verdict's "stands on repaired data". A file whose clock stands still is not a
+timeline at all: :class:`StoppedClock`, which the engine treats as the file's parse error.
+
+What is judged, per table, is declared once in :data:`CHECKS`. The capture's window is judged per
+frame (one file, one clock): its median start plus or minus the larger of ``WINDOW_MADS`` median
+absolute deviations and ``MARGIN_US``; an end may run ``MARGIN_US`` past the last start kept. The
+margin is generous on purpose: a real capture's events lie within seconds of each other (the
+corpus: at most 6 s), an absurd value lies years away, and a clean capture must lose nothing.
+Memory samples are not judged against a window: real exports mix clocks there (a torch_npu
+memory_record.csv of 2023 holds samples a year apart).
+
+This module imports only the model, errors and units.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from msdiag.units import US_PER_S
+
+#: how far from the bulk of a file's timestamps a value may lie and still be the capture's (1 hour)
+MARGIN_US = 3600 * US_PER_S
+#: the window's half-width in median absolute deviations of the file's starts (long captures)
+WINDOW_MADS = 20.0
+#: a file with at least this many timed rows, every one starting at the same instant, has no clock
+STOPPED_CLOCK_ROWS = 3
+
+
+@dataclass(frozen=True)
+class Check:
+    """What is judged in one canonical table.
+
+    ``start``: the timestamp column; ``durs``: duration columns; ``required``: every row must have a
+    start and durations (a null start is a row that cannot be placed; a null duration is counted),
+    else null is a figure the file lacks (kept, not counted);
+    ``window``: starts judged against the file's window (and ends against its last start);
+    ``step``: a negative step id is left out (the row kept, in no step).
+    A row with an impossible start is left out; an impossible duration or step becomes null.
+    """
+
+    start: str | None = None
+    durs: tuple[str, ...] = ()
+    required: bool = False
+    window: bool = False
+    step: bool = False
+
+
+CHECKS: dict[str, Check] = {
+    "kernels": Check("start_us", ("dur_us",), required=True, window=True, step=True),
+    "timeline": Check("start_us", ("dur_us",), required=True, window=True),
+    # hccl_raw (MindSpore 1.x-2.2) records no op start: a null start there is a figure the file lacks
+    "comm_ops": Check("start_us", ("elapse_us",), window=True, step=True),
+    "counters": Check("ts_us", window=True),
+    "memory": Check("ts_us"),
+    "memory_allocs": Check("alloc_us", ("dur_us",)),
+    "comm_transport": Check(None, ("time_us",), step=True),
+    "comm_links": Check(None, ("time_us",), step=True),
+    "op_stats": Check(None, ("total_us", "min_us", "avg_us", "max_us")),
+}
+
+
+class StoppedClock(Exception):
+    """Every timed row of a file starts at the same instant: its timestamps are not a clock."""
+
+
+@dataclass
+class Repair:
+    """What :func:`screen` left out: counts per ``"<table>.<column>: <problem>"``."""
+
+    counts: Counter[str] = field(default_factory=Counter)
+
+    def __bool__(self) -> bool:
+        return bool(self.counts)
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    def as_dict(self) -> dict[str, int]:
+        """The counts as the JSON contract's ``sources[].repaired`` shows them (sorted keys)."""
+        return {k: int(self.counts[k]) for k in sorted(self.counts)}
+
+    def note(self, name: str) -> str:
+        """One line for the rank's notes: which file, what was left out and why."""
+        parts = ", ".join(f"{n} {what}" for what, n in sorted(self.counts.items()))
+        return f"{name}: {self.total} value(s) outside physical bounds left out ({parts})"
+
+
+def screen(table: str, df: pd.DataFrame, repair: Repair) -> pd.DataFrame:
+    """``df`` (rows of canonical ``table``) without its impossible values; counts go to ``repair``.
+
+    A row whose start is impossible cannot be placed: it is left out. An impossible duration or
+    step id is left out of its row (null): the event happened at its start, its length or step is
+    unknown, and the step breakdown still sees it (a dropped row would shift a repeating structure).
+    Raises :class:`StoppedClock` when the file's timestamps stand still.
+    """
+    check = CHECKS.get(table)
+    if check is None or not len(df):
+        return df
+    out = df
+    if check.start is not None and check.start in df.columns:
+        keep = _judge_starts(table, check, df[check.start].to_numpy(float, na_value=np.nan), repair)
+        out = df if keep.all() else df[keep].reset_index(drop=True)
+    nulls = {col: bad for col, bad in _judge_durs(table, check, out, repair).items() if bad.any()}
+    if check.step and "step" in out.columns:
+        bad = (out["step"] < 0).fillna(False).to_numpy(bool)
+        _count(repair, table, "step", "negative step id", bad)
+        if bad.any():
+            nulls["step"] = bad
+    if nulls:
+        out = out.copy()
+        for col, bad in nulls.items():
+            out.loc[bad, col] = np.nan if str(out[col].dtype) == "float64" else pd.NA
+    return out
+
+
+def _count(repair: Repair, table: str, col: str, problem: str, mask: np.ndarray) -> None:
+    n = int(mask.sum())
+    if n:
+        repair.counts[f"{table}.{col}: {problem}"] += n
+
+
+def _judge_starts(table: str, check: Check, t: np.ndarray, repair: Repair) -> np.ndarray:
+    """Which rows' starts are the capture's (a null start counts against required tables only)."""
+    assert check.start is not None
+    null = np.isnan(t)
+    bad_null = null if check.required else np.zeros(len(t), dtype=bool)
+    _count(repair, table, check.start, "missing", bad_null)
+    present = ~null
+    infinite = present & ~np.isfinite(t)
+    negative = present & np.isfinite(t) & (t < 0)
+    _count(repair, table, check.start, "not finite", infinite)
+    _count(repair, table, check.start, "before the clock's zero", negative)
+    ok = present & ~infinite & ~negative
+    if check.window and ok.any():
+        _stopped(table, t[ok])
+        lo, hi = window(t[ok])
+        outside = ok & ((t < lo) | (t > hi))
+        _count(repair, table, check.start, "far outside the capture's window", outside)
+        ok &= ~outside
+    return ok | (null & ~bad_null)
+
+
+def window(starts: np.ndarray) -> tuple[float, float]:
+    """The window a file's timestamps must lie in: median +- max(WINDOW_MADS x MAD, MARGIN_US)."""
+    med = float(np.median(starts))
+    mad = float(np.median(np.abs(starts - med)))
+    half = max(WINDOW_MADS * mad, MARGIN_US)
+    return med - half, med + half
+
+
+def _stopped(table: str, starts: np.ndarray) -> None:
+    if len(starts) >= STOPPED_CLOCK_ROWS and float(starts.min()) == float(starts.max()):
+        raise StoppedClock(
+            f"every one of its {len(starts)} {table} rows starts at the same instant ({fmt_us(float(starts[0]))}): "
+            "its timestamps are not a clock, there is no timeline to analyse")
+
+
+def _judge_durs(table: str, check: Check, df: pd.DataFrame, repair: Repair) -> dict[str, np.ndarray]:
+    """Per duration column, the values that are impossible: not finite, negative, or ending more than
+    MARGIN_US past the file's last start (a null is counted where the table requires the value)."""
+    start = df[check.start].to_numpy(float, na_value=np.nan) if check.start in df.columns else None
+    end_limit = np.inf
+    if check.window and start is not None and np.isfinite(start).any():
+        end_limit = float(np.nanmax(start)) + MARGIN_US
+    out: dict[str, np.ndarray] = {}
+    for col in check.durs:
+        if col not in df.columns:
+            continue
+        d = df[col].to_numpy(float, na_value=np.nan)
+        null = np.isnan(d)
+        if check.required:
+            _count(repair, table, col, "missing", null)
+        infinite = ~null & ~np.isfinite(d)
+        negative = ~null & np.isfinite(d) & (d < 0)
+        _count(repair, table, col, "not finite", infinite)
+        _count(repair, table, col, "negative", negative)
+        late = np.zeros(len(d), dtype=bool)
+        if start is not None and np.isfinite(end_limit):
+            with np.errstate(invalid="ignore", over="ignore"):
+                late = np.isfinite(d) & (d >= 0) & (start + d > end_limit)
+        _count(repair, table, col, "runs past the capture's end", late)
+        out[col] = infinite | negative | late
+    return out
+
+
+def fmt_us(x: float) -> str:
+    """A timestamp for a message: plain when it is an ordinary number, else in e-notation (never 300 digits)."""
+    return f"{x:.0f} us" if abs(x) < 1e18 else f"{x:.3g} us"

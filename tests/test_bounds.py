@@ -1,0 +1,140 @@
+"""Issue 20, values outside physical bounds (msdiag/ingest/bounds.py): counted, left out, said.
+
+The CLI cases are in tests/test_hostile.py; these check the counts, the rows and the verdict on real
+corpus files damaged in one place (tests/hostile/mutators.py), with the expected figures derived by
+hand in the comments, and the window arithmetic on small frames.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hostile import mutators as m
+
+from msdiag.analysis import analyze
+from msdiag.errors import ParseError
+from msdiag.ingest import bounds
+from msdiag.ingest.loader import load
+from msdiag.model import KERNELS, RankData
+from msdiag.options import Options
+
+L0 = "ascend/torchnpu-2rank-level0/rank0_ascend_pt"  # one rank, 191 kernels of step 50 in kernel_details.csv
+CPU = "mindspore-cpu/msrun_dp2_pynative/vm_17649_20261129090141364_ascend_ms"
+KD = f"{m.APO}/kernel_details.csv"
+
+
+def _source(rd: RankData, name: str) -> Any:
+    return next(s for s in rd.sources if s.name == name)
+
+
+def test_clean_capture_repairs_nothing(corpus: Path) -> None:
+    rd = load(corpus / L0, jobs=1).ranks[0]
+    assert all(s.repaired is None for s in rd.sources)
+    assert "repaired" not in _source(rd, "kernel_details.csv").to_dict()  # the JSON contract keeps its keys
+    assert not [n for n in rd.notes if "physical bounds" in n]
+
+
+def test_kernel_details_values_left_out_and_counted(corpus: Path, tmp_path: Path) -> None:
+    cap = m.copy_capture(corpus / L0, tmp_path / "cap")
+    # data rows (0 = first after the header): 3 trans_TransData_2 dur NaN, 5 ..._TransDataSpecial_TransData
+    # dur -40, 7 the second ..._TransDataSpecial_TransData step -1, 9 trans_TransData_4 start -1e300
+    m.set_csv_cells(cap / KD, "Duration(us)", {3: "nan", 5: "-40"})
+    m.set_csv_cells(cap / KD, "Step Id", {7: "-1"})
+    m.set_csv_cells(cap / KD, "Start Time(us)", {9: "-1e300"})
+    rd = load(cap, jobs=1).ranks[0]
+    src = _source(rd, "kernel_details.csv")
+    assert src.repaired == {
+        "kernels.dur_us: missing": 1,
+        "kernels.dur_us: negative": 1,
+        "kernels.start_us: before the clock's zero": 1,
+        "kernels.step: negative step id": 1,
+    }
+    assert src.to_dict()["repaired"] == src.repaired
+    k = rd.table("kernels")
+    assert src.rows == len(k) == 190  # 191 kernels, the one with no possible start left out
+    assert "trans_TransData_4" not in set(k["name"])
+    # the others stay, their impossible value null: a NaN and a -40 us duration, a -1 step id
+    assert k.loc[k["name"] == "trans_TransData_2", "dur_us"].isna().all()
+    assert int(k["dur_us"].isna().sum()) == 2
+    assert int(k["step"].isna().sum()) == 1 and int((k["step"] == 50).sum()) == 189
+    note = next(n for n in rd.notes if n.startswith("kernel_details.csv: "))
+    assert "4 value(s) outside physical bounds left out" in note
+
+
+def test_verdict_says_it_stands_on_repaired_data(corpus: Path, tmp_path: Path) -> None:
+    cap = m.copy_capture(corpus / L0, tmp_path / "cap")
+    m.set_csv_cells(cap / KD, "Step Id", {3: "-1"})
+    damaged = analyze(cap, Options(jobs=1)).verdict
+    clean = analyze(corpus / L0, Options(jobs=1)).verdict
+    assert "repaired" not in clean
+    assert damaged["repaired"] is True
+    assert damaged["bottleneck"] == clean["bottleneck"]  # one kernel's step id changes no conclusion
+    assert damaged["sentence"] == clean["sentence"] + (
+        " (stands on repaired data: 1 value(s) outside physical bounds were left out; see the notes)")
+
+
+def test_a_stopped_clock_is_the_files_parse_error(corpus: Path, tmp_path: Path) -> None:
+    cap = m.copy_capture(corpus / CPU, tmp_path / "cap")
+
+    def all_zero(events: list[dict[str, Any]]) -> None:
+        for e in events:
+            if "ts" in e:
+                e["ts"] = "0"
+
+    m.edit_trace_events(cap / m.APO / "trace_view.json", all_zero)
+    with pytest.raises(ParseError) as err:
+        load(cap, jobs=1)
+    # trace_view.json's 1140 host ops (the kernels table of a CPU rank), every one at 0 us
+    assert err.value.path.endswith("trace_view.json")
+    assert "every one of its 1140 kernels rows starts at the same instant (0 us)" in err.value.problem
+
+
+def _kernels(starts: list[float], durs: list[float], steps: list[int | None] | None = None) -> Any:
+    n = len(starts)
+    return KERNELS.frame({"rank": [0] * n, "step": steps or [1] * n, "name": [f"k{i}" for i in range(n)],
+                          "start_us": starts, "dur_us": durs})
+
+
+def test_window_is_median_plus_minus_an_hour_for_a_short_capture() -> None:
+    t0 = 1.7e15
+    # starts t0, t0+10, t0+20: median t0+10, deviations 10, 0, 10 -> MAD 10; 20 MADs = 200 us < 1 h
+    lo, hi = bounds.window(np.array([t0, t0 + 10, t0 + 20]))
+    assert (lo, hi) == (t0 + 10 - 3.6e9, t0 + 10 + 3.6e9)
+
+
+def test_screen_leaves_out_what_no_capture_holds() -> None:
+    t0 = 1.7e15
+    # a start in the year 33,000 (1e18 us) is 3e17 us from the others' median: far outside; a 1e308 us
+    # duration ends long after the last start + 1 h; inf is not finite; a 5 us kernel is fine
+    df = _kernels([t0, t0 + 10, t0 + 20, 1e18, t0 + 30], [5.0, 1e308, float("inf"), 1.0, 5.0], [1, 1, -2, 1, 1])
+    repair = bounds.Repair()
+    out = bounds.screen("kernels", df, repair)
+    assert list(out["name"]) == ["k0", "k1", "k2", "k4"]
+    assert out["dur_us"].isna().tolist() == [False, True, True, False]
+    assert out["step"].isna().tolist() == [False, False, True, False]
+    assert repair.as_dict() == {
+        "kernels.dur_us: not finite": 1,
+        "kernels.dur_us: runs past the capture's end": 1,
+        "kernels.start_us: far outside the capture's window": 1,
+        "kernels.step: negative step id": 1,
+    }
+    assert repair.total == 4
+
+
+def test_stopped_clock_needs_three_rows_at_one_instant() -> None:
+    # two kernels on two streams may start together; three or more rows of a file at one instant cannot
+    assert len(bounds.screen("kernels", _kernels([5.0, 5.0], [1.0, 2.0]), bounds.Repair())) == 2
+    with pytest.raises(bounds.StoppedClock):
+        bounds.screen("kernels", _kernels([5.0, 5.0, 5.0], [1.0, 2.0, 3.0]), bounds.Repair())
+
+
+def test_a_figure_the_file_lacks_is_not_a_repair() -> None:
+    # memory_allocs: a null release (never released in the capture) is a missing figure, not an error
+    from msdiag.model import MEMORY_ALLOCS
+
+    df = MEMORY_ALLOCS.frame({"rank": [0, 0], "name": ["a", "b"], "alloc_us": [10.0, 20.0], "dur_us": [5.0, float("nan")]})
+    repair = bounds.Repair()
+    assert len(bounds.screen("memory_allocs", df, repair)) == 2 and not repair
