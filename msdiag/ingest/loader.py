@@ -106,7 +106,9 @@ def _reduce_id(reduce: Callable[[RankData], RankData] | None, declared: str | No
     mod = sys.modules.get(reduce.__module__)
     parts = reduce.__module__.split(".")
     package = "/".join(parts[1:-1]) if len(parts) > 2 else parts[-1] + ".py"
-    return f"{declared or getattr(mod, 'REDUCE_VERSION', 0)}:{reduce.__module__}.{reduce.__qualname__}:{code_fingerprint((package,))}"
+    if declared is None:  # the reduction's module may say what it keeps: reduce_id()
+        declared = str(mod.reduce_id()) if callable(getattr(mod, "reduce_id", None)) else str(getattr(mod, "REDUCE_VERSION", 0))
+    return f"{declared}:{reduce.__module__}.{reduce.__qualname__}:{code_fingerprint((package,))}"
 
 
 def family_of(cap: Capture) -> str:
