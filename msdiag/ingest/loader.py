@@ -107,7 +107,8 @@ def _reduce_id(reduce: Callable[[RankData], RankData] | None, declared: str | No
     parts = reduce.__module__.split(".")
     package = "/".join(parts[1:-1]) if len(parts) > 2 else parts[-1] + ".py"
     if declared is None:  # the reduction's module may say what it keeps: reduce_id()
-        declared = str(mod.reduce_id()) if callable(getattr(mod, "reduce_id", None)) else str(getattr(mod, "REDUCE_VERSION", 0))
+        own = getattr(mod, "reduce_id", None)
+        declared = str(own()) if callable(own) else str(getattr(mod, "REDUCE_VERSION", 0))
     return f"{declared}:{reduce.__module__}.{reduce.__qualname__}:{code_fingerprint((package,))}"
 
 
