@@ -1,6 +1,8 @@
 """Command line: parse arguments, call the pipeline, map errors to exit codes.
 
-Exit codes: 0 ok, 1 findings at or above --fail-on, 2 usage or input error.
+Exit codes: 0 ok, 1 findings at or above --fail-on, 2 usage or input error (and, with --strict, a
+rank left out or a source that failed), 3 an internal error (a bug in msdiag: one line, the traceback
+with --debug), never 1, which --fail-on gives findings.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from msdiag.units import US_PER_MS
 EXIT_OK = 0
 EXIT_FINDINGS = 1
 EXIT_ERROR = 2
+EXIT_INTERNAL = 3
+_DEBUG = "msdiag_debug"  # ctx.meta key: --debug was given (shared by the group's and the command's contexts)
 
 
 def _parse_set(values: tuple[str, ...]) -> dict[str, str]:
@@ -44,6 +48,13 @@ def config_options(f: Callable[..., Any]) -> Callable[..., Any]:
     for o in reversed(_CONFIG_OPTIONS):
         f = o(f)
     return f
+
+
+def _remember_debug(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
+    """--debug, kept where the group sees it too: an internal error then shows its traceback."""
+    if value:
+        ctx.meta[_DEBUG] = True
+    return value
 
 
 def analysis_options(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -73,7 +84,9 @@ def analysis_options(f: Callable[..., Any]) -> Callable[..., Any]:
                      help="Request timing log (msdiag JSONL/CSV or vLLM benchmark_serving JSON) analyzed with the capture."),
         click.option("--slo-ttft-ms", type=click.FloatRange(min=0, min_open=True), default=None, help="TTFT objective (ms) for goodput."),
         click.option("--slo-tpot-ms", type=click.FloatRange(min=0, min_open=True), default=None, help="TPOT objective (ms) for goodput."),
-        click.option("--debug", is_flag=True, help="Show the traceback of an error."),
+        click.option("--strict", is_flag=True,
+                     help="Exit 2 when a rank is left out or a source failed (default: a note, and the rest is analysed)."),
+        click.option("--debug", is_flag=True, callback=_remember_debug, expose_value=True, help="Show the traceback of an error."),
     ]
     for o in reversed(opts):
         f = o(f)
@@ -153,7 +166,28 @@ def _fail(e: Exception, debug: bool) -> None:
     sys.exit(EXIT_ERROR)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Main(click.Group):
+    """The command group: an exception that is not an input problem is an internal error, exit 3."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except MsdiagError as e:  # an input problem a command did not catch itself
+            _fail(e, bool(ctx.meta.get(_DEBUG)))
+        except Exception as e:  # noqa: BLE001 - every bug ends in one line and its own exit code
+            if ctx.meta.get(_DEBUG):
+                raise
+            from msdiag.errors import one_line
+
+            text = one_line(str(e))[:300]
+            click.echo(f"msdiag: internal error: {type(e).__name__}: {text} (a bug in msdiag {__version__}: "
+                       "please report it; --debug shows the traceback)", err=True)
+            sys.exit(EXIT_INTERNAL)
+
+
+@click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="msdiag")
 def main() -> None:
     """msdiag: find the one bottleneck of a MindSpore training or inference job."""

@@ -232,25 +232,21 @@ def _rules_case(bench: Bench, write: Callable[[Path], Path]) -> tuple[Run, Path]
     return bench.analyze(cap, "--rules", str(rules), inputs=[rules]), rule
 
 
-@pytest.mark.xfail(strict=True, reason="issue 20: a YAML alias bomb in a --rules folder hangs (timeout)")
 def test_rules_alias_bomb(bench: Bench) -> None:
     run, rule = _rules_case(bench, m.write_rule_alias_bomb)
     assert_stopped(run, rule.name)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 20: a self-referencing alias in a rule: traceback (RecursionError), exit 1")
 def test_rules_self_referencing_alias(bench: Bench) -> None:
     run, rule = _rules_case(bench, m.write_rule_self_alias)
     assert_stopped(run, rule.name)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 20: a rule nested 5,000 deep: thousands of traceback lines, exit 1")
 def test_rules_deep_nesting(bench: Bench) -> None:
     run, rule = _rules_case(bench, m.write_rule_deep_nesting)
     assert_stopped(run, rule.name)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 20: a rule file with non-UTF-8 bytes: traceback (UnicodeDecodeError), exit 1")
 def test_rules_non_utf8(bench: Bench, repo: Path) -> None:
     run, rule = _rules_case(bench, lambda d: m.write_rule_non_utf8(d, repo / "rules" / "comm-exposed.yaml"))
     assert_stopped(run, rule.name)
@@ -588,7 +584,6 @@ def test_untrusted_cache_folder_is_refused(bench: Bench, clean: Callable[..., di
     assert same_figures(report, clean(L0)) == []
 
 
-@pytest.mark.xfail(strict=True, reason="issue 20: pyproject allows pyarrow 14.0.0 (reads Parquet with pickle: CVE-2023-47248)")
 def test_pyarrow_floor(repo: Path) -> None:
     """``pyarrow>=14.0.1`` at least, declared and installed."""
     import pyarrow
@@ -612,7 +607,6 @@ _INJECT_BUG = (
 )
 
 
-@pytest.mark.xfail(strict=True, reason="issue 20: an internal error prints a traceback and exits 1, the code of findings")
 def test_internal_error_exit_3(bench: Bench) -> None:
     """An internal error is one line and exit 3, never 1 (which --fail-on uses for findings)."""
     cap = bench.copy(L0)
