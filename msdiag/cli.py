@@ -99,11 +99,18 @@ def _cache_dir(kw: dict[str, Any]) -> str | None:
         if kw.get("cache_dir"):
             raise click.UsageError("--cache and --no-cache exclude each other")
         return None
-    if kw.get("cache_dir"):
-        return str(kw["cache_dir"])
-    from msdiag.ingest.cache import default_dir
+    from msdiag.ingest.cache import default_dir, untrusted
 
-    return str(default_dir())
+    folder = str(kw["cache_dir"]) if kw.get("cache_dir") else str(default_dir())
+    why = untrusted(folder)
+    if why is not None:  # trusted like code (as ssh trusts ~/.ssh): refused in one line, the run goes on uncached
+        from msdiag.errors import one_line
+
+        click.echo(one_line(f"msdiag: warning: cache folder {folder} {why}: not used, this run is not cached "
+                            "(a cache folder must be yours and writable by you only: chmod go-w it, or give "
+                            "--cache DIR or --no-cache)"), err=True)
+        return None
+    return folder
 
 
 def _parse_norms(values: tuple[str, ...]) -> dict[str, float]:

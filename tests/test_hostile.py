@@ -252,7 +252,6 @@ def test_rules_non_utf8(bench: Bench, repo: Path) -> None:
     assert_stopped(run, rule.name)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 20: a recursive SQL view named TASK never ends (timeout)")
 def test_sqlite_recursive_view(bench: Bench) -> None:
     """A view is not a profiler table: the database (or that table) is refused, in bounded time."""
     cap = bench.copy(DB)
@@ -520,10 +519,7 @@ TAMPER: dict[str, Callable[[Path], None]] = {
 }
 
 
-@pytest.mark.parametrize("how", [
-    pytest.param(k, marks=pytest.mark.xfail(strict=True, reason=f"issue 20: a tampered cache entry ({k}) crashes every later run"))
-    for k in TAMPER
-])
+@pytest.mark.parametrize("how", list(TAMPER))
 def test_tampered_cache_entry_is_rebuilt(bench: Bench, clean: Callable[..., dict[str, Any]], how: str) -> None:
     """An entry that does not validate is rebuilt: the same figures as --no-cache, no traceback."""
     cap = bench.copy(L0)
@@ -537,7 +533,6 @@ def test_tampered_cache_entry_is_rebuilt(bench: Bench, clean: Callable[..., dict
     assert same_figures(report, clean(L0)) == []
 
 
-@pytest.mark.xfail(strict=True, reason="issue 20: a warm cache from another working folder gives mfu null (relative paths)")
 def test_cache_from_another_working_folder(bench: Bench) -> None:
     """An Ascend rank with its CANN PROF_*/device_0/info.json.0 (MFU 0.0041 without cache): analysed from
     its parent with a relative path, then from a sibling folder with a warm cache, MFU is the same."""
@@ -565,10 +560,8 @@ def _other_owner(cache: Path) -> None:
 
 
 @pytest.mark.parametrize("make_untrusted", [
-    pytest.param(_world_writable, id="writable_by_others",
-                 marks=pytest.mark.xfail(strict=True, reason="issue 20: a cache folder writable by others is used silently")),
-    pytest.param(_other_owner, id="owned_by_another_user",
-                 marks=pytest.mark.xfail(strict=True, reason="issue 20: a cache folder owned by another user is used silently")),
+    pytest.param(_world_writable, id="writable_by_others"),
+    pytest.param(_other_owner, id="owned_by_another_user"),
 ])
 def test_untrusted_cache_folder_is_refused(bench: Bench, clean: Callable[..., dict[str, Any]],
                                            make_untrusted: Callable[[Path], None]) -> None:
