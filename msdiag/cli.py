@@ -166,6 +166,32 @@ def _options(kw: dict[str, Any]) -> Any:
         raise InputError(values.get("config") or "options", str(e)) from None
 
 
+def _analyze(path: str | Path, opts: Any, strict: bool) -> Any:
+    """analysis.analyze; with ``--strict`` a rank left out or a source that failed stops it (exit 2)."""
+    from msdiag.analysis import analyze as run
+
+    a = run(path, opts)
+    if strict:
+        _check_strict(a)
+    return a
+
+
+def _check_strict(a: Any) -> None:
+    """--strict: raise an InputError naming the first rank left out, else the first failed source."""
+    from msdiag.errors import InputError
+
+    left = list(a.capture.ingest.get("left_out", []))
+    failed = [s for r in a.capture.ranks for s in r.sources if s.status == "failed"]
+    more = len(left) + len(failed) - 1
+    also = f"; {more} more rank(s) left out / source(s) failed" if more > 0 else ""
+    if left:
+        first = left[0]
+        raise InputError(first["path"], f"rank {first['rank']} left out: {first['problem']} (--strict{also})")
+    if failed:
+        src = failed[0]
+        raise InputError(src.path or src.name, f"{src.name} of rank {src.rank} failed: {src.reason} (--strict{also})")
+
+
 def _fail(e: Exception, debug: bool) -> None:
     if debug:
         raise e
@@ -217,12 +243,11 @@ def _exit_for(report: dict[str, Any], fail_on: str | None) -> int:
 @analysis_options
 def analyze(path: str, fmt: str, fail_on: str | None, baseline_name: str | None, **kw: Any) -> None:
     """Analyze a profiler capture (a rank folder or a folder of ranks) or a request timing log: verdict, findings, figures."""
-    from msdiag.analysis import analyze as run
     from msdiag.contract import build
 
     try:
         saved = _load_baseline(baseline_name) if baseline_name else None  # a wrong name fails before any work
-        a = run(path, _options(kw))
+        a = _analyze(path, _options(kw), kw["strict"])
         report = build(a)
         if saved is not None:
             report["baseline_diff"] = _against_baseline(saved, a, report, path)
@@ -273,7 +298,6 @@ def _check_output(output: str, folders: list[Path]) -> Path:
 @analysis_options
 def report(path: str, output: str, fail_on: str | None, baseline_name: str | None, **kw: Any) -> None:
     """Write one self-contained HTML report of a capture (opens offline: inline CSS and SVG charts)."""
-    from msdiag.analysis import analyze as run
     from msdiag.contract import build
     from msdiag.errors import InputError
 
@@ -282,7 +306,7 @@ def report(path: str, output: str, fail_on: str | None, baseline_name: str | Non
         # a rank's ASCEND_PROFILER_OUTPUT/ belongs to the rank folder above it
         _check_output(output, [p, p.parent] if p.name == "ASCEND_PROFILER_OUTPUT" else [p])
         saved = _load_baseline(baseline_name) if baseline_name else None
-        a = run(path, _options(kw))
+        a = _analyze(path, _options(kw), kw["strict"])
         out = _check_output(output, [Path(rd.path) for rd in a.capture.ranks])
         data = build(a)
         if saved is not None:
@@ -355,11 +379,10 @@ def capture(
         click.echo(f"msdiag: {line}", err=True)
     if not res.captured:
         sys.exit(res.exit_code)
-    from msdiag.analysis import analyze as run
     from msdiag.contract import build
 
     try:
-        a = run(folder, opts)
+        a = _analyze(folder, opts, kw["strict"])
         data = build(a)
     except MsdiagError as e:
         if debug:
@@ -491,10 +514,9 @@ def _against_baseline(saved: dict[str, Any], a: Any, report: dict[str, Any], pat
     return compare(saved, snapshot(a, report), _baseline_label(saved), path)
 
 
-def _diff_side(arg: str, opts: Any) -> tuple[dict[str, Any], str, Any]:
+def _diff_side(arg: str, opts: Any, strict: bool = False) -> tuple[dict[str, Any], str, Any]:
     """(snapshot, label, Analysis or None): a saved baseline name stands where a path stands."""
     from msdiag import baseline as store
-    from msdiag.analysis import analyze as run
     from msdiag.diff import snapshot
     from msdiag.errors import InputError
 
@@ -506,7 +528,7 @@ def _diff_side(arg: str, opts: Any) -> tuple[dict[str, Any], str, Any]:
         click.echo(f"msdiag: note: '{arg}' is a path and a saved baseline: the path is used (write baseline:{arg} for the baseline)", err=True)
     elif not Path(arg).exists():
         raise InputError(arg, f"no such file or folder, and no saved baseline of that name in {store.store_dir()}")
-    a = run(arg, opts)
+    a = _analyze(arg, opts, strict)
     return snapshot(a), arg, a
 
 
@@ -553,8 +575,8 @@ def diff(
                 raise InputError("--report", "the HTML report is of the candidate capture: give CANDIDATE as a capture path, not a saved baseline")
             p = Path(candidate_arg)
             _check_output(report_path, [p, p.parent] if p.name == "ASCEND_PROFILER_OUTPUT" else [p])
-        sb, lb, _ = _diff_side(baseline_arg, opts)
-        sc, lc, ac = _diff_side(candidate_arg, opts)
+        sb, lb, _ = _diff_side(baseline_arg, opts, kw["strict"])
+        sc, lc, ac = _diff_side(candidate_arg, opts, kw["strict"])
         d = compare(sb, sc, lb, lc, min_effect=min_effect / 100.0, fail_on_regression=fail_on_regression, gate_metrics=ids)
         if report_path:
             out = _check_output(report_path, [Path(r["path"]) for s in (sb, sc) for r in s["report"]["ranks"] if r.get("path")])
@@ -592,14 +614,13 @@ def baseline() -> None:
 def baseline_save(name: str, path: str, force: bool, **kw: Any) -> None:
     """Analyze PATH and keep it as baseline NAME (the analysis, not the raw capture)."""
     from msdiag import baseline as store
-    from msdiag.analysis import analyze as run
     from msdiag.diff import snapshot
 
     try:
         store.check_name(name)
         if store.exists(name) and not force:
             raise MsdiagError(f"{name}: a baseline of that name exists: use --force to replace it, or another name")
-        a = run(path, _options(kw))
+        a = _analyze(path, _options(kw), kw["strict"])
         f = store.save(name, snapshot(a), path, force=force)
     except MsdiagError as e:
         _fail(e, kw["debug"])

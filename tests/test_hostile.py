@@ -612,6 +612,27 @@ def test_internal_error_exit_3(bench: Bench) -> None:
     assert len(run.stderr_lines) == 1 and run.stderr_lines[0].startswith("msdiag:"), run.describe()
 
 
+# ======== --strict: a left-out rank or a failed source stops the analysis ==================================
+
+def test_strict_left_out_rank(bench: Bench) -> None:
+    """Rank 1's kernel_details.csv emptied: by default rank 1 is left out with a note (exit 0/1); with
+    --strict the same job stops, exit 2 with one line naming the file."""
+    job = bench.copy(L1_JOB, "job")
+    (job / "rank1_ascend_pt" / APO / "kernel_details.csv").write_bytes(b"")
+    report = assert_analyzed(bench.analyze(job, "--jobs", "2"))
+    assert [r["rank"] for r in report["ranks"]] == [0]
+    assert any(n.startswith("rank 1 left out") for n in report["notes"]), report["notes"]
+    assert_stopped(bench.analyze(job, "--jobs", "2", "--strict"), "kernel_details.csv")
+
+
+def test_strict_failed_source(bench: Bench) -> None:
+    """op_statistic.csv emptied: a failed optional source by default, exit 2 naming it with --strict."""
+    cap = bench.copy(L0)
+    (cap / APO / "op_statistic.csv").write_bytes(b"")
+    assert failed_source(assert_analyzed(bench.analyze(cap)), "op_statistic.csv") is not None
+    assert_stopped(bench.analyze(cap, "--strict"), "op_statistic.csv")
+
+
 # ======== msdiag capture ===================================================================================
 
 @pytest.mark.skip(reason="issue 20's capture cases (double SIGINT, non-Python commands, empty --out, sitecustomize, "

@@ -95,7 +95,7 @@ class Db:
         try:
             return self.con.execute(sql, params).fetchall()
         except sqlite3.DatabaseError as e:
-            if _NOT_AUTHORIZED in str(e):
+            if getattr(e, "sqlite_errorcode", None) == sqlite3.SQLITE_AUTH or _NOT_AUTHORIZED in str(e):
                 raise DbDamaged(self.path, self._refused()) from None
             raise DbDamaged(self.path, f"cannot be read as an SQLite database ({e}): the file is truncated or corrupt") from None
 
