@@ -63,6 +63,7 @@ def check_header(path: Path) -> None:
 
 
 _NOT_AUTHORIZED = "not authorized"
+_SQLITE_AUTH = 23  # sqlite3.h: "authorization denied" (the authorizer said no)
 _MAX_NAME = 60  # characters of a table name quoted in an error
 
 
@@ -95,7 +96,7 @@ class Db:
         try:
             return self.con.execute(sql, params).fetchall()
         except sqlite3.DatabaseError as e:
-            if getattr(e, "sqlite_errorcode", None) == sqlite3.SQLITE_AUTH or _NOT_AUTHORIZED in str(e):
+            if getattr(e, "sqlite_errorcode", None) == _SQLITE_AUTH or _NOT_AUTHORIZED in str(e):
                 raise DbDamaged(self.path, self._refused()) from None
             raise DbDamaged(self.path, f"cannot be read as an SQLite database ({e}): the file is truncated or corrupt") from None
 

@@ -5,8 +5,9 @@ Parquet files per rank instead of parsing its traces. Layout under the cache fol
 
     msdiag-ranks-v<CACHE_FORMAT>/<id[:2]>/<id>/
         key.json          what the entry was built from (below)
-        rank.json         RankData's rank, family, path, info (RankInfo), meta, sources, notes, and its
-                          tables' names
+        rank.json         RankData's rank, family, info (RankInfo), meta, sources, notes, and its tables'
+                          columns and dtypes; paths relative to the rank folder (rooted again at the rank
+                          folder as the reading run names it: nothing depends on the working folder)
         <table>.parquet   one file per table (pyarrow; dtypes restored from the pandas metadata)
 
 ``id`` hashes the rank folder's absolute path, rank id, format family and the reduction applied,
@@ -14,8 +15,14 @@ so one rank folder has one entry (a re-capture in the same place replaces it). `
 every file under the rank folder (relative path, size, mtime in ns), msdiag's version, the schema
 version (model.SCHEMA_VERSION), CACHE_FORMAT and a hash of msdiag's own source files: an entry is
 used only when all of it is unchanged, otherwise the rank is parsed again and the entry rewritten.
-An entry that cannot be read (truncated, edited, another version) is ignored and rebuilt, never an
+An entry is validated whole before it is used (every rank.json field against the model's types and
+its key, each table's columns and dtypes against those stored, canonical tables against the model):
+one that does not validate (truncated, edited, another version) is ignored and rebuilt, never an
 error; a rank whose tables or metadata would not come back identical is not cached.
+
+A cache folder is trusted like code, as ssh trusts ~/.ssh (``untrusted``): one owned by another user
+or writable by others is not used. pyarrow>=14.0.1 (14.0.0 unpickles Parquet extension types:
+CVE-2023-47248).
 
 The cache is never written inside a capture (checked by the loader). Entries are written to a
 temporary folder and renamed into place, so a reader never sees half an entry. pyarrow is imported
@@ -35,10 +42,10 @@ import stat
 import tempfile
 import types
 import typing
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Sequence
 from typing import Any
 
 from msdiag import __version__
