@@ -108,6 +108,8 @@ def _reduce_id(reduce: Callable[[RankData], RankData] | None, declared: str | No
     mod = sys.modules.get(reduce.__module__)
     parts = reduce.__module__.split(".")
     package = "/".join(parts[1:-1]) if len(parts) > 2 else parts[-1] + ".py"
+    if declared is None and callable(getattr(mod, "reduce_id", None)):
+        declared = str(mod.reduce_id())  # type: ignore[union-attr]  # the module declares it: as analyze() passes it
     return f"{declared or getattr(mod, 'REDUCE_VERSION', 0)}:{reduce.__module__}.{reduce.__qualname__}:{code_fingerprint((package,))}"
 
 
