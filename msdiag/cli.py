@@ -1,6 +1,8 @@
 """Command line: parse arguments, call the pipeline, map errors to exit codes.
 
-Exit codes: 0 ok, 1 findings at or above --fail-on, 2 usage or input error.
+Exit codes: 0 ok, 1 findings at or above --fail-on, 2 usage or input error (and, with --strict, a
+rank left out or a source that failed), 3 an internal error (a bug in msdiag: one line, the traceback
+with --debug), never 1, which --fail-on gives findings.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from msdiag.units import US_PER_MS
 EXIT_OK = 0
 EXIT_FINDINGS = 1
 EXIT_ERROR = 2
+EXIT_INTERNAL = 3
+_DEBUG = "msdiag_debug"  # ctx.meta key: --debug was given (shared by the group's and the command's contexts)
 
 
 def _parse_set(values: tuple[str, ...]) -> dict[str, str]:
@@ -44,6 +48,13 @@ def config_options(f: Callable[..., Any]) -> Callable[..., Any]:
     for o in reversed(_CONFIG_OPTIONS):
         f = o(f)
     return f
+
+
+def _remember_debug(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
+    """--debug, kept where the group sees it too: an internal error then shows its traceback."""
+    if value:
+        ctx.meta[_DEBUG] = True
+    return value
 
 
 def analysis_options(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -73,7 +84,9 @@ def analysis_options(f: Callable[..., Any]) -> Callable[..., Any]:
                      help="Request timing log (msdiag JSONL/CSV or vLLM benchmark_serving JSON) analyzed with the capture."),
         click.option("--slo-ttft-ms", type=click.FloatRange(min=0, min_open=True), default=None, help="TTFT objective (ms) for goodput."),
         click.option("--slo-tpot-ms", type=click.FloatRange(min=0, min_open=True), default=None, help="TPOT objective (ms) for goodput."),
-        click.option("--debug", is_flag=True, help="Show the traceback of an error."),
+        click.option("--strict", is_flag=True,
+                     help="Exit 2 when a rank is left out or a source failed (default: a note, and the rest is analysed)."),
+        click.option("--debug", is_flag=True, callback=_remember_debug, expose_value=True, help="Show the traceback of an error."),
     ]
     for o in reversed(opts):
         f = o(f)
@@ -86,11 +99,18 @@ def _cache_dir(kw: dict[str, Any]) -> str | None:
         if kw.get("cache_dir"):
             raise click.UsageError("--cache and --no-cache exclude each other")
         return None
-    if kw.get("cache_dir"):
-        return str(kw["cache_dir"])
-    from msdiag.ingest.cache import default_dir
+    from msdiag.ingest.cache import default_dir, untrusted
 
-    return str(default_dir())
+    folder = str(kw["cache_dir"]) if kw.get("cache_dir") else str(default_dir())
+    why = untrusted(folder)
+    if why is not None:  # trusted like code (as ssh trusts ~/.ssh): refused in one line, the run goes on uncached
+        from msdiag.errors import one_line
+
+        click.echo(one_line(f"msdiag: warning: cache folder {folder} {why}: not used, this run is not cached "
+                            "(a cache folder must be yours and writable by you only: chmod go-w it, or give "
+                            "--cache DIR or --no-cache)"), err=True)
+        return None
+    return folder
 
 
 def _parse_norms(values: tuple[str, ...]) -> dict[str, float]:
@@ -146,6 +166,32 @@ def _options(kw: dict[str, Any]) -> Any:
         raise InputError(values.get("config") or "options", str(e)) from None
 
 
+def _analyze(path: str | Path, opts: Any, strict: bool) -> Any:
+    """analysis.analyze; with ``--strict`` a rank left out or a source that failed stops it (exit 2)."""
+    from msdiag.analysis import analyze as run
+
+    a = run(path, opts)
+    if strict:
+        _check_strict(a)
+    return a
+
+
+def _check_strict(a: Any) -> None:
+    """--strict: raise an InputError naming the first rank left out, else the first failed source."""
+    from msdiag.errors import InputError
+
+    left = list(a.capture.ingest.get("left_out", []))
+    failed = [s for r in a.capture.ranks for s in r.sources if s.status == "failed"]
+    more = len(left) + len(failed) - 1
+    also = f"; {more} more rank(s) left out / source(s) failed" if more > 0 else ""
+    if left:
+        first = left[0]
+        raise InputError(first["path"], f"rank {first['rank']} left out: {first['problem']} (--strict{also})")
+    if failed:
+        src = failed[0]
+        raise InputError(src.path or src.name, f"{src.name} of rank {src.rank} failed: {src.reason} (--strict{also})")
+
+
 def _fail(e: Exception, debug: bool) -> None:
     if debug:
         raise e
@@ -153,7 +199,28 @@ def _fail(e: Exception, debug: bool) -> None:
     sys.exit(EXIT_ERROR)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Main(click.Group):
+    """The command group: an exception that is not an input problem is an internal error, exit 3."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except MsdiagError as e:  # an input problem a command did not catch itself
+            _fail(e, bool(ctx.meta.get(_DEBUG)))
+        except Exception as e:  # noqa: BLE001 - every bug ends in one line and its own exit code
+            if ctx.meta.get(_DEBUG):
+                raise
+            from msdiag.errors import one_line
+
+            text = one_line(str(e))[:300]
+            click.echo(f"msdiag: internal error: {type(e).__name__}: {text} (a bug in msdiag {__version__}: "
+                       "please report it; --debug shows the traceback)", err=True)
+            sys.exit(EXIT_INTERNAL)
+
+
+@click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="msdiag")
 def main() -> None:
     """msdiag: find the one bottleneck of a MindSpore training or inference job."""
@@ -176,12 +243,11 @@ def _exit_for(report: dict[str, Any], fail_on: str | None) -> int:
 @analysis_options
 def analyze(path: str, fmt: str, fail_on: str | None, baseline_name: str | None, **kw: Any) -> None:
     """Analyze a profiler capture (a rank folder or a folder of ranks) or a request timing log: verdict, findings, figures."""
-    from msdiag.analysis import analyze as run
     from msdiag.contract import build
 
     try:
         saved = _load_baseline(baseline_name) if baseline_name else None  # a wrong name fails before any work
-        a = run(path, _options(kw))
+        a = _analyze(path, _options(kw), kw["strict"])
         report = build(a)
         if saved is not None:
             report["baseline_diff"] = _against_baseline(saved, a, report, path)
@@ -232,7 +298,6 @@ def _check_output(output: str, folders: list[Path]) -> Path:
 @analysis_options
 def report(path: str, output: str, fail_on: str | None, baseline_name: str | None, **kw: Any) -> None:
     """Write one self-contained HTML report of a capture (opens offline: inline CSS and SVG charts)."""
-    from msdiag.analysis import analyze as run
     from msdiag.contract import build
     from msdiag.errors import InputError
 
@@ -241,7 +306,7 @@ def report(path: str, output: str, fail_on: str | None, baseline_name: str | Non
         # a rank's ASCEND_PROFILER_OUTPUT/ belongs to the rank folder above it
         _check_output(output, [p, p.parent] if p.name == "ASCEND_PROFILER_OUTPUT" else [p])
         saved = _load_baseline(baseline_name) if baseline_name else None
-        a = run(path, _options(kw))
+        a = _analyze(path, _options(kw), kw["strict"])
         out = _check_output(output, [Path(rd.path) for rd in a.capture.ranks])
         data = build(a)
         if saved is not None:
@@ -314,11 +379,10 @@ def capture(
         click.echo(f"msdiag: {line}", err=True)
     if not res.captured:
         sys.exit(res.exit_code)
-    from msdiag.analysis import analyze as run
     from msdiag.contract import build
 
     try:
-        a = run(folder, opts)
+        a = _analyze(folder, opts, kw["strict"])
         data = build(a)
     except MsdiagError as e:
         if debug:
@@ -450,10 +514,9 @@ def _against_baseline(saved: dict[str, Any], a: Any, report: dict[str, Any], pat
     return compare(saved, snapshot(a, report), _baseline_label(saved), path)
 
 
-def _diff_side(arg: str, opts: Any) -> tuple[dict[str, Any], str, Any]:
+def _diff_side(arg: str, opts: Any, strict: bool = False) -> tuple[dict[str, Any], str, Any]:
     """(snapshot, label, Analysis or None): a saved baseline name stands where a path stands."""
     from msdiag import baseline as store
-    from msdiag.analysis import analyze as run
     from msdiag.diff import snapshot
     from msdiag.errors import InputError
 
@@ -465,7 +528,7 @@ def _diff_side(arg: str, opts: Any) -> tuple[dict[str, Any], str, Any]:
         click.echo(f"msdiag: note: '{arg}' is a path and a saved baseline: the path is used (write baseline:{arg} for the baseline)", err=True)
     elif not Path(arg).exists():
         raise InputError(arg, f"no such file or folder, and no saved baseline of that name in {store.store_dir()}")
-    a = run(arg, opts)
+    a = _analyze(arg, opts, strict)
     return snapshot(a), arg, a
 
 
@@ -512,8 +575,8 @@ def diff(
                 raise InputError("--report", "the HTML report is of the candidate capture: give CANDIDATE as a capture path, not a saved baseline")
             p = Path(candidate_arg)
             _check_output(report_path, [p, p.parent] if p.name == "ASCEND_PROFILER_OUTPUT" else [p])
-        sb, lb, _ = _diff_side(baseline_arg, opts)
-        sc, lc, ac = _diff_side(candidate_arg, opts)
+        sb, lb, _ = _diff_side(baseline_arg, opts, kw["strict"])
+        sc, lc, ac = _diff_side(candidate_arg, opts, kw["strict"])
         d = compare(sb, sc, lb, lc, min_effect=min_effect / 100.0, fail_on_regression=fail_on_regression, gate_metrics=ids)
         if report_path:
             out = _check_output(report_path, [Path(r["path"]) for s in (sb, sc) for r in s["report"]["ranks"] if r.get("path")])
@@ -551,14 +614,13 @@ def baseline() -> None:
 def baseline_save(name: str, path: str, force: bool, **kw: Any) -> None:
     """Analyze PATH and keep it as baseline NAME (the analysis, not the raw capture)."""
     from msdiag import baseline as store
-    from msdiag.analysis import analyze as run
     from msdiag.diff import snapshot
 
     try:
         store.check_name(name)
         if store.exists(name) and not force:
             raise MsdiagError(f"{name}: a baseline of that name exists: use --force to replace it, or another name")
-        a = run(path, _options(kw))
+        a = _analyze(path, _options(kw), kw["strict"])
         f = store.save(name, snapshot(a), path, force=force)
     except MsdiagError as e:
         _fail(e, kw["debug"])

@@ -227,31 +227,26 @@ def _rules_case(bench: Bench, write: Callable[[Path], Path]) -> tuple[Run, Path]
     return bench.analyze(cap, "--rules", str(rules), inputs=[rules]), rule
 
 
-@pytest.mark.xfail(strict=True, reason="issue 20: a YAML alias bomb in a --rules folder hangs (timeout)")
 def test_rules_alias_bomb(bench: Bench) -> None:
     run, rule = _rules_case(bench, m.write_rule_alias_bomb)
     assert_stopped(run, rule.name)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 20: a self-referencing alias in a rule: traceback (RecursionError), exit 1")
 def test_rules_self_referencing_alias(bench: Bench) -> None:
     run, rule = _rules_case(bench, m.write_rule_self_alias)
     assert_stopped(run, rule.name)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 20: a rule nested 5,000 deep: thousands of traceback lines, exit 1")
 def test_rules_deep_nesting(bench: Bench) -> None:
     run, rule = _rules_case(bench, m.write_rule_deep_nesting)
     assert_stopped(run, rule.name)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 20: a rule file with non-UTF-8 bytes: traceback (UnicodeDecodeError), exit 1")
 def test_rules_non_utf8(bench: Bench, repo: Path) -> None:
     run, rule = _rules_case(bench, lambda d: m.write_rule_non_utf8(d, repo / "rules" / "comm-exposed.yaml"))
     assert_stopped(run, rule.name)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 20: a recursive SQL view named TASK never ends (timeout)")
 def test_sqlite_recursive_view(bench: Bench) -> None:
     """A view is not a profiler table: the database (or that table) is refused, in bounded time."""
     cap = bench.copy(DB)
@@ -511,10 +506,7 @@ TAMPER: dict[str, Callable[[Path], None]] = {
 }
 
 
-@pytest.mark.parametrize("how", [
-    pytest.param(k, marks=pytest.mark.xfail(strict=True, reason=f"issue 20: a tampered cache entry ({k}) crashes every later run"))
-    for k in TAMPER
-])
+@pytest.mark.parametrize("how", list(TAMPER))
 def test_tampered_cache_entry_is_rebuilt(bench: Bench, clean: Callable[..., dict[str, Any]], how: str) -> None:
     """An entry that does not validate is rebuilt: the same figures as --no-cache, no traceback."""
     cap = bench.copy(L0)
@@ -528,7 +520,6 @@ def test_tampered_cache_entry_is_rebuilt(bench: Bench, clean: Callable[..., dict
     assert same_figures(report, clean(L0)) == []
 
 
-@pytest.mark.xfail(strict=True, reason="issue 20: a warm cache from another working folder gives mfu null (relative paths)")
 def test_cache_from_another_working_folder(bench: Bench) -> None:
     """An Ascend rank with its CANN PROF_*/device_0/info.json.0 (MFU 0.0041 without cache): analysed from
     its parent with a relative path, then from a sibling folder with a warm cache, MFU is the same."""
@@ -556,10 +547,8 @@ def _other_owner(cache: Path) -> None:
 
 
 @pytest.mark.parametrize("make_untrusted", [
-    pytest.param(_world_writable, id="writable_by_others",
-                 marks=pytest.mark.xfail(strict=True, reason="issue 20: a cache folder writable by others is used silently")),
-    pytest.param(_other_owner, id="owned_by_another_user",
-                 marks=pytest.mark.xfail(strict=True, reason="issue 20: a cache folder owned by another user is used silently")),
+    pytest.param(_world_writable, id="writable_by_others"),
+    pytest.param(_other_owner, id="owned_by_another_user"),
 ])
 def test_untrusted_cache_folder_is_refused(bench: Bench, clean: Callable[..., dict[str, Any]],
                                            make_untrusted: Callable[[Path], None]) -> None:
@@ -575,7 +564,6 @@ def test_untrusted_cache_folder_is_refused(bench: Bench, clean: Callable[..., di
     assert same_figures(report, clean(L0)) == []
 
 
-@pytest.mark.xfail(strict=True, reason="issue 20: pyproject allows pyarrow 14.0.0 (reads Parquet with pickle: CVE-2023-47248)")
 def test_pyarrow_floor(repo: Path) -> None:
     """``pyarrow>=14.0.1`` at least, declared and installed."""
     import pyarrow
@@ -599,7 +587,6 @@ _INJECT_BUG = (
 )
 
 
-@pytest.mark.xfail(strict=True, reason="issue 20: an internal error prints a traceback and exits 1, the code of findings")
 def test_internal_error_exit_3(bench: Bench) -> None:
     """An internal error is one line and exit 3, never 1 (which --fail-on uses for findings)."""
     cap = bench.copy(L0)
@@ -610,6 +597,27 @@ def test_internal_error_exit_3(bench: Bench) -> None:
     assert not run.timed_out and "Traceback" not in run.stderr, run.describe()
     assert run.returncode == 3, run.describe()
     assert len(run.stderr_lines) == 1 and run.stderr_lines[0].startswith("msdiag:"), run.describe()
+
+
+# ======== --strict: a left-out rank or a failed source stops the analysis ==================================
+
+def test_strict_left_out_rank(bench: Bench) -> None:
+    """Rank 1's kernel_details.csv emptied: by default rank 1 is left out with a note (exit 0/1); with
+    --strict the same job stops, exit 2 with one line naming the file."""
+    job = bench.copy(L1_JOB, "job")
+    (job / "rank1_ascend_pt" / APO / "kernel_details.csv").write_bytes(b"")
+    report = assert_analyzed(bench.analyze(job, "--jobs", "2"))
+    assert [r["rank"] for r in report["ranks"]] == [0]
+    assert any(n.startswith("rank 1 left out") for n in report["notes"]), report["notes"]
+    assert_stopped(bench.analyze(job, "--jobs", "2", "--strict"), "kernel_details.csv")
+
+
+def test_strict_failed_source(bench: Bench) -> None:
+    """op_statistic.csv emptied: a failed optional source by default, exit 2 naming it with --strict."""
+    cap = bench.copy(L0)
+    (cap / APO / "op_statistic.csv").write_bytes(b"")
+    assert failed_source(assert_analyzed(bench.analyze(cap)), "op_statistic.csv") is not None
+    assert_stopped(bench.analyze(cap, "--strict"), "op_statistic.csv")
 
 
 # ======== msdiag capture ===================================================================================

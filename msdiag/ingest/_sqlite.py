@@ -5,6 +5,12 @@ A database is opened read-only and immutable (``mode=ro&immutable=1``), which cr
 left a non-empty -wal or -journal beside it, the database and that file are copied to a temporary
 folder and opened there, so their content is read without touching the user's folder. Only
 :func:`msdiag.ingest.engine.connect` calls :func:`open_db`.
+
+A database is data, never code: only its ordinary tables are listed (a view or a virtual table is
+not a profiler table), and an authorizer installed before the first query refuses to run any SQL the
+file carries (a read through a view, a trigger) and any recursive query, at prepare time. A view
+named like a profiler table (``TASK`` over an endless recursive CTE) therefore fails at once, as a
+damaged database, instead of running without end.
 """
 
 from __future__ import annotations
@@ -56,23 +62,49 @@ def check_header(path: Path) -> None:
         )
 
 
+_NOT_AUTHORIZED = "not authorized"
+_SQLITE_AUTH = 23  # sqlite3.h: "authorization denied" (the authorizer said no)
+_MAX_NAME = 60  # characters of a table name quoted in an error
+
+
+def _authorize(action: int, _arg1: str | None, _arg2: str | None, _db: str | None, inner: str | None) -> int:
+    """SQLite authorizer: deny what would run SQL stored in the file (``inner`` names the view or
+    trigger an access comes from) and recursive queries; msdiag's own queries need neither."""
+    if inner is not None or action == sqlite3.SQLITE_RECURSIVE:
+        return sqlite3.SQLITE_DENY
+    return sqlite3.SQLITE_OK
+
+
 class Db:
     """One open database: its tables and columns, STRING_IDS, and queries that name the file on error."""
 
     def __init__(self, path: Path, con: sqlite3.Connection):
         self.path = path
         self.con = con
+        con.set_authorizer(_authorize)
         self.tables: dict[str, list[str]] = {}
-        for (name,) in self.query("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')"):
-            cols = [r[1] for r in self.query(f'PRAGMA table_info("{name}")')]
-            self.tables[name] = cols
+        self.not_tables: list[str] = []  # views and virtual tables: listed in errors, never read
+        rows = self.query("SELECT type, name, sql FROM sqlite_master WHERE type IN ('table', 'view')")
+        for kind, name, sql in rows:
+            if kind == "table" and not str(sql or "").lstrip().upper().startswith("CREATE VIRTUAL"):
+                self.tables[name] = [r[1] for r in self.query(f'PRAGMA table_info("{name}")')]
+            else:
+                self.not_tables.append(str(name))
         self._strings: pd.Series | None = None
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         try:
             return self.con.execute(sql, params).fetchall()
         except sqlite3.DatabaseError as e:
+            if getattr(e, "sqlite_errorcode", None) == _SQLITE_AUTH or _NOT_AUTHORIZED in str(e):
+                raise DbDamaged(self.path, self._refused()) from None
             raise DbDamaged(self.path, f"cannot be read as an SQLite database ({e}): the file is truncated or corrupt") from None
+
+    def _refused(self) -> str:
+        """Why a query was refused by the authorizer: the views / virtual tables the file holds."""
+        names = ", ".join(repr(n[:_MAX_NAME]) for n in self.not_tables[:3]) or "none listed"
+        return (f"a query would run SQL stored in the file (views / virtual tables: {names}): a profiler export "
+                "holds only tables, and msdiag never runs a database's own SQL")
 
     def has(self, table: str, *cols: str) -> bool:
         have = self.tables.get(table)
@@ -87,6 +119,9 @@ class Db:
         return None
 
     def require(self, table: str, *cols: str) -> None:
+        if table in self.not_tables:
+            raise ParseError(self.path, f"{table} is a view or a virtual table, not a table: a profiler export holds only "
+                                        "tables, and msdiag never runs a database's own SQL")
         missing = [c for c in cols if c not in self.tables.get(table, [])]
         if missing:
             raise ParseError(self.path, f"table {table} lacks column(s) {', '.join(missing)}: not a profiler export msdiag reads")

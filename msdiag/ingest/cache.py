@@ -5,8 +5,9 @@ Parquet files per rank instead of parsing its traces. Layout under the cache fol
 
     msdiag-ranks-v<CACHE_FORMAT>/<id[:2]>/<id>/
         key.json          what the entry was built from (below)
-        rank.json         RankData's rank, family, path, info (RankInfo), meta, sources, notes, and its
-                          tables' names
+        rank.json         RankData's rank, family, info (RankInfo), meta, sources, notes, and its tables'
+                          columns and dtypes; paths relative to the rank folder (rooted again at the rank
+                          folder as the reading run names it: nothing depends on the working folder)
         <table>.parquet   one file per table (pyarrow; dtypes restored from the pandas metadata)
 
 ``id`` hashes the rank folder's absolute path, rank id, format family and the reduction applied,
@@ -14,8 +15,14 @@ so one rank folder has one entry (a re-capture in the same place replaces it). `
 every file under the rank folder (relative path, size, mtime in ns), msdiag's version, the schema
 version (model.SCHEMA_VERSION), CACHE_FORMAT and a hash of msdiag's own source files: an entry is
 used only when all of it is unchanged, otherwise the rank is parsed again and the entry rewritten.
-An entry that cannot be read (truncated, edited, another version) is ignored and rebuilt, never an
+An entry is validated whole before it is used (every rank.json field against the model's types and
+its key, each table's columns and dtypes against those stored, canonical tables against the model):
+one that does not validate (truncated, edited, another version) is ignored and rebuilt, never an
 error; a rank whose tables or metadata would not come back identical is not cached.
+
+A cache folder is trusted like code, as ssh trusts ~/.ssh (``untrusted``): one owned by another user
+or writable by others is not used. pyarrow>=14.0.1 (14.0.0 unpickles Parquet extension types:
+CVE-2023-47248).
 
 The cache is never written inside a capture (checked by the loader). Entries are written to a
 temporary folder and renamed into place, so a reader never sees half an entry. pyarrow is imported
@@ -24,23 +31,30 @@ only when a cache is used.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import hashlib
 import json
 import math
 import os
 import shutil
+import stat
 import tempfile
+import types
+import typing
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from msdiag import __version__
+from msdiag.errors import InputError
 from msdiag.ingest.paths import Seen
-from msdiag.model import SCHEMA_VERSION, RankData, RankInfo, Source
+from msdiag.model import ABSENT, FAILED, PRESENT, SCHEMA_VERSION, TABLES, RankData, RankInfo, Source
 
 #: Bumped whenever the layout or the encoding of an entry changes.
-CACHE_FORMAT = 2  # 2: rank.json holds the rank's RankInfo
+CACHE_FORMAT = 3  # 2: rank.json holds the rank's RankInfo; 3: paths relative to the rank folder, tables' dtypes
 _ROOT = f"msdiag-ranks-v{CACHE_FORMAT}"
 _MAX_DEPTH = 8  # folders walked under a rank folder for its fingerprint
 
@@ -127,7 +141,11 @@ class RankCache:
     @classmethod
     def open(cls, folder: str | Path, reduce_id: str = "none") -> RankCache:
         """The cache at ``folder`` for ranks reduced by the reduction ``reduce_id`` identifies (its
-        caller's opaque string: it must change whenever the reduction's output may change)."""
+        caller's opaque string: it must change whenever the reduction's output may change). A folder
+        that cannot be trusted (``untrusted``) is an InputError: the CLI checks first and runs uncached."""
+        why = untrusted(folder)
+        if why is not None:
+            raise InputError(folder, f"cache folder {why}: not used (a cache folder is trusted like code)")
         return cls(Path(folder).expanduser().resolve(), code_fingerprint(), reduce_id)
 
     # ---- keys ------------------------------------------------------------------------------
@@ -156,74 +174,65 @@ class RankCache:
 
     # ---- reading ---------------------------------------------------------------------------
 
-    def get(self, key: dict[str, Any], stats: CacheStats | None = None) -> RankData | None:
-        """The cached RankData for ``key``, or None (absent, stale or unreadable: then rebuilt)."""
-        return self.get_many([key], stats)[0]
+    def get(self, key: dict[str, Any], stats: CacheStats | None = None, path: str | Path | None = None) -> RankData | None:
+        """The cached RankData for ``key``, or None (absent, stale or unreadable: then rebuilt); ``path``:
+        the rank folder as this run names it (default: its absolute path), which the paths it holds
+        are rooted at."""
+        return self.get_many([key], stats, None if path is None else [path])[0]
 
-    def get_many(self, keys: list[dict[str, Any]], stats: CacheStats | None = None) -> list[RankData | None]:
+    def get_many(self, keys: list[dict[str, Any]], stats: CacheStats | None = None,
+                 paths: Sequence[str | Path] | None = None) -> list[RankData | None]:
         """``get`` for many ranks at once: each table's files of every rank are read as Arrow, joined
         and turned into pandas in one go, then cut back into ranks (a conversion per table, not per
-        rank and table: the cost of a warm run of a thousand ranks)."""
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        def read(key: dict[str, Any]) -> tuple[dict[str, Any] | None, dict[str, Any]]:
-            d = self.entry(key)
-            try:
-                stored = json.loads((d / "key.json").read_text(encoding="utf-8"))
-                if stored != key:
-                    return None, {}  # stale: a source file, msdiag or the reduction changed
-                head = json.loads((d / "rank.json").read_text(encoding="utf-8"))
-                head["info"] = RankInfo.from_json(head["info"])  # a damaged one raises: rebuilt
-                return head, {n: pq.ParquetFile(d / f"{n}.parquet").read(use_threads=False) for n in head["tables"]}
-            except FileNotFoundError as e:
-                if (d / "key.json").exists():
-                    _note(stats, "ignored", f"{d}: {type(e).__name__}: {e}")
-            except Exception as e:  # noqa: BLE001 - any damage to an entry means: parse the rank again
-                _note(stats, "ignored", f"{d}: {type(e).__name__}: {e}")
-            return None, {}
-
+        rank and table: the cost of a warm run of a thousand ranks). Every entry is validated whole
+        (its rank.json field by field, each table's columns and dtypes as stored) before it is used:
+        anything else is ignored, noted in ``stats`` and the rank parsed again."""
+        given = [str(p) for p in paths] if paths is not None else [str(k["path"]) for k in keys]
         # Parquet decoding releases the GIL: a few threads read the entries about twice as fast
         with ThreadPoolExecutor(max(1, min(4, os.cpu_count() or 1))) as pool:
-            got = list(pool.map(read, keys))
+            got = list(pool.map(lambda k: self._read_entry(k, stats), keys))
         heads = [h for h, _ in got]
-        arrow = [t for _, t in got]
+        frames, broken = _to_pandas([t for _, t in got])
         del got
-        frames: list[dict[str, Any]] = [{} for _ in keys]
-        names = sorted({n for t in arrow for n in t})
-        for name in names:
-            idx = [i for i, t in enumerate(arrow) if name in t]
-            parts = [arrow[i].pop(name) for i in idx]  # held here only: freed once converted
-            try:
-                whole = pa.concat_tables(parts).to_pandas(use_threads=False) if len(parts) > 1 else None
-            except (pa.ArrowInvalid, pa.ArrowTypeError):
-                whole = None  # the ranks' schemas differ: convert rank by rank
-            if whole is None:
-                for i, t in zip(idx, parts):
-                    frames[i][name] = t.to_pandas(use_threads=False)
-                continue
-            lo = 0
-            for i, t in zip(idx, parts):
-                frames[i][name] = whole.iloc[lo : lo + t.num_rows].reset_index(drop=True)
-                lo += t.num_rows
         out: list[RankData | None] = []
-        for head, tables in zip(heads, frames):
-            if head is None:
-                out.append(None)
-                continue
-            out.append(
-                RankData(
-                    rank=int(head["rank"]),
-                    family=str(head["family"]),
-                    path=str(head["path"]),
-                    tables={n: tables[n] for n in head["tables"]},
-                    info=head["info"],
-                    meta=head["meta"],
-                    sources=[Source(**x) for x in head["sources"]],
-                    notes=list(head["notes"]),
-                )
-            )
+        for i, (key, head, tables) in enumerate(zip(keys, heads, frames)):
+            rd = None
+            if head is not None:
+                try:
+                    if i in broken:
+                        raise _Invalid(broken[i])
+                    rd = _restore(head, tables, given[i])
+                except _Invalid as e:
+                    _note(stats, "ignored", f"{self.entry(key)}: {e}")
+            out.append(rd)
         return out
+
+    def _read_entry(self, key: dict[str, Any], stats: CacheStats | None) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+        """(rank.json checked against ``key``, its tables as Arrow) of the entry, or (None, {})."""
+        import pyarrow.parquet as pq
+
+        d = self.entry(key)
+        try:
+            why = _untrusted_entry(d)
+            if why is not None:
+                raise _Invalid(why)
+            stored = json.loads((d / "key.json").read_text(encoding="utf-8"))
+            if stored != key:
+                return None, {}  # stale: a source file, msdiag or the reduction changed
+            head = _checked_head(json.loads((d / "rank.json").read_text(encoding="utf-8")), key)
+            tables = {}
+            for name, columns in head["tables"].items():
+                f = pq.ParquetFile(d / f"{name}.parquet")
+                if f.schema_arrow.names != [c for c, _ in columns]:
+                    raise _Invalid(f"{name}.parquet holds columns {f.schema_arrow.names[:8]}, not the ones stored")
+                tables[name] = f.read(use_threads=False)
+            return head, tables
+        except FileNotFoundError as e:
+            if (d / "key.json").exists():
+                _note(stats, "ignored", f"{d}: {type(e).__name__}: {e}")
+        except Exception as e:  # noqa: BLE001 - any damage to an entry means: parse the rank again
+            _note(stats, "ignored", f"{d}: {type(e).__name__}: {e}")
+        return None, {}
 
     # ---- writing ---------------------------------------------------------------------------
 
@@ -234,7 +243,9 @@ class RankCache:
         if head is None:
             return f"rank {rd.rank}: its metadata does not survive JSON unchanged"
         try:
-            d.parent.mkdir(parents=True, exist_ok=True)
+            self.root.mkdir(mode=_PRIVATE, parents=True, exist_ok=True)
+            for folder in (d.parent.parent, d.parent):
+                folder.mkdir(mode=_PRIVATE, exist_ok=True)
             tmp = Path(tempfile.mkdtemp(prefix=f".{d.name}.", dir=d.parent))
         except OSError as e:
             return f"rank {rd.rank}: cannot write in {self.root} ({e.strerror or e})"
@@ -263,22 +274,221 @@ def _note(stats: CacheStats | None, which: str, text: str) -> None:
         getattr(stats, which).append(text)
 
 
+# ---- trust: a cache folder is trusted like code ---------------------------------------------------
+
+_PRIVATE = 0o700  # folders the cache creates
+_OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
+
+
+def _owner_problem(st: os.stat_result) -> str | None:
+    """Why a folder's owner or mode lets someone else change what is in it, or None."""
+    if st.st_uid not in (os.geteuid(), 0):
+        return f"is owned by another user (uid {st.st_uid})"
+    if st.st_mode & _OTHERS_WRITE:
+        return f"is writable by others (mode {stat.S_IMODE(st.st_mode):04o})"
+    return None
+
+
+def untrusted(folder: str | Path) -> str | None:
+    """Why the cache folder ``folder`` cannot be trusted, or None when it can.
+
+    Parquet and JSON read from a cache decide every figure of a report, so the folder is trusted as
+    ssh trusts ~/.ssh: it (when it exists) must be owned by the user (or root) and writable by no one
+    else; each folder above it must be owned by the user or root and, when others may write in it,
+    sticky (like /tmp), so that no one else can rename the cache folder away and put another in its
+    place. Nothing is read to decide: a few stat calls."""
+    p = Path(folder).expanduser().resolve()
+    try:
+        if p.exists():
+            st = os.stat(p)
+            if not stat.S_ISDIR(st.st_mode):
+                return "is not a folder"
+            why = _owner_problem(st)
+            if why is not None:
+                return why
+        for up in p.parents:
+            if not up.exists():
+                continue
+            st = os.stat(up)
+            if st.st_uid not in (os.geteuid(), 0):
+                return f"lies in {up}, owned by another user (uid {st.st_uid})"
+            if st.st_mode & _OTHERS_WRITE and not st.st_mode & stat.S_ISVTX:
+                return f"lies in {up}, writable by others without the sticky bit (mode {stat.S_IMODE(st.st_mode):04o})"
+    except OSError as e:
+        return f"cannot be checked ({e.strerror or e})"
+    return None
+
+
+def _untrusted_entry(d: Path) -> str | None:
+    """Why an entry (or one of the two folders above it, inside the cache) is not trusted, or None."""
+    for folder in (d.parent.parent, d.parent, d):
+        try:
+            why = _owner_problem(os.stat(folder))
+        except FileNotFoundError:
+            return None  # absent: a miss, not a doubt
+        if why is not None:
+            return f"{folder} {why}"
+    return None
+
+
+# ---- rank.json: written with paths relative to the rank folder, read back validated ---------------
+
+
+class _Invalid(ValueError):
+    """An entry that does not validate: ignored and rebuilt."""
+
+
+_HEAD_KEYS = frozenset({"rank", "family", "info", "meta", "sources", "notes", "tables"})
+_STATUSES = (PRESENT, ABSENT, FAILED)
+
+
+def _relative(path: str | None, rank_path: str) -> str | None:
+    """``path`` relative to the rank folder when it lies under it (so an entry does not depend on the
+    working folder of the run that wrote it), else absolute."""
+    if path is None:
+        return None
+    rel = os.path.relpath(path, rank_path)
+    return os.path.abspath(path) if rel == os.pardir or rel.startswith(os.pardir + os.sep) else rel
+
+
+def _rooted(path: str | None, rank_path: str) -> str | None:
+    """The inverse of ``_relative`` for this run: rooted at the rank folder as this run names it."""
+    if path is None or os.path.isabs(path):
+        return path
+    return str(Path(rank_path) / path)
+
+
 def _rank_json(rd: RankData) -> dict[str, Any] | None:
+    """rank.json of ``rd``, or None when its metadata would not come back from JSON unchanged."""
+    info = rd.info.to_json()
+    info["info_json"] = _relative(info.get("info_json"), rd.path)
+    sources = [{**s.to_dict(), "path": _relative(s.path, rd.path)} for s in rd.sources]
     head = {
         "rank": rd.rank,
         "family": rd.family,
-        "path": rd.path,
-        "info": rd.info.to_json(),
+        "info": info,
         "meta": rd.meta,
-        "sources": [s.to_dict() for s in rd.sources],
+        "sources": sources,
         "notes": list(rd.notes),
-        "tables": list(rd.tables),
+        "tables": {n: [[str(c), str(t)] for c, t in df.dtypes.items()] for n, df in rd.tables.items()},
     }
     try:
         back = json.loads(json.dumps(head, ensure_ascii=False))
     except (TypeError, ValueError):
         return None
     return head if _same(back, head) else None
+
+
+def _checked_head(head: Any, key: dict[str, Any]) -> dict[str, Any]:
+    """rank.json as read, checked field by field against what ``put`` writes and against ``key``."""
+    if not isinstance(head, dict) or set(head) != _HEAD_KEYS:
+        raise _Invalid(f"rank.json keys are {sorted(head) if isinstance(head, dict) else type(head).__name__}")
+    if type(head["rank"]) is not int or head["rank"] != key["rank"] or head["family"] != key["family"]:
+        raise _Invalid("rank.json names another rank or family than its key")
+    if not _conforms(head["info"], RankInfo):
+        raise _Invalid("rank.json info is not a RankInfo")
+    if not isinstance(head["meta"], dict) or not _conforms(head["notes"], list[str]):
+        raise _Invalid("rank.json meta / notes are malformed")
+    srcs = head["sources"]
+    if not isinstance(srcs, list) or not all(_conforms(x, Source) and x["status"] in _STATUSES for x in srcs):
+        raise _Invalid("rank.json sources are malformed")
+    if any(x["path"] is not None and not _safe_relative(x["path"]) for x in srcs):
+        raise _Invalid("rank.json has a source path outside the rank folder")
+    tables = head["tables"]
+    if not isinstance(tables, dict) or not all(_columns_ok(n, c) for n, c in tables.items()):
+        raise _Invalid("rank.json tables are malformed or differ from the canonical tables")
+    return head
+
+
+def _safe_relative(path: str) -> bool:
+    """An absolute path, or a relative one that stays in the rank folder."""
+    return os.path.isabs(path) or os.pardir not in Path(path).parts
+
+
+def _columns_ok(name: Any, columns: Any) -> bool:
+    """Stored columns of a table: [[column, dtype], ...]; a canonical table's are exactly its own."""
+    if not isinstance(name, str) or not _conforms(columns, list[list[str]]) or any(len(c) != 2 for c in columns):
+        return False
+    spec = TABLES.get(name)
+    return spec is None or [c for c, _ in columns] == list(spec.columns)
+
+
+def _conforms(value: Any, hint: Any) -> bool:
+    """Whether a JSON value fits a type hint of the model (str, int, float, bool, None, lists, dicts, unions,
+    dataclasses as dicts with exactly their fields)."""
+    if dataclasses.is_dataclass(hint):
+        hints = _hints(hint)  # type: ignore[arg-type]
+        return isinstance(value, dict) and set(value) == set(hints) and all(_conforms(value[k], h) for k, h in hints.items())
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_conforms(value, a) for a in args)
+    if origin is list:
+        return isinstance(value, list) and all(_conforms(v, args[0]) for v in value)
+    if origin is dict:
+        return isinstance(value, dict) and all(_conforms(k, args[0]) and _conforms(v, args[1]) for k, v in value.items())
+    if hint is type(None):
+        return value is None
+    if hint is float:
+        return type(value) in (float, int)
+    return hint in (str, int, bool) and type(value) is hint
+
+
+@functools.lru_cache(maxsize=None)
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _restore(head: dict[str, Any], tables: dict[str, Any], rank_path: str) -> RankData:
+    """The RankData of a checked rank.json and its tables (each with the dtypes stored), its paths
+    rooted at ``rank_path``."""
+    for name, columns in head["tables"].items():
+        df = tables.get(name)
+        if df is None or [[str(c), str(t)] for c, t in df.dtypes.items()] != columns:
+            raise _Invalid(f"{name}.parquet does not read back with the columns and dtypes stored")
+    info = dict(head["info"])
+    info["info_json"] = _rooted(info["info_json"], rank_path)
+    try:
+        rank_info = RankInfo.from_json(info)
+    except (TypeError, ValueError) as e:
+        raise _Invalid(f"rank.json info: {e}") from None
+    return RankData(
+        rank=head["rank"],
+        family=head["family"],
+        path=rank_path,
+        tables={n: tables[n] for n in head["tables"]},
+        info=rank_info,
+        meta=head["meta"],
+        sources=[Source(**{**x, "path": _rooted(x["path"], rank_path)}) for x in head["sources"]],
+        notes=list(head["notes"]),
+    )
+
+
+def _to_pandas(arrow: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[int, str]]:
+    """Each rank's Arrow tables as pandas, converted one table name at a time over all ranks; and
+    the ranks whose tables could not be converted (index -> why)."""
+    import pyarrow as pa
+
+    frames: list[dict[str, Any]] = [{} for _ in arrow]
+    broken: dict[int, str] = {}
+    for name in sorted({n for t in arrow for n in t}):
+        idx = [i for i, t in enumerate(arrow) if name in t]
+        parts = [arrow[i].pop(name) for i in idx]  # held here only: freed once converted
+        try:
+            whole = pa.concat_tables(parts).to_pandas(use_threads=False) if len(parts) > 1 else None
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            whole = None  # the ranks' schemas differ: convert rank by rank
+        if whole is None:
+            for i, t in zip(idx, parts):
+                try:
+                    frames[i][name] = t.to_pandas(use_threads=False)
+                except Exception as e:  # noqa: BLE001 - a table that does not convert: that rank is rebuilt
+                    broken[i] = f"{name}.parquet: {type(e).__name__}: {e}"
+            continue
+        lo = 0
+        for i, t in zip(idx, parts):
+            frames[i][name] = whole.iloc[lo : lo + t.num_rows].reset_index(drop=True)
+            lo += t.num_rows
+    return frames, broken
 
 
 def _same(a: Any, b: Any) -> bool:

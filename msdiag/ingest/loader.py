@@ -65,6 +65,8 @@ def load(
     for r in broken:
         where, problem = r.meta[UNREADABLE]
         notes.append(f"rank {r.rank} left out: {where}: {problem}")
+        # structured for `--strict` (cli.py): every rank left out is listed here
+        info.setdefault("left_out", []).append({"rank": r.rank, "path": str(where), "problem": problem})
     ranks = [r for r in ranks if UNREADABLE not in r.meta]
     return Capture(path=str(disc.root), ranks=ranks, notes=notes, ingest=info)
 

@@ -83,7 +83,7 @@ def read_ranks(
     todo: list[int] = []
     if cache is not None:
         keys = [cache.key(d.rank, d.family, d.path, d.rank_from, d.captured_ns) for d in dirs]
-        for i, rd in enumerate(cache.get_many(keys, stats)):  # type: ignore[arg-type]
+        for i, rd in enumerate(cache.get_many(keys, stats, [d.path for d in dirs])):  # type: ignore[arg-type]
             if rd is not None:
                 stats.hits += 1
                 out[i] = rd

@@ -7,7 +7,9 @@ is a load error that names the file and line. Conditions are declarative (``all`
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -15,6 +17,7 @@ from typing import Any, Iterable, Mapping
 import yaml
 
 from msdiag.errors import RuleError
+from msdiag.units import BYTES_PER_KIB
 
 CATEGORIES = ("compute", "communication", "data", "memory", "host", "bubble", "inference", "stability")
 SEVERITIES = ("info", "warning", "critical")
@@ -22,6 +25,10 @@ BOTTLENECKS = ("compute", "communication", "data", "memory", "host", "bubble")
 OPS = (">", ">=", "<", "<=", "==", "!=")
 FORMATS = ("pct", "ms", "us", "s", "mb", "gb", "x", "int", "f1", "f2", "f3", "raw")
 _ID = re.compile(r"^[a-z][a-z0-9-]*$")
+#: a rule is a few KiB (the largest shipped is under 10 KiB): a bigger file is not a rule
+MAX_RULE_BYTES = int(256 * BYTES_PER_KIB)
+#: nesting of mappings and lists in a rule (the shipped rules reach 6)
+MAX_DEPTH = 32
 _PLACEHOLDER = re.compile(r"\{([^{}|]+)(?:\|([a-z0-9]+))?\}")
 
 RULE_KEYS = {
@@ -134,19 +141,59 @@ def _line(d: Any, key: str | None = None) -> int | None:
     return None
 
 
-def _read_yaml(path: Path) -> Any:
+def _read_text(path: Path) -> str:
+    """The rule file's text: a regular file of at most MAX_RULE_BYTES, UTF-8 (else a RuleError).
+
+    Opened non-blocking and checked with fstat before a byte is read, so a FIFO or a device named
+    ``*.yaml`` is refused instead of blocking or streaming forever."""
     try:
-        text = path.read_text(encoding="utf-8")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as e:
         raise RuleError(path, f"cannot be read ({e.strerror or e})") from None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise RuleError(path, "is not a regular file")
+        data = f.read(MAX_RULE_BYTES + 1)
+    if len(data) > MAX_RULE_BYTES:
+        raise RuleError(path, f"is larger than {MAX_RULE_BYTES / BYTES_PER_KIB:.0f} KiB: not a rule file")
     try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise RuleError(path, f"is not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start})", line) from None
+
+
+def _check_shape(text: str, path: Path) -> None:
+    """Refuse anchors / aliases and nesting deeper than MAX_DEPTH, from the parser's event stream.
+
+    The parser is iterative and keeps no graph, so this check costs a pass over the text whatever it
+    holds; the recursive composer and constructor then only ever see a small tree without shared or
+    cyclic nodes (an alias bomb or a self-referencing alias never reaches them)."""
+    depth = 0
+    for ev in yaml.parse(text, Loader=yaml.SafeLoader):
+        line = ev.start_mark.line + 1
+        if isinstance(ev, yaml.AliasEvent) or getattr(ev, "anchor", None) is not None:
+            raise RuleError(path, "YAML anchors and aliases (&name, *name) are not allowed in a rule file", line)
+        if isinstance(ev, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise RuleError(path, f"nested more than {MAX_DEPTH} levels deep: not a rule", line)
+        elif isinstance(ev, yaml.CollectionEndEvent):
+            depth -= 1
+
+
+def _read_yaml(path: Path) -> Any:
+    """The rule file as dicts (with key lines), lists and scalars; any problem is a RuleError with its line."""
+    text = _read_text(path)
+    try:
+        _check_shape(text, path)
         node = yaml.compose(text, Loader=yaml.SafeLoader)
+        if node is None:
+            raise RuleError(path, "the file is empty")
+        return _construct(node, path)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
-        raise RuleError(path, f"not valid YAML: {getattr(e, 'problem', e)}", mark.line + 1 if mark else None) from None
-    if node is None:
-        raise RuleError(path, "the file is empty")
-    return _construct(node, path)
+        raise RuleError(path, f"not valid YAML: {getattr(e, 'problem', None) or e}", mark.line + 1 if mark else None) from None
 
 
 # ---- validation -------------------------------------------------------------------------------
