@@ -138,3 +138,16 @@ def test_a_figure_the_file_lacks_is_not_a_repair() -> None:
     df = MEMORY_ALLOCS.frame({"rank": [0, 0], "name": ["a", "b"], "alloc_us": [10.0, 20.0], "dur_us": [5.0, float("nan")]})
     repair = bounds.Repair()
     assert len(bounds.screen("memory_allocs", df, repair)) == 2 and not repair
+
+
+def test_repaired_counts_survive_the_rank_cache(corpus: Path, tmp_path: Path) -> None:
+    # a rank with a repaired source is cached like any other and reads back with its counts
+    cap = m.copy_capture(corpus / L0, tmp_path / "cap")
+    m.set_csv_cells(cap / KD, "Duration(us)", {5: "-40"})
+    cache = str(tmp_path / "cache")
+    cold = analyze(cap, Options(jobs=1, cache=cache))
+    warm = analyze(cap, Options(jobs=1, cache=cache))
+    assert warm.capture.ingest["cache"]["hits"] == 1 and not warm.capture.ingest["cache"]["ignored"]
+    assert _source(warm.capture.ranks[0], "kernel_details.csv").repaired == {"kernels.dur_us: negative": 1}
+    assert [s.to_dict() for s in warm.capture.sources] == [s.to_dict() for s in cold.capture.sources]
+    assert warm.verdict == cold.verdict

@@ -362,7 +362,7 @@ def _rank_json(rd: RankData) -> dict[str, Any] | None:
     """rank.json of ``rd``, or None when its metadata would not come back from JSON unchanged."""
     info = rd.info.to_json()
     info["info_json"] = _relative(info.get("info_json"), rd.path)
-    sources = [{**s.to_dict(), "path": _relative(s.path, rd.path)} for s in rd.sources]
+    sources = [{**dataclasses.asdict(s), "path": _relative(s.path, rd.path)} for s in rd.sources]
     head = {
         "rank": rd.rank,
         "family": rd.family,
