@@ -38,7 +38,7 @@ MINDDATA = CORPUS / "mindspore-cpu" / "minddata_manual" / "md_parsed"
 
 def _link_tree(src: Path, dst: Path, skip: set[str]) -> None:
     """Recreate ``src``'s folders under ``dst`` with every file a symbolic link to the original."""
-    for d, dirs, files in os.walk(src):
+    for d, _dirs, files in os.walk(src):
         rel = Path(d).relative_to(src)
         (dst / rel).mkdir(parents=True, exist_ok=True)
         for f in files:

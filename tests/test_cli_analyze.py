@@ -198,6 +198,7 @@ def test_debug_shows_the_traceback(tmp_path: Path) -> None:
     assert r.exit_code != 0 and r.exception is not None
 
 
+@pytest.mark.slow
 def test_installed_command_runs(corpus: Path) -> None:
     """The module entry point works as a separate process (what the console script calls)."""
     p = subprocess.run(

@@ -112,6 +112,7 @@ def test_link_heatmap(job8_report: dict[str, Any]) -> None:
     assert slow < 0.8 * 18 and min(bw.values()) > 0.8 * 18
 
 
+@pytest.mark.slow
 def test_pool_equals_in_process(job8: Path, job8_report: dict[str, Any]) -> None:
     a = analyze(job8, Options(jobs=2))
     assert a.capture.ingest["executor"] == "process-pool"
@@ -272,6 +273,7 @@ def dask_cluster() -> Any:
         yield cluster, client
 
 
+@pytest.mark.slow
 @pytest.mark.dask
 def test_dask_equals_local_and_runs_on_workers(job8: Path, job8_report: dict[str, Any], dask_cluster: Any, tmp_path: Path) -> None:
     cluster, client = dask_cluster
@@ -292,6 +294,7 @@ def test_dask_equals_local_and_runs_on_workers(job8: Path, job8_report: dict[str
     assert warm.capture.ingest["cache"]["hits"] == 8
 
 
+@pytest.mark.slow
 @pytest.mark.dask
 def test_dask_unreachable_scheduler(corpus: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("distributed", reason="Dask is not installed: pip install 'msdiag[cluster]'")

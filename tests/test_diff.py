@@ -9,7 +9,7 @@ import math
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pytest
@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from conftest import REPO
 
 from msdiag import stats
-from msdiag.analysis import Options, analyze
+from msdiag.analysis import Analysis
 from msdiag.cli import main
 from msdiag.diff import HIGHER_IS_BETTER, LOWER_IS_BETTER, NEUTRAL, IncomparableError, compare, direction, snapshot
 
@@ -39,13 +39,21 @@ def diff_json(a: Path | str, b: Path | str, *extra: str, code: int = 0) -> dict[
     return json.loads(out)
 
 
-_SNAPS: dict[str, dict[str, Any]] = {}
+Snap = Callable[[str], dict[str, Any]]
 
 
-def snap(corpus: Path, rel: str) -> dict[str, Any]:
-    if rel not in _SNAPS:
-        _SNAPS[rel] = snapshot(analyze(corpus / rel, Options(jobs=1)))
-    return _SNAPS[rel]
+@pytest.fixture(scope="module")
+def snap(analysed: Callable[[str], Analysis]) -> Snap:
+    """``snap(rel)``: the diff snapshot of a corpus capture's shared analysis, made once (a test that edits
+    one edits a deep copy)."""
+    done: dict[str, dict[str, Any]] = {}
+
+    def get(rel: str) -> dict[str, Any]:
+        if rel not in done:
+            done[rel] = snapshot(analysed(rel))
+        return done[rel]
+
+    return get
 
 
 # ---- the statistics, against values computed by hand -----------------------------------------
@@ -218,8 +226,8 @@ def test_metric_needs_the_threshold(corpus: Path) -> None:
 # ---- what is shared and what is not ---------------------------------------------------------
 
 
-def test_different_rank_counts_compare_on_what_they_share(corpus: Path) -> None:
-    d = compare(snap(corpus, f"{CPU}/msrun_dp2_pynative"), snap(corpus, PYNATIVE), "dp2", "single")
+def test_different_rank_counts_compare_on_what_they_share(snap: Snap) -> None:
+    d = compare(snap(f"{CPU}/msrun_dp2_pynative"), snap(PYNATIVE), "dp2", "single")
     assert d["ranks"] == {"baseline": [0, 1], "candidate": [0], "common": [0]}
     assert [r["rank"] for r in d["per_rank_step_time"]] == [0]
     assert any("ranks only in the baseline" in x and "1" in x for x in d["not_compared"])
@@ -227,22 +235,22 @@ def test_different_rank_counts_compare_on_what_they_share(corpus: Path) -> None:
     assert d["kernels"]["compared"] and d["kernels"]["rank_steps"] == {"baseline": 5, "candidate": 7}
 
 
-def test_incomparable_captures_are_refused_with_the_reason(corpus: Path) -> None:
+def test_incomparable_captures_are_refused_with_the_reason(corpus: Path, snap: Snap) -> None:
     # parallel_strategy: a MindSpore 1.x folder with a strategy file and no step data
     rc, _, err = run("diff", str(corpus / "mindspore-legacy/parallel_strategy"), str(corpus / GRAPH), "--jobs", "1")
     assert rc == 2 and "no step with a measured duration" in err and "step times cannot be compared" in err
     # one training capture, one of another workload (an inference request log says so in its identity)
-    other = json.loads(json.dumps(snap(corpus, GRAPH)))
+    other = json.loads(json.dumps(snap(GRAPH)))
     other["report"]["capture"]["workload"] = "inference"
-    train = json.loads(json.dumps(snap(corpus, PYNATIVE)))
+    train = json.loads(json.dumps(snap(PYNATIVE)))
     train["report"]["capture"]["workload"] = "training"
     with pytest.raises(IncomparableError, match="a is inference and b is training"):
         compare(other, train, "a", "b")
     # no metric with a value on both sides
-    empty = json.loads(json.dumps(snap(corpus, GRAPH)))
+    empty = json.loads(json.dumps(snap(GRAPH)))
     empty["report"]["metrics"] = {k: None for k in empty["report"]["metrics"]}
     with pytest.raises(IncomparableError, match="no metric has a value in both"):
-        compare(snap(corpus, PYNATIVE), empty, "a", "b")
+        compare(snap(PYNATIVE), empty, "a", "b")
     # neither a path nor a saved baseline
     rc, _, err = run("diff", "no-such-capture-or-name", str(corpus / GRAPH))
     assert rc == 2 and "no such file or folder, and no saved baseline" in err
@@ -361,6 +369,7 @@ def test_diff_report_writes_the_candidates_page_with_the_comparison(corpus: Path
 HAS_MINDSPORE = importlib.util.find_spec("mindspore") is not None
 
 
+@pytest.mark.slow
 @pytest.mark.mindspore
 @pytest.mark.skipif(not HAS_MINDSPORE, reason="MindSpore is not importable here: install msdiag[capture] to run the capture tests")
 def test_data_bound_job_before_and_after_its_fix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -545,6 +545,7 @@ def _serve(tmp_path: Path, name: str, *args: str) -> dict[str, Any]:
     return report(out)
 
 
+@pytest.mark.slow
 @pytest.mark.mindspore
 @needs_mindspore
 def test_raising_the_load_raises_the_tail_and_msdiag_says_why(tmp_path: Path) -> None:
@@ -572,6 +573,7 @@ def _fastest_ttft_ms(rep: dict[str, Any]) -> float:
     return float(log.requests["ttft_ms"].min())
 
 
+@pytest.mark.slow
 @pytest.mark.mindspore
 @needs_mindspore
 def test_capture_of_the_server_and_its_request_log_together(tmp_path: Path) -> None:

@@ -171,6 +171,7 @@ def test_sample_cpu_report(tmp_path: Path) -> None:
     assert_unique_ids(page)
 
 
+@pytest.mark.slow
 def test_deterministic_across_processes(tmp_path: Path) -> None:
     """Same input, same bytes: two separate processes with different hash seeds."""
     outs = []
@@ -217,6 +218,7 @@ def test_autoescape(tmp_path: Path) -> None:
     (tmp_path / "escaped.html").write_text(page, encoding="utf-8")
 
 
+@pytest.mark.slow
 def test_report_imports_stay_off_the_analyze_path() -> None:
     code = (
         "import sys\n"
@@ -374,6 +376,7 @@ def _dom(tmp_path: Path, page: Path) -> str:
     return _chromium(tmp_path, "--dump-dom", page.resolve().as_uri()).stdout
 
 
+@pytest.mark.slow
 @needs_chromium
 def test_browser_corpus(corpus_report: tuple[Path, dict], tmp_path: Path) -> None:
     page = corpus_report[0]
@@ -387,6 +390,7 @@ def test_browser_corpus(corpus_report: tuple[Path, dict], tmp_path: Path) -> Non
     assert "ForeachAddList" in dom and "hcom_allReduce__586_0_1" in dom
 
 
+@pytest.mark.slow
 @needs_chromium
 def test_browser_sample_and_escaping(tmp_path: Path) -> None:
     page = tmp_path / "cpu.html"
