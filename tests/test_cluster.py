@@ -9,19 +9,18 @@ the first allreduce of every step (3 late arrivals: 3 votes), and link 2-3's tra
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from msdiag.analysis import Options, analyze
+from msdiag.analysis import Analysis, Options, analyze
 from msdiag.cli import main
 from msdiag.contract import build
 from msdiag.errors import InputError
@@ -53,22 +52,13 @@ def _entries(cache: Path) -> list[Path]:
 # ---- the synthetic cluster ------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def job8(corpus: Path, repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """8 ranks x 3 steps built from the corpus by bench/cluster.py, rank 5 slow, link 2-3 slow."""
-    spec = importlib.util.spec_from_file_location("msdiag_bench_cluster", repo / "bench" / "cluster.py")
-    assert spec and spec.loader
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    out = tmp_path_factory.mktemp("cluster") / "job8"
-    plan = bench.build(out, 8, 3, 20261129, 0.01, 3.0, 2.5, 1)
-    assert plan["slow_rank"] == SLOW_RANK and plan["slow_link"] == SLOW_LINK
-    return out
+# job8 (tests/conftest.py): 8 ranks x 3 steps built from the corpus by bench/cluster.py, rank 5 slow, link 2-3 slow
 
 
 @pytest.fixture(scope="module")
-def job8_report(job8: Path) -> dict[str, Any]:
-    return _report(job8)
+def job8_report(job8: Path, analysed: Callable[[str], Analysis]) -> dict[str, Any]:
+    """The report object of job8's shared analysis (Options(jobs=1)): the same as ``_report(job8)``."""
+    return build(analysed(str(job8)))
 
 
 def test_slow_rank_and_link_found(job8_report: dict[str, Any]) -> None:
@@ -136,10 +126,12 @@ def test_pool_equals_in_process(job8: Path, job8_report: dict[str, Any]) -> None
         ("mindspore-legacy", "hccl-one-allreduce"),
     ],
 )
-def test_reduction_changes_no_result(corpus: Path, where: tuple[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_reduction_changes_no_result(
+    corpus: Path, analysed: Callable[[str], Analysis], where: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """What the workers drop (host events but one per name, overlap lanes, unread counters) changes nothing."""
     path = corpus.joinpath(*where)
-    reduced = _report(path)
+    reduced = build(analysed(str(path)))  # the session's analysis reads reduced ranks, as every analysis does
     monkeypatch.setattr(reduce_mod, "reduce_rank", lambda rd: rd)
     assert _report(path) == reduced
 

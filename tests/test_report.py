@@ -16,7 +16,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pytest
@@ -456,20 +456,10 @@ def test_number_formats() -> None:
 
 
 @pytest.fixture(scope="module")
-def job8_analysis(corpus: Path, repo: Path, tmp_path_factory: pytest.TempPathFactory) -> object:
-    """bench/cluster.py's 8-rank job (rank 5 slow, link 2-3's transit stretched 2.5x), analysed."""
-    import importlib.util
-
-    from msdiag.analysis import Options, analyze
-
-    spec = importlib.util.spec_from_file_location("msdiag_bench_cluster", repo / "bench" / "cluster.py")
-    assert spec and spec.loader
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    out = tmp_path_factory.mktemp("cluster") / "job8"
-    plan = bench.build(out, 8, 3, 20261129, 0.01, 3.0, 2.5, 1)
-    assert plan["slow_link"] == "2-3 HCCS"
-    return analyze(out, Options(jobs=1))
+def job8_analysis(job8: Path, analysed: Callable[[str], Any]) -> object:
+    """bench/cluster.py's 8-rank job (rank 5 slow, link 2-3's transit stretched 2.5x; tests/conftest.py),
+    the session's shared analysis of it: read only."""
+    return analysed(str(job8))
 
 
 def test_slow_link_reaches_the_heatmap_as_data(job8_analysis: object, tmp_path: Path) -> None:
