@@ -28,7 +28,7 @@ from msdiag.ingest import parallel
 from msdiag.ingest.cache import CACHE_FORMAT, default_dir
 from msdiag.ingest.loader import load
 from msdiag.metrics import reduce as reduce_mod
-from msdiag.metrics.reduce import reduce_rank
+from msdiag.metrics.reduce import reduce_id, reduce_rank
 
 LEVEL1 = ("ascend", "torchnpu-2rank-level1")
 SLOW_RANK, SLOW_LINK = 5, "2-3 HCCS"
@@ -179,17 +179,17 @@ def test_cache_invalidated_by_size_or_mtime(corpus: Path, tmp_path: Path) -> Non
     f = cap / "rank1_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "op_statistic.csv"
     st = f.stat()
     os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns + 5_000_000_000))  # touched: same bytes, newer mtime
-    again = load(cap, jobs=1, cache=cache, reduce=reduce_rank).ingest["cache"]
+    again = load(cap, jobs=1, cache=cache, reduce=reduce_rank, reduce_id=reduce_id()).ingest["cache"]
     assert (again["hits"], again["misses"], again["written"]) == (1, 1, 1)
 
     meta = cap / "rank0_ascend_pt" / "profiler_metadata.json"
     st = meta.stat()
     meta.write_text(meta.read_text() + "\n")  # one byte more, mtime put back: the size tells
     os.utime(meta, ns=(st.st_atime_ns, st.st_mtime_ns))
-    again = load(cap, jobs=1, cache=cache, reduce=reduce_rank).ingest["cache"]
+    again = load(cap, jobs=1, cache=cache, reduce=reduce_rank, reduce_id=reduce_id()).ingest["cache"]
     assert (again["hits"], again["misses"]) == (1, 1)
     assert len(_entries(cache)) == 2  # one entry per rank folder: rewritten, not piled up
-    assert load(cap, jobs=1, cache=cache, reduce=reduce_rank).ingest["cache"]["hits"] == 2
+    assert load(cap, jobs=1, cache=cache, reduce=reduce_rank, reduce_id=reduce_id()).ingest["cache"]["hits"] == 2
 
 
 @pytest.mark.parametrize("damage", ["parquet", "rank.json", "key.json", "missing table"])
@@ -213,7 +213,7 @@ def test_corrupt_entry_is_rebuilt(corpus: Path, tmp_path: Path, damage: str) -> 
     if damage != "key.json":  # an unreadable key is simply not a match
         assert len(st["ignored"]) == 1
     assert build(a) == expected
-    assert load(path, jobs=1, cache=cache, reduce=reduce_rank).ingest["cache"]["hits"] == 2
+    assert load(path, jobs=1, cache=cache, reduce=reduce_rank, reduce_id=reduce_id()).ingest["cache"]["hits"] == 2
 
 
 def test_cli_cache_default_and_no_cache(corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
