@@ -152,10 +152,10 @@ def test_reduction_drops_rows(corpus: Path) -> None:
 # ---- the cache -----------------------------------------------------------------------------------
 
 
-def test_cache_hit_is_identical(corpus: Path, tmp_path: Path) -> None:
+def test_cache_hit_is_identical(corpus: Path, analysed: Callable[[str], Analysis], tmp_path: Path) -> None:
     path = corpus.joinpath(*LEVEL1)
     cache = tmp_path / "cache"
-    plain = analyze(path, Options(jobs=1))
+    plain = analysed(str(path))  # the session's analysis: Options(jobs=1), no cache
     cold = analyze(path, Options(jobs=1, cache=str(cache)))
     assert cold.capture.ingest["cache"]["misses"] == 2 and cold.capture.ingest["cache"]["written"] == 2
     assert len(_entries(cache)) == 2

@@ -52,6 +52,13 @@ def report(path: Path, out: Path, *extra: str) -> str:
     return out.read_text(encoding="utf-8")
 
 
+def shared_json(analysed: Callable[[str], Any], name: str) -> dict:
+    """The JSON report object of the session's shared analysis of a capture (tests/conftest.py)."""
+    from msdiag.contract import build
+
+    return json.loads(json.dumps(build(analysed(name)), ensure_ascii=False))
+
+
 def analyze_json(path: Path) -> dict:
     code, out, err = run("analyze", str(path), "--format", "json", "--jobs", "1")
     assert code == 0, err
@@ -91,11 +98,12 @@ def assert_unique_ids(page: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def corpus_report(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
-    """The corpus capture's report (written once for the module) and its JSON report object."""
+def corpus_report(corpus: Path, analysed: Callable[[str], Any], tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    """The corpus capture's report (written once for the module by the command) and its JSON report object
+    (of the session's shared analysis, what ``analyze --format json --jobs 1`` prints)."""
     out = tmp_path_factory.mktemp("corpus-report") / "report.html"
     report(corpus / LEVEL1, out)
-    return out, analyze_json(corpus / LEVEL1)
+    return out, shared_json(analysed, LEVEL1)
 
 
 def test_corpus_report(corpus_report: tuple[Path, dict]) -> None:
@@ -143,9 +151,9 @@ def test_corpus_report(corpus_report: tuple[Path, dict]) -> None:
     assert_unique_ids(page)
 
 
-def test_sample_cpu_report(tmp_path: Path) -> None:
+def test_sample_cpu_report(analysed: Callable[[str], Any], tmp_path: Path) -> None:
     page = report(SAMPLE, tmp_path / "cpu.html")
-    data = analyze_json(SAMPLE)  # the sample is re-captured now and then: figures come from its analysis
+    data = shared_json(analysed, "sample")  # the sample is re-captured now and then: figures come from its analysis
     figs = figures(page)
     drawn = {k for k, v in figs.items() if "<svg" in v}
     assert {"c-steps", "c-timeline", "c-kernels", "c-memory"} <= drawn
@@ -195,7 +203,7 @@ def test_autoescape(tmp_path: Path) -> None:
 
     env = html.environment()
     assert env.autoescape is True and env.undefined is jinja2.StrictUndefined
-    a = analyze(SAMPLE, None)
+    a = analyze(SAMPLE, None)  # its own analysis, not the session's: the test renames kernels in place
     k = a.capture.ranks[0].tables["kernels"]
     top = k.loc[k["kind"] == "compute", "type"].value_counts().index[0]
     k.loc[k["type"] == top, "type"] = "Cast<float>"
