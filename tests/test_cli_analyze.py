@@ -209,6 +209,7 @@ def test_installed_command_runs(corpus: Path) -> None:
     assert len(json.loads(p.stdout)["ranks"]) == 2
 
 
+@pytest.mark.slow
 def test_parallel_read_equals_serial(corpus: Path) -> None:
     """Ranks read by the process pool give exactly what an in-process read gives."""
     serial = analyze_json(corpus / "ascend/torchnpu-2rank-level1")
