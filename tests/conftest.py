@@ -1,12 +1,24 @@
-"""Shared test fixtures: the read-only corpus beside the checkout, and the repository root."""
+"""Shared test fixtures: the read-only corpus beside the checkout, the repository root, and the corpus
+captures analysed once per session (``analysed``), which most test files read again and again."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+from msdiag.analysis import Analysis, analyze
+from msdiag.options import Options
+
+# Property tests must not depend on the machine's load: hypothesis's default 200 ms deadline per example and its
+# too_slow health check fail a test when the machine is busy, not when the code is wrong. CI (CI set) uses
+# hypothesis's own "ci" profile (no deadline, derandomized: the same examples every run); elsewhere examples stay
+# random, without the deadline.
+settings.register_profile("msdiag", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("ci" if os.environ.get("CI") else "msdiag")
 
 # MSDIAG_REPO: the checkout, when the tests run from a copy against an installed wheel (CI)
 REPO = Path(os.environ.get("MSDIAG_REPO", Path(__file__).resolve().parents[1]))
@@ -25,6 +37,55 @@ def corpus() -> Path:
 @pytest.fixture(scope="session")
 def repo() -> Path:
     return REPO
+
+
+# The captures the test files analyse most, by short name; `analysed` takes any other corpus-relative path too.
+CAPTURES = {
+    "level0": "ascend/torchnpu-2rank-level0",
+    "level1": "ascend/torchnpu-2rank-level1",
+    "level1-db": "ascend/torchnpu-2rank-level1-db",
+    "p2p": "ascend/torchnpu-2rank-p2p-2024",
+    "cpu-graph": "mindspore-cpu/legacy_Profiler_graph_mem",
+    "cpu-pynative": "mindspore-cpu/legacy_Profiler_pynative_mem",
+    "cpu-dp2": "mindspore-cpu/msrun_dp2_pynative",
+    "sample": str(SAMPLE_TRACES / "train_small_cpu"),
+}
+
+
+@pytest.fixture(scope="session")
+def analysed() -> Callable[[str], Analysis]:
+    """``analysed(name)``: the Analysis of a capture, made once per session with ``Options(jobs=1)`` (no rank cache).
+
+    ``name`` is a key of CAPTURES or a path relative to the corpus. The Analysis is shared by every test that
+    asks for the same capture: read it, never change it (a test that changes one analyses its own copy).
+    """
+    done: dict[Path, Analysis] = {}
+
+    def get(name: str) -> Analysis:
+        path = CORPUS / CAPTURES.get(name, name)  # an absolute path (the sample) stays itself
+        if not path.exists() and not CORPUS.is_dir():
+            pytest.skip(f"corpus folder {CORPUS} is absent: tests on real profiler output are skipped")
+        if path not in done:
+            done[path] = analyze(path, Options(jobs=1))
+        return done[path]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def job8(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """bench/cluster.py's synthetic 8-rank job built from the corpus (torchnpu-2rank-level1, rank 1) once per
+    session: 8 ranks x 3 steps, rank 5's compute 3x longer, link 2-3's transit 2.5x (tests/test_cluster.py)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("msdiag_bench_cluster", REPO / "bench" / "cluster.py")
+    assert spec and spec.loader
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    out = tmp_path_factory.mktemp("cluster") / "job8"
+    plan = bench.build(out, 8, 3, 20261129, 0.01, 3.0, 2.5, 1)
+    assert (plan["slow_rank"], plan["slow_link"]) == (5, "2-3 HCCS")
+    return out
 
 
 @pytest.fixture(scope="session", autouse=True)

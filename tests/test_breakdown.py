@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import Callable
 
 import numpy as np
+import pandas as pd
 import pytest
-from conftest import SAMPLE_TRACES
 
-from msdiag.analysis import analyze
+from msdiag.analysis import Analysis
+
+Analysed = Callable[[str], Analysis]
 
 
-def _steps(path: Path):
-    a = analyze(path)
+def _steps(analysed: Analysed, name: str) -> tuple[Analysis, pd.DataFrame]:
+    """The session's shared analysis of a capture (read only) and its steps sorted (a new frame)."""
+    a = analysed(name)
     return a, a.steps.sort_values(["rank", "step"]).reset_index(drop=True)
 
 
@@ -26,8 +29,8 @@ def _steps(path: Path):
         ("mindspore-cpu/msrun_dp2_pynative", 6),
     ],
 )
-def test_cpu_steps_found_from_repeating_iterations(corpus: Path, folder: str, n_steps: int) -> None:
-    a, s = _steps(corpus / folder)
+def test_cpu_steps_found_from_repeating_iterations(analysed: Analysed, folder: str, n_steps: int) -> None:
+    a, s = _steps(analysed, folder)
     for rank, g in s.groupby("rank"):
         assert list(g["step"]) == list(range(1, n_steps + 1))
         assert "repeating iterations" in a.capture.ranks[0].info.steps_from
@@ -39,27 +42,27 @@ def test_cpu_steps_found_from_repeating_iterations(corpus: Path, folder: str, n_
         assert g["total_us"].sum() == pytest.approx(float((k["start_us"] + k["dur_us"]).max() - k["start_us"].min()), rel=1e-9)
 
 
-def test_sample_has_its_five_active_steps() -> None:
+def test_sample_has_its_five_active_steps(analysed: Analysed) -> None:
     # sample_traces/README.md: `msdiag capture` of train_small.py (20 steps) with the default window:
     # skip 2 steps, warm up 1 (step 3), record 5 -> steps 4-8, each marked by the dataset fetch that
     # starts it (msdiag_steps.json), numbered as the job counts its steps
-    a, s = _steps(SAMPLE_TRACES / "train_small_cpu")
+    a, s = _steps(analysed, "sample")
     assert list(s["step"]) == [4, 5, 6, 7, 8]
     assert a.capture.ranks[0].info.steps_from == "ProfilerStep#N markers"
 
 
-def test_breakdown_identities_on_every_row(corpus: Path) -> None:
+def test_breakdown_identities_on_every_row(analysed: Analysed) -> None:
     for folder in ("ascend/torchnpu-2rank-level1", "mindspore-cpu/msrun_dp2_pynative"):
-        _, s = _steps(corpus / folder)
+        _, s = _steps(analysed, folder)
         parts = s["computing_us"] + s["communication_exposed_us"] + s["free_us"]
         assert np.allclose(parts, s["total_us"], rtol=1e-9)
         assert (s["overlapped_us"] >= -1e-6).all()
         assert np.allclose(s["overlapped_us"], s["communication_us"] - s["communication_exposed_us"])
 
 
-def test_data_wait_from_torch_dataloader_events(corpus: Path) -> None:
+def test_data_wait_from_torch_dataloader_events(analysed: Analysed) -> None:
     # rank0 level1 trace_view.json: the host event "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"
     # (dur 3332.40 us) lies inside ProfilerStep#50; its __next__ frame (3481.13 us) contains it.
-    a, s = _steps(corpus / "ascend/torchnpu-2rank-level1/rank0_ascend_pt")
+    a, s = _steps(analysed, "ascend/torchnpu-2rank-level1/rank0_ascend_pt")
     # absolute times near 1.7e15 us resolve to 0.25 us in float64
     assert s.loc[0, "data_wait_us"] == pytest.approx(3332.40, abs=0.5)

@@ -16,12 +16,12 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pytest
-from conftest import REPO, SAMPLE_TRACES
+from conftest import REPO
 
-from msdiag.analysis import Options, analyze
+from msdiag.analysis import Analysis, Options, analyze
 from msdiag.capture import launch, preflight, runner, runtime
 from msdiag.errors import InputError, ParseError, one_line
 from msdiag.ingest import msdiag_markers
@@ -108,10 +108,10 @@ def test_runtime_imports_only_the_standard_library() -> None:
                 assert root in sys.stdlib_module_names or root == "mindspore", f"{f.name}: import {root}"
 
 
-def test_sample_steps_come_from_msdiag_markers() -> None:
+def test_sample_steps_come_from_msdiag_markers(analysed: Callable[[str], Analysis]) -> None:
     """sample_traces/train_small_cpu (msdiag capture of train_small.py, 20 steps, default window):
     steps 4-8 are recorded (skip 2 + warm-up 1), each marked by the dataset fetch that starts it."""
-    a = analyze(SAMPLE_TRACES / "train_small_cpu", Options(jobs=1))
+    a = analysed("sample")  # the session's shared analysis (Options(jobs=1)): read only
     assert list(a.steps["step"]) == WINDOW
     rd = a.capture.ranks[0]
     assert rd.info.steps_from == "ProfilerStep#N markers"

@@ -198,6 +198,7 @@ def test_debug_shows_the_traceback(tmp_path: Path) -> None:
     assert r.exit_code != 0 and r.exception is not None
 
 
+@pytest.mark.slow
 def test_installed_command_runs(corpus: Path) -> None:
     """The module entry point works as a separate process (what the console script calls)."""
     p = subprocess.run(
@@ -208,6 +209,7 @@ def test_installed_command_runs(corpus: Path) -> None:
     assert len(json.loads(p.stdout)["ranks"]) == 2
 
 
+@pytest.mark.slow
 def test_parallel_read_equals_serial(corpus: Path) -> None:
     """Ranks read by the process pool give exactly what an in-process read gives."""
     serial = analyze_json(corpus / "ascend/torchnpu-2rank-level1")

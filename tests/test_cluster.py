@@ -9,19 +9,18 @@ the first allreduce of every step (3 late arrivals: 3 votes), and link 2-3's tra
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from msdiag.analysis import Options, analyze
+from msdiag.analysis import Analysis, Options, analyze
 from msdiag.cli import main
 from msdiag.contract import build
 from msdiag.errors import InputError
@@ -29,7 +28,7 @@ from msdiag.ingest import parallel
 from msdiag.ingest.cache import CACHE_FORMAT, default_dir
 from msdiag.ingest.loader import load
 from msdiag.metrics import reduce as reduce_mod
-from msdiag.metrics.reduce import reduce_rank
+from msdiag.metrics.reduce import reduce_id, reduce_rank
 
 LEVEL1 = ("ascend", "torchnpu-2rank-level1")
 SLOW_RANK, SLOW_LINK = 5, "2-3 HCCS"
@@ -53,22 +52,13 @@ def _entries(cache: Path) -> list[Path]:
 # ---- the synthetic cluster ------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def job8(corpus: Path, repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """8 ranks x 3 steps built from the corpus by bench/cluster.py, rank 5 slow, link 2-3 slow."""
-    spec = importlib.util.spec_from_file_location("msdiag_bench_cluster", repo / "bench" / "cluster.py")
-    assert spec and spec.loader
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    out = tmp_path_factory.mktemp("cluster") / "job8"
-    plan = bench.build(out, 8, 3, 20261129, 0.01, 3.0, 2.5, 1)
-    assert plan["slow_rank"] == SLOW_RANK and plan["slow_link"] == SLOW_LINK
-    return out
+# job8 (tests/conftest.py): 8 ranks x 3 steps built from the corpus by bench/cluster.py, rank 5 slow, link 2-3 slow
 
 
 @pytest.fixture(scope="module")
-def job8_report(job8: Path) -> dict[str, Any]:
-    return _report(job8)
+def job8_report(job8: Path, analysed: Callable[[str], Analysis]) -> dict[str, Any]:
+    """The report object of job8's shared analysis (Options(jobs=1)): the same as ``_report(job8)``."""
+    return build(analysed(str(job8)))
 
 
 def test_slow_rank_and_link_found(job8_report: dict[str, Any]) -> None:
@@ -112,6 +102,7 @@ def test_link_heatmap(job8_report: dict[str, Any]) -> None:
     assert slow < 0.8 * 18 and min(bw.values()) > 0.8 * 18
 
 
+@pytest.mark.slow
 def test_pool_equals_in_process(job8: Path, job8_report: dict[str, Any]) -> None:
     a = analyze(job8, Options(jobs=2))
     assert a.capture.ingest["executor"] == "process-pool"
@@ -135,10 +126,12 @@ def test_pool_equals_in_process(job8: Path, job8_report: dict[str, Any]) -> None
         ("mindspore-legacy", "hccl-one-allreduce"),
     ],
 )
-def test_reduction_changes_no_result(corpus: Path, where: tuple[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_reduction_changes_no_result(
+    corpus: Path, analysed: Callable[[str], Analysis], where: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """What the workers drop (host events but one per name, overlap lanes, unread counters) changes nothing."""
     path = corpus.joinpath(*where)
-    reduced = _report(path)
+    reduced = build(analysed(str(path)))  # the session's analysis reads reduced ranks, as every analysis does
     monkeypatch.setattr(reduce_mod, "reduce_rank", lambda rd: rd)
     assert _report(path) == reduced
 
@@ -159,10 +152,10 @@ def test_reduction_drops_rows(corpus: Path) -> None:
 # ---- the cache -----------------------------------------------------------------------------------
 
 
-def test_cache_hit_is_identical(corpus: Path, tmp_path: Path) -> None:
+def test_cache_hit_is_identical(corpus: Path, analysed: Callable[[str], Analysis], tmp_path: Path) -> None:
     path = corpus.joinpath(*LEVEL1)
     cache = tmp_path / "cache"
-    plain = analyze(path, Options(jobs=1))
+    plain = analysed(str(path))  # the session's analysis: Options(jobs=1), no cache
     cold = analyze(path, Options(jobs=1, cache=str(cache)))
     assert cold.capture.ingest["cache"]["misses"] == 2 and cold.capture.ingest["cache"]["written"] == 2
     assert len(_entries(cache)) == 2
@@ -186,17 +179,17 @@ def test_cache_invalidated_by_size_or_mtime(corpus: Path, tmp_path: Path) -> Non
     f = cap / "rank1_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "op_statistic.csv"
     st = f.stat()
     os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns + 5_000_000_000))  # touched: same bytes, newer mtime
-    again = load(cap, jobs=1, cache=cache, reduce=reduce_rank).ingest["cache"]
+    again = load(cap, jobs=1, cache=cache, reduce=reduce_rank, reduce_id=reduce_id()).ingest["cache"]
     assert (again["hits"], again["misses"], again["written"]) == (1, 1, 1)
 
     meta = cap / "rank0_ascend_pt" / "profiler_metadata.json"
     st = meta.stat()
     meta.write_text(meta.read_text() + "\n")  # one byte more, mtime put back: the size tells
     os.utime(meta, ns=(st.st_atime_ns, st.st_mtime_ns))
-    again = load(cap, jobs=1, cache=cache, reduce=reduce_rank).ingest["cache"]
+    again = load(cap, jobs=1, cache=cache, reduce=reduce_rank, reduce_id=reduce_id()).ingest["cache"]
     assert (again["hits"], again["misses"]) == (1, 1)
     assert len(_entries(cache)) == 2  # one entry per rank folder: rewritten, not piled up
-    assert load(cap, jobs=1, cache=cache, reduce=reduce_rank).ingest["cache"]["hits"] == 2
+    assert load(cap, jobs=1, cache=cache, reduce=reduce_rank, reduce_id=reduce_id()).ingest["cache"]["hits"] == 2
 
 
 @pytest.mark.parametrize("damage", ["parquet", "rank.json", "key.json", "missing table"])
@@ -220,7 +213,7 @@ def test_corrupt_entry_is_rebuilt(corpus: Path, tmp_path: Path, damage: str) -> 
     if damage != "key.json":  # an unreadable key is simply not a match
         assert len(st["ignored"]) == 1
     assert build(a) == expected
-    assert load(path, jobs=1, cache=cache, reduce=reduce_rank).ingest["cache"]["hits"] == 2
+    assert load(path, jobs=1, cache=cache, reduce=reduce_rank, reduce_id=reduce_id()).ingest["cache"]["hits"] == 2
 
 
 def test_cli_cache_default_and_no_cache(corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -272,6 +265,7 @@ def dask_cluster() -> Any:
         yield cluster, client
 
 
+@pytest.mark.slow
 @pytest.mark.dask
 def test_dask_equals_local_and_runs_on_workers(job8: Path, job8_report: dict[str, Any], dask_cluster: Any, tmp_path: Path) -> None:
     cluster, client = dask_cluster
@@ -292,6 +286,7 @@ def test_dask_equals_local_and_runs_on_workers(job8: Path, job8_report: dict[str
     assert warm.capture.ingest["cache"]["hits"] == 8
 
 
+@pytest.mark.slow
 @pytest.mark.dask
 def test_dask_unreachable_scheduler(corpus: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("distributed", reason="Dask is not installed: pip install 'msdiag[cluster]'")

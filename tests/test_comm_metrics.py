@@ -15,7 +15,7 @@ import statistics
 from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
@@ -23,7 +23,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from msdiag.analysis import Analysis, analyze
+from msdiag.analysis import Analysis
 from msdiag.ingest.metadata import info_of_metadata, read_profiler_metadata
 from msdiag.metrics import communication as cm
 from msdiag.metrics.registry import Context, Value, all_metrics
@@ -107,8 +107,9 @@ def _transport_sums(ops: dict[Any, dict[str, Any]], transport: str) -> tuple[flo
 
 
 @pytest.fixture(scope="module")
-def analyses(corpus: Path) -> dict[str, Analysis]:
-    return {c: analyze(corpus / c) for c in (LEVEL1, P2P, LEVEL0)}
+def analyses(analysed: Callable[[str], Analysis]) -> dict[str, Analysis]:
+    """The session's shared analyses (tests/conftest.py): read only; a changed option is a new Context."""
+    return {c: analysed(c) for c in (LEVEL1, P2P, LEVEL0)}
 
 
 def _ctx(a: Analysis, **options: Any) -> Context:

@@ -9,7 +9,7 @@ import math
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pytest
@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from conftest import REPO
 
 from msdiag import stats
-from msdiag.analysis import Options, analyze
+from msdiag.analysis import Analysis
 from msdiag.cli import main
 from msdiag.diff import HIGHER_IS_BETTER, LOWER_IS_BETTER, NEUTRAL, IncomparableError, compare, direction, snapshot
 
@@ -39,13 +39,29 @@ def diff_json(a: Path | str, b: Path | str, *extra: str, code: int = 0) -> dict[
     return json.loads(out)
 
 
-_SNAPS: dict[str, dict[str, Any]] = {}
+Snap = Callable[[str], dict[str, Any]]
 
 
-def snap(corpus: Path, rel: str) -> dict[str, Any]:
-    if rel not in _SNAPS:
-        _SNAPS[rel] = snapshot(analyze(corpus / rel, Options(jobs=1)))
-    return _SNAPS[rel]
+def diff_of(snap: Snap, a: str, b: str, *, fail_on: float | None = None, metrics: tuple[str, ...] = (), code: int = 0) -> dict[str, Any]:
+    """What ``msdiag diff A B --format json [--fail-on-regression PCT --metric ...]`` prints, computed on the session's
+    shared analyses (the CLI's own path is tested by the tests that call ``run``); ``code``: the exit code it would have."""
+    d = json.loads(json.dumps(compare(snap(a), snap(b), a, b, fail_on_regression=fail_on, gate_metrics=metrics)))
+    assert (1 if d["gate"] and d["gate"]["failed"] else 0) == code, d["gate"]
+    return d
+
+
+@pytest.fixture(scope="module")
+def snap(analysed: Callable[[str], Analysis]) -> Snap:
+    """``snap(rel)``: the diff snapshot of a corpus capture's shared analysis, made once (a test that edits
+    one edits a deep copy)."""
+    done: dict[str, dict[str, Any]] = {}
+
+    def get(rel: str) -> dict[str, Any]:
+        if rel not in done:
+            done[rel] = snapshot(analysed(rel))
+        return done[rel]
+
+    return get
 
 
 # ---- the statistics, against values computed by hand -----------------------------------------
@@ -102,8 +118,8 @@ def test_direction_table_names_registered_metrics_only() -> None:
 # ---- a capture against itself --------------------------------------------------------------
 
 
-def test_capture_against_itself_is_no_change_and_passes_the_gate(corpus: Path) -> None:
-    d = diff_json(corpus / GRAPH, corpus / GRAPH, "--fail-on-regression", "1")
+def test_capture_against_itself_is_no_change_and_passes_the_gate(snap: Snap) -> None:
+    d = diff_of(snap, GRAPH, GRAPH, fail_on=1)
     st = d["step_time"]
     assert st["relative_change"] == 0 and st["p_value"] == 1.0
     assert st["judgement"] == "no significant change"
@@ -119,13 +135,13 @@ def test_capture_against_itself_is_no_change_and_passes_the_gate(corpus: Path) -
 # ---- two runs of the same Ascend job, one step per rank --------------------------------------
 
 
-def test_level0_vs_level1_one_step_per_rank_is_too_few_samples(corpus: Path) -> None:
+def test_level0_vs_level1_one_step_per_rank_is_too_few_samples(snap: Snap) -> None:
     # step_trace_time.csv, Stage (= the step's span; Bubble 0):
     #   Level0: rank 0 116251.25, rank 1 100602.25 -> median of the pooled 2 = 108426.75 us
     #   Level1: rank 0 136581.0,  rank 1 131912.5  -> median 134246.75 us
     #   relative change of the median: 134246.75 / 108426.75 - 1 = +23.81%
     # 2 against 2 steps: the smallest two-sided p of a rank test is 2 / C(4, 2) = 1/3: never significant.
-    d = diff_json(corpus / LEVEL0, corpus / LEVEL1, "--fail-on-regression", "5")
+    d = diff_of(snap, LEVEL0, LEVEL1, fail_on=5)
     st = d["step_time"]
     assert st["baseline"] == pytest.approx(108426.75, rel=1e-5)  # msdiag's own timeline span, within 0.25 us
     assert st["candidate"] == pytest.approx(134246.75, rel=1e-5)
@@ -146,7 +162,7 @@ def test_level0_vs_level1_one_step_per_rank_is_too_few_samples(corpus: Path) -> 
 # ---- the same model in PyNative and in graph mode, 8 steps each --------------------------------
 
 
-def test_graph_mode_is_judged_faster_than_pynative(corpus: Path) -> None:
+def test_graph_mode_is_judged_faster_than_pynative(snap: Snap) -> None:
     # msdiag's step rows (the repeating op sequence of the host timeline), total_us per step:
     #   PyNative: 772275.0 (step 1: warm-up, left out), 203453.25, 120785.75, 232825.75, 100326.25,
     #             122281.0, 130685.25, 115995.75 -> median of the 7 = 122281.0 us
@@ -154,7 +170,7 @@ def test_graph_mode_is_judged_faster_than_pynative(corpus: Path) -> None:
     #             -> median 21174.5 us
     #   change: 21174.5 / 122281.0 - 1 = -82.68%; every graph step is faster than every PyNative step:
     #   exact rank test p = 2 / C(14, 7) = 2 / 3432 = 0.00058
-    d = diff_json(corpus / PYNATIVE, corpus / GRAPH, "--fail-on-regression", "5")
+    d = diff_of(snap, PYNATIVE, GRAPH, fail_on=5)
     st = d["step_time"]
     assert st["baseline"] == pytest.approx(122281.0) and st["candidate"] == pytest.approx(21174.5)
     assert st["relative_change"] == pytest.approx(21174.5 / 122281.0 - 1)
@@ -170,29 +186,29 @@ def test_graph_mode_is_judged_faster_than_pynative(corpus: Path) -> None:
     assert "MatMul" in faster  # 25.2 ms -> 2.4 ms per step
 
 
-def test_fail_on_regression_when_the_slower_capture_is_the_candidate(corpus: Path) -> None:
-    d = diff_json(corpus / GRAPH, corpus / PYNATIVE, "--fail-on-regression", "10", code=1)
+def test_fail_on_regression_when_the_slower_capture_is_the_candidate(corpus: Path, snap: Snap) -> None:
+    d = diff_of(snap, GRAPH, PYNATIVE, fail_on=10, code=1)
     assert d["step_time"]["judgement"] == "regressed"
     g = d["gate"]["metrics"][0]
     assert g["metric"] == "step_time_us" and g["failed"] and g["beyond_noise"] and g["noise_estimate"]
     assert g["worse_by"] == pytest.approx(122281.0 / 21174.5 - 1)  # +477%
     # above the regression, but under the threshold: passes
-    diff_json(corpus / GRAPH, corpus / PYNATIVE, "--fail-on-regression", "900", code=0)
-    # text output says FAILED
+    diff_of(snap, GRAPH, PYNATIVE, fail_on=900, code=0)
+    # the command: exit 1, and the text output says FAILED
     rc, out, _ = run("diff", str(corpus / GRAPH), str(corpus / PYNATIVE), "--fail-on-regression", "10", "--jobs", "1")
     assert rc == 1 and "Gate (--fail-on-regression 10%): FAILED" in out
 
 
-def test_gate_on_a_metric_without_per_step_samples(corpus: Path) -> None:
+def test_gate_on_a_metric_without_per_step_samples(snap: Snap) -> None:
     # memory_peak_allocated_mb: graph 5.5986 MB, PyNative 6.2822 MB -> +12.2%, lower is better
-    d = diff_json(corpus / GRAPH, corpus / PYNATIVE, "--fail-on-regression", "5", "--metric", "memory_peak_allocated_mb", code=1)
+    d = diff_of(snap, GRAPH, PYNATIVE, fail_on=5, metrics=("memory_peak_allocated_mb",), code=1)
     g = d["gate"]["metrics"]
     assert [x["metric"] for x in g] == ["memory_peak_allocated_mb"]
     assert g[0]["noise_estimate"] is False and g[0]["failed"] and "no noise estimate" in g[0]["sentence"]
     assert g[0]["worse_by"] == pytest.approx(6.2822265625 / 5.5986328125 - 1)
-    diff_json(corpus / GRAPH, corpus / PYNATIVE, "--fail-on-regression", "20", "--metric", "memory_peak_allocated_mb", code=0)
+    diff_of(snap, GRAPH, PYNATIVE, fail_on=20, metrics=("memory_peak_allocated_mb",), code=0)
     # a higher-is-better metric that improved (computing share 79% -> 54% is worse; the other way is better)
-    d = diff_json(corpus / PYNATIVE, corpus / GRAPH, "--fail-on-regression", "1", "--metric", "computing_share,step_time_us")
+    d = diff_of(snap, PYNATIVE, GRAPH, fail_on=1, metrics=("computing_share", "step_time_us"))
     assert not d["gate"]["failed"] and [x["metric"] for x in d["gate"]["metrics"]] == ["computing_share", "step_time_us"]
 
 
@@ -218,8 +234,8 @@ def test_metric_needs_the_threshold(corpus: Path) -> None:
 # ---- what is shared and what is not ---------------------------------------------------------
 
 
-def test_different_rank_counts_compare_on_what_they_share(corpus: Path) -> None:
-    d = compare(snap(corpus, f"{CPU}/msrun_dp2_pynative"), snap(corpus, PYNATIVE), "dp2", "single")
+def test_different_rank_counts_compare_on_what_they_share(snap: Snap) -> None:
+    d = compare(snap(f"{CPU}/msrun_dp2_pynative"), snap(PYNATIVE), "dp2", "single")
     assert d["ranks"] == {"baseline": [0, 1], "candidate": [0], "common": [0]}
     assert [r["rank"] for r in d["per_rank_step_time"]] == [0]
     assert any("ranks only in the baseline" in x and "1" in x for x in d["not_compared"])
@@ -227,22 +243,22 @@ def test_different_rank_counts_compare_on_what_they_share(corpus: Path) -> None:
     assert d["kernels"]["compared"] and d["kernels"]["rank_steps"] == {"baseline": 5, "candidate": 7}
 
 
-def test_incomparable_captures_are_refused_with_the_reason(corpus: Path) -> None:
+def test_incomparable_captures_are_refused_with_the_reason(corpus: Path, snap: Snap) -> None:
     # parallel_strategy: a MindSpore 1.x folder with a strategy file and no step data
     rc, _, err = run("diff", str(corpus / "mindspore-legacy/parallel_strategy"), str(corpus / GRAPH), "--jobs", "1")
     assert rc == 2 and "no step with a measured duration" in err and "step times cannot be compared" in err
     # one training capture, one of another workload (an inference request log says so in its identity)
-    other = json.loads(json.dumps(snap(corpus, GRAPH)))
+    other = json.loads(json.dumps(snap(GRAPH)))
     other["report"]["capture"]["workload"] = "inference"
-    train = json.loads(json.dumps(snap(corpus, PYNATIVE)))
+    train = json.loads(json.dumps(snap(PYNATIVE)))
     train["report"]["capture"]["workload"] = "training"
     with pytest.raises(IncomparableError, match="a is inference and b is training"):
         compare(other, train, "a", "b")
     # no metric with a value on both sides
-    empty = json.loads(json.dumps(snap(corpus, GRAPH)))
+    empty = json.loads(json.dumps(snap(GRAPH)))
     empty["report"]["metrics"] = {k: None for k in empty["report"]["metrics"]}
     with pytest.raises(IncomparableError, match="no metric has a value in both"):
-        compare(snap(corpus, PYNATIVE), empty, "a", "b")
+        compare(snap(PYNATIVE), empty, "a", "b")
     # neither a path nor a saved baseline
     rc, _, err = run("diff", "no-such-capture-or-name", str(corpus / GRAPH))
     assert rc == 2 and "no such file or folder, and no saved baseline" in err
@@ -361,6 +377,7 @@ def test_diff_report_writes_the_candidates_page_with_the_comparison(corpus: Path
 HAS_MINDSPORE = importlib.util.find_spec("mindspore") is not None
 
 
+@pytest.mark.slow
 @pytest.mark.mindspore
 @pytest.mark.skipif(not HAS_MINDSPORE, reason="MindSpore is not importable here: install msdiag[capture] to run the capture tests")
 def test_data_bound_job_before_and_after_its_fix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

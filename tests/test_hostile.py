@@ -44,7 +44,7 @@ from hostile.runner import (
     snapshot,
 )
 
-pytestmark = pytest.mark.hostile
+pytestmark = [pytest.mark.hostile, pytest.mark.slow]
 
 # the real captures the cases start from (../shared/corpus, read in place)
 L0 = "ascend/torchnpu-2rank-level0/rank0_ascend_pt"  # one Ascend rank, one step (50): 116,251 us

@@ -9,15 +9,13 @@ from __future__ import annotations
 import csv
 import json
 import statistics
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
 
 import pandas as pd
 import pytest
-from conftest import SAMPLE_TRACES
 
-from msdiag.analysis import Analysis, analyze
+from msdiag.analysis import Analysis
 from msdiag.ingest.ascend_csv import read_minddata_pipeline
 from msdiag.ingest.metadata import info_of_metadata, read_profiler_metadata
 from msdiag.metrics.memory import device_memory_gb
@@ -49,14 +47,10 @@ IDS = {
 }
 
 
-@lru_cache(maxsize=None)
-def _analysis(path: str) -> Analysis:
-    return analyze(path)
-
-
 @pytest.fixture(scope="module")
-def run(corpus: Path) -> Callable[[str], Analysis]:
-    return lambda rel: _analysis(str(corpus / rel))
+def run(analysed: Callable[[str], Analysis]) -> Callable[[str], Analysis]:
+    """The session's shared analyses (tests/conftest.py): read only; other options go through ``_with``."""
+    return analysed
 
 
 def _m(a: Analysis, mid: str) -> Value:
@@ -175,10 +169,10 @@ def test_cpu_memory_peaks(run: Callable[[str], Analysis], corpus: Path, folder: 
         assert got.value == pytest.approx(max(want[key].values()))
 
 
-def test_sample_trace_memory_peak(repo: Path) -> None:
+def test_sample_trace_memory_peak(repo: Path, run: Callable[[str], Analysis]) -> None:
     [f] = sorted((repo / "sample_traces" / "train_small_cpu").glob("*/FRAMEWORK/cpu_ms_memory_record_0.txt"))
     want = _cpu_peaks([f])
-    a = _analysis(str(SAMPLE_TRACES / "train_small_cpu"))
+    a = run("sample")
     assert _m(a, "memory_peak_allocated_mb").value == pytest.approx(want["allocated"][0])
     assert _m(a, "memory_peak_reserved_mb").value == pytest.approx(want["reserved"][0])
 

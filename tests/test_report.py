@@ -16,7 +16,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pytest
@@ -50,6 +50,13 @@ def report(path: Path, out: Path, *extra: str) -> str:
     assert code == 0, err
     assert err.strip() == f"msdiag: wrote {out.resolve()}"
     return out.read_text(encoding="utf-8")
+
+
+def shared_json(analysed: Callable[[str], Any], name: str) -> dict:
+    """The JSON report object of the session's shared analysis of a capture (tests/conftest.py)."""
+    from msdiag.contract import build
+
+    return json.loads(json.dumps(build(analysed(name)), ensure_ascii=False))
 
 
 def analyze_json(path: Path) -> dict:
@@ -91,11 +98,12 @@ def assert_unique_ids(page: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def corpus_report(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
-    """The corpus capture's report (written once for the module) and its JSON report object."""
+def corpus_report(corpus: Path, analysed: Callable[[str], Any], tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    """The corpus capture's report (written once for the module by the command) and its JSON report object
+    (of the session's shared analysis, what ``analyze --format json --jobs 1`` prints)."""
     out = tmp_path_factory.mktemp("corpus-report") / "report.html"
     report(corpus / LEVEL1, out)
-    return out, analyze_json(corpus / LEVEL1)
+    return out, shared_json(analysed, LEVEL1)
 
 
 def test_corpus_report(corpus_report: tuple[Path, dict]) -> None:
@@ -143,9 +151,9 @@ def test_corpus_report(corpus_report: tuple[Path, dict]) -> None:
     assert_unique_ids(page)
 
 
-def test_sample_cpu_report(tmp_path: Path) -> None:
+def test_sample_cpu_report(analysed: Callable[[str], Any], tmp_path: Path) -> None:
     page = report(SAMPLE, tmp_path / "cpu.html")
-    data = analyze_json(SAMPLE)  # the sample is re-captured now and then: figures come from its analysis
+    data = shared_json(analysed, "sample")  # the sample is re-captured now and then: figures come from its analysis
     figs = figures(page)
     drawn = {k for k, v in figs.items() if "<svg" in v}
     assert {"c-steps", "c-timeline", "c-kernels", "c-memory"} <= drawn
@@ -171,6 +179,7 @@ def test_sample_cpu_report(tmp_path: Path) -> None:
     assert_unique_ids(page)
 
 
+@pytest.mark.slow
 def test_deterministic_across_processes(tmp_path: Path) -> None:
     """Same input, same bytes: two separate processes with different hash seeds."""
     outs = []
@@ -194,7 +203,7 @@ def test_autoescape(tmp_path: Path) -> None:
 
     env = html.environment()
     assert env.autoescape is True and env.undefined is jinja2.StrictUndefined
-    a = analyze(SAMPLE, None)
+    a = analyze(SAMPLE, None)  # its own analysis, not the session's: the test renames kernels in place
     k = a.capture.ranks[0].tables["kernels"]
     top = k.loc[k["kind"] == "compute", "type"].value_counts().index[0]
     k.loc[k["type"] == top, "type"] = "Cast<float>"
@@ -217,6 +226,7 @@ def test_autoescape(tmp_path: Path) -> None:
     (tmp_path / "escaped.html").write_text(page, encoding="utf-8")
 
 
+@pytest.mark.slow
 def test_report_imports_stay_off_the_analyze_path() -> None:
     code = (
         "import sys\n"
@@ -382,6 +392,7 @@ def _dom(tmp_path: Path, page: Path) -> str:
     return _chromium(tmp_path, "--dump-dom", page.resolve().as_uri()).stdout
 
 
+@pytest.mark.slow
 @needs_chromium
 def test_browser_corpus(corpus_report: tuple[Path, dict], tmp_path: Path) -> None:
     page = corpus_report[0]
@@ -395,6 +406,7 @@ def test_browser_corpus(corpus_report: tuple[Path, dict], tmp_path: Path) -> Non
     assert "ForeachAddList" in dom and "hcom_allReduce__586_0_1" in dom
 
 
+@pytest.mark.slow
 @needs_chromium
 def test_browser_sample_and_escaping(tmp_path: Path) -> None:
     page = tmp_path / "cpu.html"
@@ -460,20 +472,10 @@ def test_number_formats() -> None:
 
 
 @pytest.fixture(scope="module")
-def job8_analysis(corpus: Path, repo: Path, tmp_path_factory: pytest.TempPathFactory) -> object:
-    """bench/cluster.py's 8-rank job (rank 5 slow, link 2-3's transit stretched 2.5x), analysed."""
-    import importlib.util
-
-    from msdiag.analysis import Options, analyze
-
-    spec = importlib.util.spec_from_file_location("msdiag_bench_cluster", repo / "bench" / "cluster.py")
-    assert spec and spec.loader
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    out = tmp_path_factory.mktemp("cluster") / "job8"
-    plan = bench.build(out, 8, 3, 20261129, 0.01, 3.0, 2.5, 1)
-    assert plan["slow_link"] == "2-3 HCCS"
-    return analyze(out, Options(jobs=1))
+def job8_analysis(job8: Path, analysed: Callable[[str], Any]) -> object:
+    """bench/cluster.py's 8-rank job (rank 5 slow, link 2-3's transit stretched 2.5x; tests/conftest.py),
+    the session's shared analysis of it: read only."""
+    return analysed(str(job8))
 
 
 def test_slow_link_reaches_the_heatmap_as_data(job8_analysis: object, tmp_path: Path) -> None:

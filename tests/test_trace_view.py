@@ -336,7 +336,7 @@ _event = st.fixed_dictionaries(
 )
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(events=st.lists(_event, max_size=40), chunk=st.integers(1, 400))
 def test_fast_split_never_changes_results(tmp_path: Path, events: list[Any], chunk: int) -> None:
     p = _write(tmp_path, events + META, "prop.json")
