@@ -44,6 +44,7 @@ COLLECTIVE_COLUMNS = [
 ]  # fmt: skip
 
 _INT_COLUMNS = ("step", "last_arriver")
+_NO_RANK_LIST = "the capture records no rank list (no communication_matrix links, parallel_group_info or world size)"
 _READS = Reads(tables=("comm_ops", "kernels", "comm_links"))
 _SOURCE = "comm_ops (communication.json / COMMUNICATION_OP / hccl_raw), else communication kernels"
 
@@ -237,9 +238,7 @@ def _coverage(ctx: Context) -> tuple[tuple[list[int], list[int]] | None, str | N
     """(captured ranks, known ranks not captured), or why the job's ranks are unknown."""
     known, whence = known_ranks(ctx.capture)
     if not whence:
-        return None, (
-            "the capture records no rank list (no communication_matrix links, parallel_group_info or world size)"
-        )
+        return None, _NO_RANK_LIST
     captured = sorted(ctx.capture.rank_ids())
     return (captured, sorted(known - set(captured))), None
 
