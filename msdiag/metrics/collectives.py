@@ -257,6 +257,19 @@ def _capture_coverage(ctx: Context, cov: tuple[list[int], list[int]]) -> Value:
     return Value(round(len(captured) / (len(captured) + len(missing)), 4))
 
 
+@metric(
+    "ranks_known",
+    "ranks",
+    "Ranks the capture's files name (communication_matrix links, parallel groups, world size) plus the captured ones",
+    "communication_matrix.json / CommAnalyzerMatrix, profiler_metadata.json, profiler_info",
+    reads=_READS,
+    given=_coverage,
+)
+def _ranks_known(ctx: Context, cov: tuple[list[int], list[int]]) -> Value:
+    captured, missing = cov
+    return Value(len(captured) + len(missing))
+
+
 def _rank_list(ranks: list[int]) -> str:
     """'2-7' for a run, '0, 3, 5-7' otherwise (ranks sorted)."""
     runs: list[list[int]] = []

@@ -39,6 +39,10 @@ def _verdict(report: dict[str, Any]) -> list[str]:
         return []
     share = f" ({100 * v['share']:.0f}% of the step)" if v.get("share") is not None else ""
     out = [f"\nVerdict: {v['bottleneck'].upper()}{share}, confidence {v.get('confidence')}", f"  {v.get('sentence')}"]
+    cause = v.get("cause")
+    if cause and v.get("share") is not None:  # the headline names the cause (issue 14)
+        out[0] = f"\nVerdict: {v['bottleneck'].upper()} {100 * v['share']:.0f}%: {cause['sentence']}"
+        out.insert(1, f"  confidence {v.get('confidence')}; cause: {cause['id']}")
     if v.get("causes"):
         out.append(f"  related findings: {', '.join(v['causes'])}")
     if v.get("runner_up"):
