@@ -5,10 +5,11 @@ headline, on the real corpus. Expected figures are read by hand from the raw fil
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from msdiag.analysis import Analysis, analyze
+from msdiag.analysis import analyze
 from msdiag.contract import build
 from msdiag.report.text import render
 
@@ -20,11 +21,11 @@ CPU_MSRUN = "mindspore-cpu/msrun_dp2_pynative"
 
 
 @pytest.fixture(scope="module")
-def reports(corpus: Path) -> dict[str, dict]:
+def reports(corpus: Path) -> dict[str, dict[str, Any]]:
     return {c: build(analyze(corpus / c)) for c in (LEVEL0, LEVEL1, LEVEL1_DB, P2P, CPU_MSRUN)}
 
 
-def test_level1_progress_print_syncs_the_host(reports: dict[str, dict]) -> None:
+def test_level1_progress_print_syncs_the_host(reports: dict[str, dict[str, Any]]) -> None:
     # rank{0,1}_ascend_pt/ASCEND_PROFILER_OUTPUT/trace_view.json, thread = pid of the Python process:
     #   rank 0: "main.py(509): display" ts 749382.32 dur 93273.82, inside it (via main.py(511): <listcomp>,
     #   main.py(483): __str__) "aten::item" ts 749465.43 dur 91951.31 (holding aclrtSynchronizeStreamWithTimeout);
@@ -50,7 +51,7 @@ def test_level1_progress_print_syncs_the_host(reports: dict[str, dict]) -> None:
     assert any("symptom" in s["action"] for s in fired["host-sync-in-step"]["suggestions"])
 
 
-def test_the_same_call_site_from_the_sqlite_export(reports: dict[str, dict]) -> None:
+def test_the_same_call_site_from_the_sqlite_export(reports: dict[str, dict[str, Any]]) -> None:
     # ascend_pytorch_profiler_N.db holds the same job's python_function frames (a different run).
     m = reports[LEVEL1_DB]["metrics"]
     assert str(m["host_sync_site"]).startswith("main.py(483): __str__ < main.py(511): <listcomp> < main.py(509)")
@@ -68,13 +69,13 @@ def test_the_same_call_site_from_the_sqlite_export(reports: dict[str, dict]) -> 
         (P2P, "ranks-not-captured", "(2 of 10 captured)"),
     ],
 )
-def test_verdict_names_its_cause(reports: dict[str, dict], capture: str, cause: str, words: str) -> None:
+def test_verdict_names_its_cause(reports: dict[str, dict[str, Any]], capture: str, cause: str, words: str) -> None:
     v = reports[capture]["verdict"]
     assert v["bottleneck"] == "communication"
     assert v["cause"]["id"] == cause and words in v["cause"]["sentence"]
 
 
-def test_cpu_host_verdict_without_a_measured_cause(reports: dict[str, dict]) -> None:
+def test_cpu_host_verdict_without_a_measured_cause(reports: dict[str, dict[str, Any]]) -> None:
     # MindSpore CPU writes no Python frames or synchronisation events on its host timeline: the host verdict
     # has no measured cause of its category (the late AllReduce arrivals are communication's)
     v = reports[CPU_MSRUN]["verdict"]
@@ -82,6 +83,6 @@ def test_cpu_host_verdict_without_a_measured_cause(reports: dict[str, dict]) -> 
     assert reports[CPU_MSRUN]["metrics"]["late_rank"] == 1
 
 
-def test_text_headline_reads_the_cause(reports: dict[str, dict]) -> None:
+def test_text_headline_reads_the_cause(reports: dict[str, dict[str, Any]]) -> None:
     text = render(reports[LEVEL1])
     assert "COMMUNICATION 74%: 96 ms per step waiting for ranks not in this capture (2 of 8 captured)" in text
