@@ -175,7 +175,7 @@ def _activity(ctx: Context) -> dict[int, tuple[pd.DataFrame, int]]:
 
 def _per_step_ms(act: pd.DataFrame, n_steps: int) -> float:
     """Median over the rank's steps of the union (ms) of the activity's events in each step (0 where none)."""
-    per = [iv.total((g["start_us"].to_numpy(float), g["end_us"].to_numpy(float))) for _, g in act.groupby("step")]
+    per = [iv.total((g["start_us"].to_numpy(float), g["end_us"].to_numpy(float))) for _, g in act.groupby("step", dropna=False)]
     per += [0.0] * (n_steps - len(per))
     return float(np.median(per)) / US_PER_MS if per else 0.0
 
