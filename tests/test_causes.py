@@ -86,3 +86,13 @@ def test_cpu_host_verdict_without_a_measured_cause(reports: dict[str, dict[str, 
 def test_text_headline_reads_the_cause(reports: dict[str, dict[str, Any]]) -> None:
     text = render(reports[LEVEL1])
     assert "COMMUNICATION 74%: 96 ms per step waiting for ranks not in this capture (2 of 8 captured)" in text
+
+
+def test_why_the_device_waits_section(reports: dict[str, dict[str, Any]]) -> None:
+    # the text report lists the late arrival (5.6 ms, rank 1), the wait for ranks 2-7 and the host
+    # synchronisation's call sites (see the tests above for the figures)
+    text = render(reports[LEVEL1])
+    why = text.split("Why the device waits:")[1].split("Findings")[0]
+    assert "late arrival: 5.6 ms per step, mostly rank 1" in why
+    assert "waiting for ranks not captured (2-7): 96.5 ms per step" in why
+    assert "main.py(483): __str__ < main.py(511): <listcomp> < main.py(509): display" in why
