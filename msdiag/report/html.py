@@ -339,7 +339,7 @@ def context(a: Analysis, report: dict[str, Any] | None = None) -> dict[str, Any]
 
 
 def _why(r: dict[str, Any]) -> dict[str, Any]:
-    """"Why the device waits": the verdict's cause, the collectives' late and uncaptured waits, the host causes."""
+    """The "Why the device waits" section: the verdict's cause, the collectives' late and uncaptured waits, the host causes."""
     m = r.get("metrics") or {}
     waits = []
     if m.get("late_arrival_ms_per_step") is not None:

@@ -52,7 +52,7 @@ def _verdict(report: dict[str, Any]) -> list[str]:
 
 
 def why_lines(report: dict[str, Any]) -> list[str]:
-    """"Why the device waits": the late captured arrivals and the host causes with their call sites."""
+    """The "Why the device waits" section: the late captured arrivals and the host causes with their call sites."""
     m = report.get("metrics") or {}
     out: list[str] = []
     if m.get("late_arrival_ms_per_step") is not None:
