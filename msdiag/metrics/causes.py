@@ -57,11 +57,6 @@ declare_reads("causes", _READS)
 _SOURCE = "trace_view.json host events (python_function frames with with_stack, CANN AscendCL, torch ops)"
 
 
-def _thread(track: Any) -> str:
-    """The thread id at the end of a host track name ('Python/Thread 3096504', 'CANN/Thread 3096504')."""
-    return str(track).rsplit(" ", 1)[-1]
-
-
 def _windows(ctx: Context, rank: int, tl: pd.DataFrame) -> pd.DataFrame:
     """The rank's steps (step, lo, hi): host ProfilerStep#N markers, else the step breakdown's spans."""
     marks = tl[tl["lane"] == "step"]
@@ -80,10 +75,24 @@ _NO_WINDOWS = pd.DataFrame({"step": pd.Series(dtype="Int64"), "lo": pd.Series(dt
 
 def call_site(frames: pd.DataFrame, start: float, end: float) -> list[str]:
     """The user frames enclosing [start, end] on one thread, innermost first (at most STACK_DEPTH)."""
-    f = frames[(frames["start_us"] <= start) & (frames["start_us"] + frames["dur_us"] >= end)]
-    f = f.sort_values("start_us", ascending=False, kind="stable")
-    names = [str(n) for n in f["name"] if not LIBRARY_FRAME.search(str(n))]
-    return names[:STACK_DEPTH]
+    return _Frames(frames).site(start, end)
+
+
+class _Frames:
+    """One thread's Python frames as arrays, for finding the frames that enclose an event quickly."""
+
+    def __init__(self, frames: pd.DataFrame) -> None:
+        f = frames.sort_values("start_us", ascending=False, kind="stable")
+        self.start = f["start_us"].to_numpy(float)
+        self.end = self.start + f["dur_us"].to_numpy(float)
+        codes, names = pd.factorize(f["name"].astype(object), use_na_sentinel=False)
+        self.name = np.array([str(n) for n in names], dtype=object)[codes] if len(codes) else np.empty(0, object)
+        user = np.array([not LIBRARY_FRAME.search(str(n)) for n in names], dtype=bool)  # once per distinct frame
+        self.user = user[codes] if len(codes) else np.empty(0, bool)
+
+    def site(self, start: float, end: float) -> list[str]:
+        hit = self.user & (self.start <= start) & (self.end >= end)  # latest start first: innermost first
+        return [str(n) for n in self.name[hit][:STACK_DEPTH]]
 
 
 def _outermost(ev: pd.DataFrame) -> pd.DataFrame:
@@ -102,19 +111,23 @@ def _outermost(ev: pd.DataFrame) -> pd.DataFrame:
 
 
 def _events(host: pd.DataFrame, pattern: str) -> pd.DataFrame:
+    """Host events whose name matches, with their thread: the id at the end of the track name
+    ('Python/Thread 3096504' and 'CANN/Thread 3096504' are one thread)."""
     names = host["name"].astype("string")
     ev = host[names.str.contains(pattern, regex=True).fillna(False).to_numpy(bool)]
-    return ev.assign(thread=ev["track"].map(_thread))
+    codes, tracks = pd.factorize(ev["track"].astype(object), use_na_sentinel=False)
+    threads = np.array([str(t).rsplit(" ", 1)[-1] for t in tracks], dtype=object)
+    return ev.assign(thread=threads[codes] if len(codes) else [])
 
 
 def _sites(ev: pd.DataFrame, frames: pd.DataFrame) -> list[str | None]:
     """The call site stack ('inner < outer') of each event; the MAX_RESOLVED longest only."""
-    by_thread = {str(t): g for t, g in frames.groupby("thread")}
+    by_thread = {str(t): _Frames(g) for t, g in frames.groupby("thread")}
     resolved = set(ev.nlargest(MAX_RESOLVED, "dur_us").index)
     out: list[str | None] = []
     for idx, t, s, d in zip(ev.index, ev["thread"], ev["start_us"], ev["dur_us"]):
         g = by_thread.get(str(t))
-        stack = call_site(g, float(s), float(s) + float(d)) if g is not None and idx in resolved else []
+        stack = g.site(float(s), float(s) + float(d)) if g is not None and idx in resolved else []
         out.append(" < ".join(stack) if stack else None)
     return out
 
