@@ -235,12 +235,14 @@ def analyze(path: str | Path, options: Options | None = None) -> Analysis:
         {k: v.value for k, v in metrics.items()}, rules, opts, {k: v.reason for k, v in metrics.items() if v.reason}
     )
     on_repaired_data(verdict, cap)
-    from msdiag.metrics import cluster
+    from msdiag.metrics import causes, cluster, collectives
     from msdiag.metrics.views import ChartViews
 
     views = {
         "rank_table": cluster.rank_table(cap, steps, metrics, opts.ranks_per_node),
         "link_heatmap": cluster.link_heatmap(cap),
+        "collectives": collectives.collective_records(ctx),  # instances matched across ranks (issue 14)
+        "causes": causes.cause_rows(ctx),  # what the host does while the device waits (issue 14)
     }
     return Analysis(
         capture=cap,

@@ -108,6 +108,8 @@ def build(a: Analysis) -> dict[str, Any]:
         "steps": _records(steps, STEP_COLUMNS),
         "rank_table": a.cluster.get("rank_table", []),
         "link_heatmap": a.cluster.get("link_heatmap"),
+        "collectives": a.cluster.get("collectives", []),  # collective instances matched across captured ranks
+        "causes": a.cluster.get("causes", []),  # host causes while the device waits, with call sites
         "requests": a.inference.get("requests"),  # request log summary (inference), null without one
         "phases": a.inference.get("phases"),  # prefill / decode steps of an inference capture, null without a capture
         "metrics": metrics,

@@ -380,14 +380,15 @@ _INSTANCE_COLS = {
 }
 
 
-def _instances(capture: Capture) -> tuple[pd.DataFrame, str]:
-    """One row per rank and collective op instance: (rank, key..., elapse_us, sync/transit/wait_us)."""
+def collective_rows(capture: Capture) -> tuple[pd.DataFrame, str]:
+    """One row per rank and collective op instance: (rank, key..., start_us, elapse_us, sync/transit/wait_us),
+    and the table they come from (comm_ops, else the communication kernels). Also read by metrics/collectives.py."""
     ops = capture.table("comm_ops")
     if len(ops):
         ops = ops[ops["category"].fillna("collective") != "p2p"]
         ops = ops.sort_values(["rank", "start_us"], kind="stable")
         ops = ops.assign(occurrence=ops.groupby(["rank", "step", "group", "op_name"], dropna=False).cumcount())
-        return ops[["rank", "step", "group", "op_name", "occurrence", *_TIME_COLS]], "comm_ops"
+        return ops[["rank", "step", "group", "op_name", "occurrence", "start_us", *_TIME_COLS]], "comm_ops"
     k = capture.table("kernels")
     k = k[(k["kind"] == "communication") & k["name"].notna() & k["dur_us"].notna()]
     k = k[~k["name"].str.contains(_P2P_NAME, regex=True)]
@@ -400,7 +401,7 @@ def _instances(capture: Capture) -> tuple[pd.DataFrame, str]:
     )
     for c in _TIME_COLS[1:]:
         k[c] = np.nan
-    return k[["rank", "step", "group", "op_name", "occurrence", *_TIME_COLS]], "kernels"
+    return k[["rank", "step", "group", "op_name", "occurrence", "start_us", *_TIME_COLS]], "kernels"
 
 
 def _two_ranks(g: pd.DataFrame) -> tuple[str, int | None, float, float]:
@@ -436,7 +437,7 @@ def late_arrivals(capture: Capture) -> pd.DataFrame:
     occurrence, n, method, late_rank, statistic (Q, z, or the sync / gap share), late_us (how long the
     others waited), source.
     """
-    rows, source = _instances(capture)
+    rows, source = collective_rows(capture)
     out: list[dict[str, Any]] = []
     keys = ["step", "group", "op_name", "occurrence"]
     for key, g in rows.groupby(keys, dropna=False, sort=True):

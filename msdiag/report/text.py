@@ -39,12 +39,34 @@ def _verdict(report: dict[str, Any]) -> list[str]:
         return []
     share = f" ({100 * v['share']:.0f}% of the step)" if v.get("share") is not None else ""
     out = [f"\nVerdict: {v['bottleneck'].upper()}{share}, confidence {v.get('confidence')}", f"  {v.get('sentence')}"]
+    cause = v.get("cause")
+    if cause and v.get("share") is not None:  # the headline names the cause (issue 14)
+        out[0] = f"\nVerdict: {v['bottleneck'].upper()} {100 * v['share']:.0f}%: {cause['sentence']}"
+        out.insert(1, f"  confidence {v.get('confidence')}; cause: {cause['id']}")
     if v.get("causes"):
         out.append(f"  related findings: {', '.join(v['causes'])}")
     if v.get("runner_up"):
         ru = v["runner_up"]
         out.append(f"  runner-up: {ru['bottleneck']} ({100 * ru['share']:.0f}% of the step, {ru['rule_id']})")
     return out
+
+
+def why_lines(report: dict[str, Any]) -> list[str]:
+    """The "Why the device waits" section: the late captured arrivals and the host causes with their call sites."""
+    m = report.get("metrics") or {}
+    out: list[str] = []
+    if m.get("late_arrival_ms_per_step") is not None:
+        out.append(f"  late arrival: {m['late_arrival_ms_per_step']:.1f} ms per step, mostly rank {m.get('late_rank')}")
+    if m.get("uncaptured_wait_ms_per_step"):
+        out.append(
+            f"  waiting for ranks not captured ({m.get('ranks_not_captured')}): "
+            f"{m['uncaptured_wait_ms_per_step']:.1f} ms per step"
+        )
+    for c in report.get("causes") or []:
+        share = f", {100 * c['share_of_step']:.0f}% of the step" if c.get("share_of_step") is not None else ""
+        out.append(f"  {c['id']}: {c['ms_per_step']:.1f} ms per step{share} (ranks {', '.join(map(str, c['ranks']))})")
+        out.extend(f"      {s['ms_per_step']:.1f} ms at {s['stack']}" for s in c.get("call_sites") or [])
+    return ["\nWhy the device waits:", *out] if out else []
 
 
 def _findings(report: dict[str, Any]) -> list[str]:
@@ -139,7 +161,7 @@ def _absent(report: dict[str, Any]) -> list[str]:
 def render(report: dict[str, Any]) -> str:
     """The text view of a report object."""
     out: list[str] = []
-    for section in (_identity, _verdict, _findings, inference_lines, _steps, _ranks, _checks, _absent):
+    for section in (_identity, _verdict, why_lines, _findings, inference_lines, _steps, _ranks, _checks, _absent):
         out.extend(section(report))
     for n in report.get("notes", []):
         out.append(f"note: {n}")

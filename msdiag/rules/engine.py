@@ -9,6 +9,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from msdiag.rules.causes import top_cause
 from msdiag.rules.loader import _PLACEHOLDER, Rule
 
 SEVERITY_RANK = {"info": 0, "warning": 1, "critical": 2}
@@ -231,6 +232,8 @@ def verdict(outcomes: list[Outcome], metrics: Mapping[str, Any]) -> dict[str, An
         }
         if step is not None:
             out["time_us_per_step"] = share * float(step)
+        fired = {x.rule.id: x.message or "" for x in outcomes if x.status == "fired" and x.rule.category == o.rule.category}
+        out["cause"] = top_cause(b, metrics, fired)  # what lies behind the category (rules/causes.py)
         return out
     crit_mem = [o for o in memory if o.severity == "critical"]
     if crit_mem:

@@ -1,0 +1,322 @@
+"""What the host does while the device waits: host-device synchronisations with the user's call site, and the
+other host activities the profiler records (dataset fetch, garbage collection, checkpoint saving, op compilation).
+
+A synchronisation (``aten::item``, ``Tensor.asnumpy``, ``aclrtSynchronizeStream*``, MindSpore ``SyncStream``)
+blocks the host until the device has finished everything queued before it: nothing new is launched meanwhile.
+With ``with_stack`` the profiler records the Python frames (torch_npu ``python_function`` events, named
+``file(line): function``) on the same thread; the innermost frame in the user's code (library frames such
+as site-packages, torch/, mindspore/ skipped) is where the synchronisation comes from.
+
+Per rank and step (the host ``ProfilerStep#N`` marker when present, else the step's span): the union of the
+events of each cause inside the step; a cause's figure is the median over steps, the job's the largest
+over ranks (the host that blocks longest). Data waits are the step breakdown's ``data_wait_us``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from msdiag import intervals as iv
+from msdiag.metrics.registry import Context, Reads, Value, declare_reads, metric
+from msdiag.units import US_PER_MS
+
+#: Host events that block the host until the device catches up (torch_npu, CANN AscendCL, MindSpore).
+SYNC_PATTERN = (
+    r"aten::item$|aten::_local_scalar_dense|Tensor\.asnumpy|asnumpy$|StreamSynchronize|aclrtSynchronize(?:Stream|Device)"
+    r"|SyncStream|SyncDevice"
+)
+#: Other host activities, by the names the profilers give their events.
+ACTIVITY_PATTERNS: dict[str, str] = {
+    "gc": r"(?i)^(?:gc|garbage ?collect|PyGC)",
+    "checkpoint": r"(?i)save_checkpoint|torch\.save|_save_to_file",
+    "compile": r"aclopCompile$|^(?:CompileGraph|compile_graph|GraphCompile)$",
+}
+#: A Python frame event: ``path/file.py(line): function``.
+FRAME_PATTERN = r"\.py\(\d+\): "
+#: Frames of libraries, not the user's code.
+LIBRARY_FRAME = re.compile(
+    r"site-packages|dist-packages|/lib/python|^<"
+    r"|(^|/)(torch|torch_npu|mindspore|numpy|threading|multiprocessing|concurrent|asyncio|runpy|importlib)/"
+)
+#: Call sites quoted per cause, longest first; and user frames of a call site's stack.
+TOP_SITES = 5
+STACK_DEPTH = 3
+#: Synchronisations resolved to a call site per rank, longest first (the rest count in the total, unnamed).
+MAX_RESOLVED = 200
+
+_READS = Reads(
+    tables=("timeline",),
+    lanes=("step",),
+    lane_rows=(("host", SYNC_PATTERN), ("host", FRAME_PATTERN), *(("host", p) for p in ACTIVITY_PATTERNS.values())),
+)
+declare_reads("causes", _READS)
+_SOURCE = "trace_view.json host events (python_function frames with with_stack, CANN AscendCL, torch ops)"
+
+
+def _windows(ctx: Context, rank: int, tl: pd.DataFrame) -> pd.DataFrame:
+    """The rank's steps (step, lo, hi): host ProfilerStep#N markers, else the step breakdown's spans."""
+    marks = tl[tl["lane"] == "step"]
+    if len(marks):
+        step = marks["name"].astype("string").str.extract(r"#(\d+)", expand=False).astype("Int64")
+        win = pd.DataFrame({"step": step, "lo": marks["start_us"], "hi": marks["start_us"] + marks["dur_us"]})
+    else:
+        st = ctx.steps[ctx.steps["rank"] == rank] if len(ctx.steps) else ctx.steps
+        win = pd.DataFrame({"step": st["step"], "lo": st["start_us"], "hi": st["end_us"]}) if len(st) else _NO_WINDOWS
+    win = win.astype({"lo": float, "hi": float}).dropna(subset=["lo", "hi"])
+    return win.sort_values("lo", kind="stable").reset_index(drop=True)
+
+
+_NO_WINDOWS = pd.DataFrame({"step": pd.Series(dtype="Int64"), "lo": pd.Series(dtype=float), "hi": pd.Series(dtype=float)})
+
+
+def call_site(frames: pd.DataFrame, start: float, end: float) -> list[str]:
+    """The user frames enclosing [start, end] on one thread, innermost first (at most STACK_DEPTH)."""
+    return _Frames(frames).site(start, end)
+
+
+class _Frames:
+    """One thread's Python frames as arrays, for finding the frames that enclose an event quickly."""
+
+    def __init__(self, frames: pd.DataFrame) -> None:
+        f = frames.sort_values("start_us", ascending=False, kind="stable")
+        self.start = f["start_us"].to_numpy(float)
+        self.end = self.start + f["dur_us"].to_numpy(float)
+        codes, names = pd.factorize(f["name"].astype(object), use_na_sentinel=False)
+        self.name = np.array([str(n) for n in names], dtype=object)[codes] if len(codes) else np.empty(0, object)
+        user = np.array([not LIBRARY_FRAME.search(str(n)) for n in names], dtype=bool)  # once per distinct frame
+        self.user = user[codes] if len(codes) else np.empty(0, bool)
+
+    def site(self, start: float, end: float) -> list[str]:
+        hit = self.user & (self.start <= start) & (self.end >= end)  # latest start first: innermost first
+        return [str(n) for n in self.name[hit][:STACK_DEPTH]]
+
+
+def _outermost(ev: pd.DataFrame) -> pd.DataFrame:
+    """Events not inside a longer event of the same thread (aten::item holds its aclrtSynchronizeStream)."""
+    ev = ev.sort_values(["thread", "start_us", "dur_us"], ascending=[True, True, False], kind="stable")
+    end = (ev["start_us"] + ev["dur_us"]).to_numpy(float)
+    thread = ev["thread"].to_numpy(object)
+    keep = np.ones(len(ev), dtype=bool)
+    reach, prev = -np.inf, None
+    for i in range(len(ev)):
+        if thread[i] != prev:
+            reach, prev = -np.inf, thread[i]
+        keep[i] = end[i] > reach
+        reach = max(reach, end[i])
+    return ev[keep]
+
+
+def _events(host: pd.DataFrame, pattern: str) -> pd.DataFrame:
+    """Host events whose name matches, with their thread: the id at the end of the track name
+    ('Python/Thread 3096504' and 'CANN/Thread 3096504' are one thread)."""
+    names = host["name"].astype("string")
+    ev = host[names.str.contains(pattern, regex=True).fillna(False).to_numpy(bool)]
+    codes, tracks = pd.factorize(ev["track"].astype(object), use_na_sentinel=False)
+    threads = np.array([str(t).rsplit(" ", 1)[-1] for t in tracks], dtype=object)
+    return ev.assign(thread=threads[codes] if len(codes) else [])
+
+
+def _sites(ev: pd.DataFrame, frames: pd.DataFrame) -> list[str | None]:
+    """The call site stack ('inner < outer') of each event; the MAX_RESOLVED longest only."""
+    by_thread = {str(t): _Frames(g) for t, g in frames.groupby("thread")}
+    resolved = set(ev.nlargest(MAX_RESOLVED, "dur_us").index)
+    out: list[str | None] = []
+    for idx, t, s, d in zip(ev.index, ev["thread"], ev["start_us"], ev["dur_us"]):
+        g = by_thread.get(str(t))
+        stack = g.site(float(s), float(s) + float(d)) if g is not None and idx in resolved else []
+        out.append(" < ".join(stack) if stack else None)
+    return out
+
+
+def rank_activity(ctx: Context, rank: int) -> pd.DataFrame:
+    """The rank's host activities inside its steps: cause, step, start_us, end_us, site (one row per outermost event).
+
+    Events are clipped to their step; an event outside every step is left out.
+    """
+    rd = next(r for r in ctx.capture.ranks if r.rank == rank)
+    tl = rd.tables.get("timeline")
+    if tl is None or not len(tl):
+        return _NO_ACTIVITY
+    host = tl[tl["lane"] == "host"]
+    win = _windows(ctx, rank, tl)
+    if not len(host) or not len(win):
+        return _NO_ACTIVITY
+    frames = _events(host, FRAME_PATTERN)
+    parts = []
+    for cause, pattern in (("host-sync", SYNC_PATTERN), *ACTIVITY_PATTERNS.items()):
+        ev = _outermost(_events(host, pattern))
+        if not len(ev):
+            continue
+        s = ev["start_us"].to_numpy(float)
+        e = s + ev["dur_us"].to_numpy(float)
+        lo, hi = win["lo"].to_numpy(float), win["hi"].to_numpy(float)
+        i = np.searchsorted(lo, s, side="right") - 1  # the step that began last before the event
+        ok = (i >= 0) & (s < hi[np.clip(i, 0, None)])
+        sites = _sites(ev, frames)
+        parts.append(pd.DataFrame({
+            "cause": cause, "step": win["step"].to_numpy(object)[i[ok]], "start_us": s[ok],
+            "end_us": np.minimum(e[ok], hi[i[ok]]), "site": [x for x, k in zip(sites, ok) if k],
+        }))  # fmt: skip
+    return pd.concat(parts, ignore_index=True) if parts else _NO_ACTIVITY
+
+
+_NO_ACTIVITY = pd.DataFrame(columns=["cause", "step", "start_us", "end_us", "site"])
+
+
+# ---- causes ------------------------------------------------------------------------------------
+
+#: The category each host cause belongs to (data waits are the step breakdown's).
+CAUSE_CATEGORY = {"host-sync": "host", "data-wait": "data", "gc": "host", "checkpoint": "host", "compile": "host"}
+
+
+def _activity(ctx: Context) -> dict[int, tuple[pd.DataFrame, int]]:
+    """Per rank: its activities (rank_activity) and its number of steps; computed once per analysis."""
+    if "causes" not in ctx.cache:
+        out = {}
+        for rd in ctx.capture.ranks:
+            tl = rd.tables.get("timeline")
+            n = len(_windows(ctx, rd.rank, tl)) if tl is not None and len(tl) else 0
+            out[rd.rank] = (rank_activity(ctx, rd.rank), n)
+        ctx.cache["causes"] = out
+    cached: dict[int, tuple[pd.DataFrame, int]] = ctx.cache["causes"]
+    return cached
+
+
+def _per_step_ms(act: pd.DataFrame, n_steps: int) -> float:
+    """Median over the rank's steps of the union (ms) of the activity's events in each step (0 where none)."""
+    per = [iv.total((g["start_us"].to_numpy(float), g["end_us"].to_numpy(float))) for _, g in act.groupby("step", dropna=False)]
+    per += [0.0] * (n_steps - len(per))
+    return float(np.median(per)) / US_PER_MS if per else 0.0
+
+
+def _step_ms(ctx: Context, rank: int) -> float | None:
+    st = ctx.steps[ctx.steps["rank"] == rank] if len(ctx.steps) else ctx.steps
+    return float(st["total_us"].median()) / US_PER_MS if len(st) and st["total_us"].notna().any() else None
+
+
+def _call_sites(act: pd.DataFrame, n_steps: int) -> list[dict[str, Any]]:
+    """Top call sites of a cause: site (innermost user frame), stack, ms per step (mean over ranks)."""
+    named = act[act["site"].notna()]
+    if not len(named) or not n_steps:
+        return []
+    ms = (named["end_us"] - named["start_us"]).groupby(named["site"]).sum() / US_PER_MS / n_steps
+    top = ms.sort_values(ascending=False, kind="stable").head(TOP_SITES)
+    return [{"site": str(k).split(" < ")[0], "stack": str(k), "ms_per_step": round(float(v), 3)} for k, v in top.items()]
+
+
+def cause_rows(ctx: Context) -> list[dict[str, Any]]:
+    """The JSON contract's ``causes``: one row per host cause seen (id, category, ms_per_step, share_of_step,
+    ranks, call_sites), largest first. ms_per_step: the rank that loses most (median over its steps)."""
+    acts = _activity(ctx)
+    rows = []
+    for cause, category in CAUSE_CATEGORY.items():
+        per_rank: dict[int, float] = {}
+        for r, (act, n) in acts.items():
+            if cause == "data-wait":
+                st = ctx.steps[ctx.steps["rank"] == r] if len(ctx.steps) else ctx.steps
+                if len(st) and st["data_wait_us"].notna().any():
+                    per_rank[r] = float(st["data_wait_us"].median()) / US_PER_MS
+                continue
+            a = act[act["cause"] == cause]
+            if len(a):
+                per_rank[r] = _per_step_ms(a, n)
+        per_rank = {r: v for r, v in per_rank.items() if v > 0}
+        if not per_rank:
+            continue
+        worst = max(per_rank, key=lambda r: per_rank[r])
+        step_ms = _step_ms(ctx, worst)
+        all_act = pd.concat([a[a["cause"] == cause] for a, _ in acts.values()], ignore_index=True)
+        n_all = sum(n for _, n in acts.values())
+        rows.append({
+            "id": cause, "category": category, "ms_per_step": round(per_rank[worst], 3),
+            "share_of_step": round(per_rank[worst] / step_ms, 4) if step_ms else None,
+            "ranks": sorted(per_rank), "call_sites": _call_sites(all_act, n_all),
+        })  # fmt: skip
+    return sorted(rows, key=lambda x: -x["ms_per_step"])
+
+
+def _sync(ctx: Context) -> tuple[dict[str, Any] | None, str | None]:
+    """The host-sync cause row, or why there is none."""
+    tl = [rd.tables.get("timeline") for rd in ctx.capture.ranks]
+    if not any(t is not None and len(t) and (t["lane"] == "host").any() for t in tl):
+        return None, "no host timeline (trace_view.json host events) in the capture"
+    row = next((r for r in cause_rows(ctx) if r["id"] == "host-sync"), None)
+    if row is None:
+        return {"ms_per_step": 0.0, "share_of_step": 0.0, "call_sites": [], "ranks": []}, None
+    return row, None
+
+
+@metric(
+    "host_sync_ms_per_step",
+    "ms",
+    "Host blocked in host-device synchronisations (aten::item, asnumpy, aclrtSynchronizeStream, SyncStream) "
+    "inside the step: per rank the median over steps of their union; the largest over ranks",
+    _SOURCE,
+    reads=_READS,
+    given=_sync,
+)
+def _host_sync_ms(ctx: Context, row: dict[str, Any]) -> Value:
+    return Value(row["ms_per_step"])
+
+
+@metric(
+    "host_sync_share",
+    "ratio",
+    "host_sync_ms_per_step over the median step time of that rank",
+    _SOURCE,
+    reads=_READS,
+    given=_sync,
+)
+def _host_sync_share(ctx: Context, row: dict[str, Any]) -> Value:
+    return Value(row["share_of_step"])
+
+
+@metric(
+    "host_sync_site",
+    "call site",
+    "The user call site of the longest host-device synchronisations ('file(line): function < caller < ...', "
+    "python_function frames recorded with with_stack); null without Python frames",
+    _SOURCE,
+    reads=_READS,
+    given=_sync,
+)
+def _host_sync_site(ctx: Context, row: dict[str, Any]) -> Value:
+    if not row["call_sites"]:
+        return Value(None, reason="no synchronisation inside a Python frame of the user's code (with_stack off?)")
+    return Value(row["call_sites"][0]["stack"])
+
+
+def _comm_overlap(ctx: Context) -> tuple[float | None, str | None]:
+    """Share of the synchronisation time during which the same rank's device is inside a collective."""
+    acts = _activity(ctx)
+    k = ctx.capture.table("kernels")
+    comm = k[k["kind"] == "communication"] if len(k) else k
+    sync_us = over_us = 0.0
+    for r, (act, _) in acts.items():
+        a = act[act["cause"] == "host-sync"]
+        if not len(a):
+            continue
+        s = (a["start_us"].to_numpy(float), a["end_us"].to_numpy(float))
+        c = comm[comm["rank"] == r]
+        sync_us += iv.total(s)
+        over_us += iv.total(iv.intersect(s, iv.make(c["start_us"].to_numpy(float), c["dur_us"].to_numpy(float))))
+    if not sync_us:
+        return None, "no host-device synchronisation inside a step"
+    return over_us / sync_us, None
+
+
+@metric(
+    "host_sync_comm_share",
+    "ratio",
+    "Share of the host-sync time during which the same rank's device runs a collective: near 1, the "
+    "synchronisation only waits for that collective (a symptom of the collective's own wait)",
+    _SOURCE + "; communication kernels",
+    reads=Reads(tables=("kernels", "timeline"), lanes=("step",), lane_rows=_READS.lane_rows),
+)
+def _host_sync_comm(ctx: Context) -> Value:
+    share, why = _comm_overlap(ctx)
+    return Value(None if share is None else round(share, 4), reason=why)

@@ -1,0 +1,325 @@
+"""Collective instances matched across the captured ranks: who arrives last, when the ranks are released,
+and which ranks of the job the capture misses.
+
+slow_rank (communication.py) votes: it names a rank only when it is late again and again. This module
+reports the cost of every late arrival, even one: for each collective instance seen on the captured
+ranks (matched by step, group, op name and occurrence, as slow_rank matches them; p2p ops left out),
+each rank's arrival (its op's start), the release (the earliest moment a rank stops waiting: its op's
+end less its own transfer time where communication.json / COMMUNICATION_OP give one, else its end),
+each rank's wait (release - arrival), the last captured arriver and how long the ranks sit after it
+arrived. A release long after the last captured arrival, on every captured rank at once, is a wait for
+ranks outside the capture; the rank lists the capture records (communication_matrix links, the
+parallel groups, the world size) say which ranks those are.
+
+Sources: comm_ops (communication.json, the SQLite COMMUNICATION_OP table, legacy hccl_raw), else the
+communication kernels (trace_view HCCL ops, CANN task rows, MindSpore CPU host collectives), whose steps
+come from the step breakdown when the kernels carry none. Times are the profiler's epoch us; ranks of
+one capture share a clock (the profiler aligns them to the system clock).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from msdiag.metrics.communication import collective_rows
+from msdiag.metrics.registry import Context, Reads, Value, metric
+from msdiag.model import Capture
+from msdiag.units import US_PER_MS
+
+#: SQLite export: a rank id of 2**32 - 1 in COMMUNICATION_TASK_INFO / CommAnalyzerMatrix means "no rank".
+NO_RANK = 4294967295
+
+#: Families whose link keys are global rank ids: the Ascend profiler's communication_matrix.json and the
+#: SQLite CommAnalyzerMatrix. Legacy hccl_raw and CANN hccl slices number a link's ends inside the group
+#: (rank 6's hccl_raw_6.csv in the corpus lists links 0-0 and 1-0), so they name no job rank.
+GLOBAL_LINK_FAMILIES = ("ascend_pt", "ascend_ms")
+
+#: Columns of the collectives table (one row per matched instance).
+COLLECTIVE_COLUMNS = [
+    "step", "group", "op", "ranks", "arrival_offset_ms", "wait_ms", "last_arriver", "late_ms",
+    "release_after_last_ms", "release_spread_ms", "source",
+]  # fmt: skip
+
+_INT_COLUMNS = ("step", "last_arriver")
+_NO_RANK_LIST = "the capture records no rank list (no communication_matrix links, parallel_group_info or world size)"
+_READS = Reads(tables=("comm_ops", "kernels", "comm_links"))
+_SOURCE = "comm_ops (communication.json / COMMUNICATION_OP / hccl_raw), else communication kernels"
+
+
+# ---- instances ---------------------------------------------------------------------------------
+
+
+def _step_lookup(steps: pd.DataFrame, rank: int, t: float) -> Any:
+    """The step of ``rank`` whose span holds time ``t`` (the step breakdown's rows), else None."""
+    if not len(steps) or "start_us" not in steps:
+        return None
+    s = steps[(steps["rank"] == rank) & (steps["start_us"] <= t) & (steps["end_us"] >= t)]
+    return None if not len(s) or pd.isna(s["step"].iloc[0]) else int(s["step"].iloc[0])
+
+
+def _instance(g: pd.DataFrame) -> dict[str, Any]:
+    """One matched instance's arrivals, release and waits (ms), from its rows (one per rank)."""
+    g = g.drop_duplicates("rank").sort_values("rank")
+    ranks = [int(r) for r in g["rank"]]
+    start = g["start_us"].to_numpy(dtype=float, na_value=np.nan)
+    end = start + g["elapse_us"].to_numpy(dtype=float, na_value=np.nan)
+    transit = np.nan_to_num(g["transit_us"].to_numpy(dtype=float, na_value=np.nan), nan=0.0)
+    own = end - transit  # when this rank's waiting ended: its transfer runs at the end of its op
+    first, last, release = float(start.min()), float(start.max()), float(own.min())
+    late = last - first
+    last_arriver = ranks[int(np.argmax(start))] if len(ranks) > 1 and late > 0 else None
+    return {
+        "ranks": ranks,
+        "arrival_offset_ms": [round((a - first) / US_PER_MS, 3) for a in start],
+        "wait_ms": [round(max(0.0, release - a) / US_PER_MS, 3) for a in start],
+        "last_arriver": last_arriver,
+        "late_ms": round(late / US_PER_MS, 3) if len(ranks) > 1 else None,
+        "release_after_last_ms": round(max(0.0, release - last) / US_PER_MS, 3),
+        "release_spread_ms": round(float(own.max() - own.min()) / US_PER_MS, 3),
+        "_first_us": first,
+    }
+
+
+def collectives(capture: Capture, steps: pd.DataFrame) -> pd.DataFrame:
+    """Every collective instance on the captured ranks (COLLECTIVE_COLUMNS), in time order.
+
+    ``late_ms``: the last captured arrival minus the earliest (null on one rank); ``wait_ms`` per rank:
+    release minus its arrival; ``release_after_last_ms``: release minus the last captured arrival, the
+    rank's own transfer time left out where known; ``release_spread_ms``: how far apart the captured
+    ranks stop waiting (near 0: released together, by a peer).
+    """
+    rows, source = collective_rows(capture)
+    rows = rows[rows["start_us"].notna() & rows["elapse_us"].notna()]
+    out: list[dict[str, Any]] = []
+    for (step, group, op, _occ), g in rows.groupby(["step", "group", "op_name", "occurrence"], dropna=False):
+        row = _instance(g)
+        if pd.isna(step):
+            i = int(np.argmin(g["start_us"].to_numpy(dtype=float)))
+            step = _step_lookup(steps, int(g["rank"].iloc[i]), float(g["start_us"].iloc[i]))
+        row.update(step=None if pd.isna(step) else int(step), group=None if pd.isna(group) else str(group))
+        out.append({**row, "op": str(op), "source": source})
+    if not out:
+        return pd.DataFrame(columns=COLLECTIVE_COLUMNS)
+    df = pd.DataFrame(out).sort_values("_first_us", kind="stable")
+    df["last_arriver"] = df["last_arriver"].astype("Int64")
+    df["step"] = df["step"].astype("Int64")
+    return df[COLLECTIVE_COLUMNS].reset_index(drop=True)
+
+
+def collective_records(ctx: Context) -> list[dict[str, Any]]:
+    """The JSON contract's ``collectives``: one record per instance (COLLECTIVE_COLUMNS), nulls as None."""
+    df = _cached(ctx)
+    return [
+        {c: (None if not isinstance(v, list) and pd.isna(v) else (int(v) if c in _INT_COLUMNS else v))
+         for c, v in zip(COLLECTIVE_COLUMNS, row)}
+        for row in df[COLLECTIVE_COLUMNS].itertuples(index=False, name=None)
+    ]  # fmt: skip
+
+
+def _cached(ctx: Context) -> pd.DataFrame:
+    if "collectives" not in ctx.cache:
+        ctx.cache["collectives"] = collectives(ctx.capture, ctx.steps)
+    df: pd.DataFrame = ctx.cache["collectives"]
+    return df
+
+
+def _per_step_median(df: pd.DataFrame, col: str) -> float:
+    """Per step, the sum of ``col`` over its collectives; the median over steps (one step key if none)."""
+    key = df["step"].astype("Float64").fillna(-1.0)
+    return float(df.groupby(key)[col].sum().median())
+
+
+def _steps_count(df: pd.DataFrame) -> int:
+    return int(df["step"].astype("Float64").fillna(-1.0).nunique())
+
+
+# ---- late arrivals ----------------------------------------------------------------------------
+
+
+def _matched(ctx: Context) -> tuple[pd.DataFrame | None, str | None]:
+    """Instances seen on two or more captured ranks, or why there are none."""
+    if len(ctx.capture.ranks) < 2:
+        return None, "a single rank: no other captured rank to compare arrivals with"
+    df = _cached(ctx)
+    df = df[df["late_ms"].notna()] if len(df) else df
+    if not len(df):
+        return None, "no collective op was seen on two or more captured ranks"
+    return df, None
+
+
+@metric(
+    "late_arrival_ms_per_step",
+    "ms",
+    "Per step, the sum over its collectives of how long the other captured ranks waited for the last "
+    "captured arriver (its arrival minus the earliest captured arrival); median over steps; no vote threshold",
+    _SOURCE,
+    reads=_READS,
+    given=_matched,
+)
+def _late_arrival(ctx: Context, df: pd.DataFrame) -> Value:
+    n = _steps_count(df)
+    per: dict[int, float | str | None] = {}
+    for r, g in df[df["last_arriver"].notna()].groupby("last_arriver"):
+        per[int(r)] = round(float(g["late_ms"].sum()) / n, 3)
+    return Value(round(_per_step_median(df, "late_ms"), 3), per)
+
+
+@metric(
+    "late_rank",
+    "rank",
+    "The captured rank the others wait for most: the last captured arriver with the largest summed lateness "
+    "(late_arrival); per rank: ms per step the others waited for it; null when every rank arrives together",
+    _SOURCE,
+    reads=_READS,
+    given=_matched,
+)
+def _late_rank(ctx: Context, df: pd.DataFrame) -> Value:
+    late = df[df["last_arriver"].notna()]
+    if not len(late):
+        return Value(None, reason=f"the captured ranks arrived together at all {len(df)} collective instances")
+    n = _steps_count(df)
+    totals = late.groupby("last_arriver")["late_ms"].sum().sort_index()
+    per: dict[int, float | str | None] = {int(r): round(float(v) / n, 3) for r, v in totals.items()}
+    return Value(int(totals.idxmax()), per)
+
+
+# ---- capture coverage -------------------------------------------------------------------------
+
+
+def _global_links(capture: Capture) -> pd.DataFrame:
+    """comm_links rows of the ranks whose link keys are global rank ids (GLOBAL_LINK_FAMILIES)."""
+    links = capture.table("comm_links")
+    ranks = [rd.rank for rd in capture.ranks if rd.family in GLOBAL_LINK_FAMILIES]
+    return links[links["rank"].isin(ranks)] if len(links) else links
+
+
+def group_ranks(capture: Capture) -> dict[str, set[int]]:
+    """Per group (the hash of op keys), the ranks its communication_matrix links and parallel group name."""
+    out: dict[str, set[int]] = {}
+    links = _global_links(capture)
+    if len(links):
+        for g, x in links[links["group"].notna()].groupby("group"):
+            ids = pd.concat([x["src"], x["dst"]]).dropna().astype("int64")
+            out.setdefault(str(g), set()).update(int(r) for r in ids if 0 <= int(r) < NO_RANK)
+    for rd in capture.ranks:
+        for pg in rd.info.groups or []:
+            out.setdefault(str(pg.hash), set()).update(int(r) for r in pg.global_ranks or [] if r is not None)
+    return out
+
+
+def known_ranks(capture: Capture) -> tuple[set[int], list[str]]:
+    """Ranks the capture's files name (job or group members), and which files named them.
+
+    From communication_matrix links (src / dst; NO_RANK is not a rank), parallel_group_info's
+    global_ranks and the recorded world size (ranks 0..world-1).
+    """
+    known: set[int] = set()
+    whence: list[str] = []
+    links = _global_links(capture)
+    if len(links):
+        ids = pd.concat([links["src"], links["dst"]]).dropna().astype("int64")
+        known |= {int(r) for r in ids if 0 <= int(r) < NO_RANK}
+        whence.append("communication_matrix links")
+    for rd in capture.ranks:
+        for g in rd.info.groups or []:
+            known |= {int(r) for r in g.global_ranks or [] if r is not None}
+            whence.append("parallel_group_info")
+        ws = rd.info.world_size()
+        if ws is not None:
+            known |= set(range(ws[0]))
+            whence.append(ws[1])
+    return known, sorted(set(whence))
+
+
+def _coverage(ctx: Context) -> tuple[tuple[list[int], list[int]] | None, str | None]:
+    """(captured ranks, known ranks not captured), or why the job's ranks are unknown."""
+    known, whence = known_ranks(ctx.capture)
+    if not whence:
+        return None, _NO_RANK_LIST
+    captured = sorted(ctx.capture.rank_ids())
+    return (captured, sorted(known - set(captured))), None
+
+
+@metric(
+    "capture_rank_coverage",
+    "ratio",
+    "Captured ranks over the ranks the capture's files name (communication_matrix links, parallel groups, "
+    "world size): 1 when every known rank is captured",
+    "communication_matrix.json / CommAnalyzerMatrix, profiler_metadata.json, profiler_info",
+    reads=_READS,
+    given=_coverage,
+)
+def _capture_coverage(ctx: Context, cov: tuple[list[int], list[int]]) -> Value:
+    captured, missing = cov
+    return Value(round(len(captured) / (len(captured) + len(missing)), 4))
+
+
+@metric(
+    "ranks_known",
+    "ranks",
+    "Ranks the capture's files name (communication_matrix links, parallel groups, world size) plus the captured ones",
+    "communication_matrix.json / CommAnalyzerMatrix, profiler_metadata.json, profiler_info",
+    reads=_READS,
+    given=_coverage,
+)
+def _ranks_known(ctx: Context, cov: tuple[list[int], list[int]]) -> Value:
+    captured, missing = cov
+    return Value(len(captured) + len(missing))
+
+
+def _rank_list(ranks: list[int]) -> str:
+    """'2-7' for a run, '0, 3, 5-7' otherwise (ranks sorted)."""
+    runs: list[list[int]] = []
+    for r in ranks:
+        if runs and r == runs[-1][1] + 1:
+            runs[-1][1] = r
+        else:
+            runs.append([r, r])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+@metric(
+    "ranks_not_captured",
+    "ranks",
+    "Ranks the capture's files name (links, parallel groups, world size) that are not in the capture, "
+    "e.g. '2-7'; null when every known rank is captured",
+    "communication_matrix.json / CommAnalyzerMatrix, profiler_metadata.json, profiler_info",
+    reads=_READS,
+    given=_coverage,
+)
+def _ranks_not_captured(ctx: Context, cov: tuple[list[int], list[int]]) -> Value:
+    _, missing = cov
+    if not missing:
+        return Value(None, reason="every rank the capture's files name is captured")
+    return Value(_rank_list(missing))
+
+
+# ---- waits for ranks outside the capture ------------------------------------------------------
+
+
+@metric(
+    "uncaptured_wait_ms_per_step",
+    "ms",
+    "Per step, the sum over collectives of the release minus the last captured arrival (less the op's own "
+    "transfer time where known): time every captured rank waits for ranks outside the capture; median over "
+    "steps; 0 when every known rank is captured",
+    _SOURCE,
+    reads=_READS,
+    given=_coverage,
+)
+def _uncaptured_wait(ctx: Context, cov: tuple[list[int], list[int]]) -> Value:
+    _, missing = cov
+    df = _cached(ctx)
+    if not len(df):
+        return Value(None, reason="no collective op in the capture")
+    if not missing:
+        return Value(0.0)
+    captured = set(ctx.capture.rank_ids())
+    groups = group_ranks(ctx.capture)
+    # an op of a group whose every known member is captured waits for no one outside the capture
+    outside = [g is None or str(g) not in groups or bool(groups[str(g)] - captured) for g in df["group"]]
+    waits = df.assign(uncaptured_ms=df["release_after_last_ms"].where(outside, 0.0))
+    return Value(round(_per_step_median(waits, "uncaptured_ms"), 3))
