@@ -460,7 +460,7 @@ def _queue_list(cell: Any, path: Path, op_id: Any) -> list[float] | None:
         return None
     try:
         v = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise ParseError(path, f"op {op_id}: output_queue_size is not a list of numbers ({text[:40]!r})") from None
     if not isinstance(v, list) or not all(isinstance(x, (int, float)) for x in v):
         raise ParseError(path, f"op {op_id}: output_queue_size is not a list of numbers ({text[:40]!r})")
@@ -512,7 +512,7 @@ def _read_minddata_summary(path: Path) -> tuple[dict[int, dict[str, Any]], float
         raise ParseError(path, "the file is empty")
     try:
         data = json.loads(text)
-    except ValueError as e:
+    except (ValueError, RecursionError) as e:
         raise ParseError(path, f"not valid JSON (truncated?): {e}") from None
     if not isinstance(data, dict):
         raise ParseError(path, "expected a JSON object of per-op lists, found " + type(data).__name__)

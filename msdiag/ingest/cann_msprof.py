@@ -43,7 +43,7 @@ import pandas as pd
 from msdiag import model, units
 from msdiag.errors import ParseError
 from msdiag.ingest import ascend_csv, metadata
-from msdiag.ingest._csv import NA_VALUES, check_last_row, read_csv, to_float
+from msdiag.ingest._csv import NA_VALUES, check_last_row, check_shape, read_csv, to_float
 from msdiag.ingest.engine import Ctx, Format, Item, RankDir, Read, Src, Then, locate, put, read_rank
 from msdiag.ingest.steptrace import StepPoints, assign_steps, op_type_from_full_name, steps_from_points, table_frame
 from msdiag.ingest.trace_view import read_trace_view
@@ -164,7 +164,7 @@ def _devices(prof: Path) -> list[tuple[int, int]]:
 def _rank_in_info(path: Path, default: int) -> int:
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return default
     r = raw.get("rank_id") if isinstance(raw, dict) else None
     return r if isinstance(r, int) and not isinstance(r, bool) and 0 <= r < _INVALID_RANK else default
@@ -172,8 +172,9 @@ def _rank_in_info(path: Path, default: int) -> int:
 
 def _device_ids(path: Path) -> set[int]:
     try:
+        check_shape(path)
         df = pd.read_csv(path, usecols=["Device_id"], dtype=str, keep_default_na=False)
-    except (ValueError, OSError, pd.errors.ParserError, pd.errors.EmptyDataError):
+    except (ParseError, ValueError, OSError, pd.errors.ParserError, pd.errors.EmptyDataError):
         return set()
     return {int(v) for v in df["Device_id"].str.strip() if re.fullmatch(r"\d+", v or "")}
 
@@ -574,7 +575,7 @@ def _clock(ctx: Ctx) -> Read:
         raw = json.loads(p.read_text(encoding="utf-8")) if p is not None else {}
         wall_us = float(raw["collectionTimeBegin"])
         mono_ns = float(raw["clockMonotonicRaw"])
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return Read()
     return Read(meta={"clock": {"timeline_slices": "monotonic-raw us",
                                 "to_epoch_us": wall_us - mono_ns / units.NS_PER_US, "from": f"start_info.{dev}"}})
