@@ -333,7 +333,6 @@ def test_json_nested_1000_deep(bench: Bench, clean: Callable[..., dict[str, Any]
     assert_stopped_or_noted(bench.analyze(cap), clean(L0), "trace_view.json")
 
 
-@pytest.mark.xfail(strict=True, reason="issue 20: Step Id = 1e308: traceback (TypeError), exit 1")
 def test_step_id_1e308(bench: Bench, clean: Callable[..., dict[str, Any]]) -> None:
     """A step id that is not the capture's: the kernel is counted, left out and noted."""
     cap = bench.copy(L0)

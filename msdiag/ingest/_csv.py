@@ -38,6 +38,7 @@ MAX_COLUMNS = 4096
 # columns that no row fills.
 _SHAPE_ROWS = 100
 _SCAN_BYTES = 8 << 20
+_INT64_BOUND = 2.0**63
 _NEWLINE = 0x0A
 
 
@@ -113,9 +114,23 @@ def to_float(s: pd.Series, path: Path | None = None, column: str = "") -> pd.Ser
     return pd.Series(out, index=s.index, dtype="float64")
 
 
-def to_int(s: pd.Series, path: Path | None = None, column: str = "") -> pd.Series:
-    """Integers written as text -> nullable Int64 (null where absent)."""
+def to_int(s: pd.Series, path: Path | None = None, column: str = "", notes: list[str] | None = None) -> pd.Series:
+    """Integers written as text -> nullable Int64 (null where absent).
+
+    A number that no int64 holds (``1e308``, ``inf``) is no id or count a profiler writes: it becomes
+    null rather than stopping the read, and when ``notes`` is given a note says how many, where.
+    """
     f = to_float(s, path, column)
+    beyond = f.notna() & ~(f.abs() < _INT64_BOUND)
+    if beyond.any():
+        if notes is not None:
+            first = float(f[beyond].iloc[0])
+            shown = f"{first:.3g}" if np.isfinite(first) else "an infinite number"
+            where = f"{path.name}: " if path is not None else ""
+            notes.append(
+                f"{where}{int(beyond.sum())} '{column}' value(s) beyond the int64 range (first: {shown}) read as null"
+            )
+        f = f.mask(beyond)
     return f.round().astype("Int64")
 
 

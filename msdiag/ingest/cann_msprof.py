@@ -582,8 +582,9 @@ def _clock(ctx: Ctx) -> Read:
 
 
 def _r_op_summary(p: Path, ctx: Ctx) -> Read:
-    k = _filter_device(ascend_csv.read_kernel_details(p, ctx.rank), p, ctx.vars["dev"])
-    return Read(tables={"kernels": k}, info={"kernels_from": p.name}, rows=len(k))
+    notes: list[str] = []
+    k = _filter_device(ascend_csv.read_kernel_details(p, ctx.rank, notes), p, ctx.vars["dev"])
+    return Read(tables={"kernels": k}, info={"kernels_from": p.name}, rows=len(k), notes=notes)
 
 
 def _per_device(read: Callable[[Path, int], pd.DataFrame], table: str) -> Callable[[Path, Ctx], Read]:
