@@ -417,7 +417,6 @@ def test_unreadable_core_file(bench: Bench) -> None:
     assert_stopped(run, "kernel_details.csv")
 
 
-@pytest.mark.xfail(strict=True, reason="issue 20: a kernel type with $...$ kills `msdiag report` in matplotlib mathtext")
 def test_mathtext_kernel_type_in_report(bench: Bench) -> None:
     """A type such as Mat$\\foo{x}$Mul is text, not TeX: the report is written and shows it."""
     cap = bench.copy(L1_R0)
