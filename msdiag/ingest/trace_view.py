@@ -834,12 +834,10 @@ def _host_ops(rank: int, names: np.ndarray, name_c: np.ndarray, ts: np.ndarray, 
     inverse = inverse.reshape(-1)[order]
     return model.KERNELS.frame(
         {
-            "rank": _const_int(rank, n),
-            "step": pd.array([pd.NA] * n, dtype=model.INT),
-            "stream": pd.array([pd.NA] * n, dtype=model.INT),
+            "rank": _const_int(rank, n),  # (step, stream: null, filled by the table)
             "name": _strings(names, name_c[order]),
             "type": _strings(types, inverse),
-            "core": pd.array(np.full(n, "CPU", dtype=object), dtype=model.STR),
+            "core": _strings(np.array(["CPU"], dtype=object), np.zeros(n, dtype=np.intp)),
             "kind": _strings(kinds, inverse),
             "start_us": ts[order],
             "dur_us": dur[order],
