@@ -621,3 +621,12 @@ def test_step_id_beyond_int64_is_null_with_a_note(corpus: Path, tmp_path: Path) 
     k = ac.read_kernel_details(p, 0, notes)
     assert k["step"].isna().tolist() == [i == 3 for i in range(len(table))]
     assert notes == ["kernel_details.csv: 1 'Step Id' value(s) beyond the int64 range (first: 1e+308) read as null"]
+
+
+def test_rows_too_short_for_the_header_are_refused(tmp_path: Path) -> None:
+    """A header of 400 names whose first rows are full (399 commas each) but whose 5,000 later rows hold
+    one field: 5,101 lines x 399 commas a full row needs is far more than the file's ~50 KB."""
+    p = tmp_path / "kernel_details.csv"
+    p.write_text(",".join(f"c{i}" for i in range(400)) + "\n" + ("," * 399 + "\n") * 100 + "1\n" * 5000)
+    with pytest.raises(ParseError, match="its 5,101 lines hold far fewer fields than the header's 400 columns"):
+        ac.read_kernel_details(p, 0)

@@ -9,7 +9,8 @@ Before pandas parses a file, :func:`check_shape` refuses, at the cost of one str
 whose shape would make the parse explode (pandas keeps a pointer per field, and pads every short
 row out to the header's width): a line longer than :data:`MAX_LINE_BYTES` (a line of commas is a
 row of millions of fields), a header wider than :data:`MAX_COLUMNS`, or a header wider than every
-one of the first rows (100k names over 30-field rows would be 100k columns of nulls per row).
+one of the first rows or than the file's bytes can fill (100k names over 30-field rows would be 100k
+columns of nulls per row).
 """
 
 from __future__ import annotations
@@ -195,40 +196,60 @@ def _fields(path: Path, line: str) -> list[str]:
 
 def check_shape(path: Path) -> None:
     """Raise ParseError when ``path`` has a line longer than MAX_LINE_BYTES, or a header wider than
-    MAX_COLUMNS or than every one of its first rows (see the module's docstring): the cheap checks
-    that bound what parsing the file can cost. One streaming pass, in bounded memory."""
+    MAX_COLUMNS, than every one of its first rows, or than its bytes can fill (see the module's
+    docstring): the cheap checks that bound what parsing the file can cost. One streaming pass, in
+    bounded memory."""
     try:
         with open(path, "rb") as f:
-            _check_line_lengths(path, f)
+            lines, size = _check_line_lengths(path, f)
             f.seek(0)
-            reader = csv.reader(io.TextIOWrapper(f, "utf-8", errors="replace", newline=""))
-            header = next(reader, None)
-            widths = [len(r) for r in islice(reader, _SHAPE_ROWS)]  # (a row is dropped once counted)
-    except csv.Error as e:  # a field longer than the csv module's limit (an unclosed quote)
-        raise ParseError(path, f"not a readable CSV file ({e})") from None
+            header, widths = _header_and_widths(path, f)
     except OSError as e:
         raise ParseError(path, f"cannot be read ({e.strerror or e})") from None
     if header is None:
         return
     while header and not header[-1].strip():
         header.pop()  # a trailing comma at the end of the header
-    widest = max(widths, default=len(header))
-    if len(header) > MAX_COLUMNS:
-        raise ParseError(path, f"the header has {len(header):,} columns (more than {MAX_COLUMNS:,}): not a profiler CSV")
-    if len(header) > widest + 1:
-        raise ParseError(
-            path, f"the header has {len(header):,} columns but its first rows have at most {widest:,} fields"
-        )
+    cols = len(header)
+    if cols > MAX_COLUMNS:
+        raise ParseError(path, f"the header has {cols:,} columns (more than {MAX_COLUMNS:,}): not a profiler CSV")
+    widest = max(widths, default=cols)
+    if cols > widest + 1:
+        raise ParseError(path, f"the header has {cols:,} columns but its first rows have at most {widest:,} fields")
+    # every field but a row's last ends in a comma: a file whose rows hold the header's fields has at
+    # least (columns - 1) bytes per line; far fewer means short rows that pandas would pad with nulls
+    if lines * (cols - 1) > 2 * size + cols:
+        raise ParseError(path, f"its {lines:,} lines hold far fewer fields than the header's {cols:,} columns")
 
 
-def _check_line_lengths(path: Path, f: io.BufferedReader) -> None:
-    """Raise ParseError at the first line longer than MAX_LINE_BYTES (read in blocks, never whole)."""
+def _header_and_widths(path: Path, f: io.BufferedReader) -> tuple[list[str] | None, list[int]]:
+    """The header's fields and the field counts of up to _SHAPE_ROWS rows after it (a row the csv
+    module cannot read ends the count: pandas judges it; a header it cannot read is a ParseError)."""
+    reader = csv.reader(io.TextIOWrapper(f, "utf-8", errors="replace", newline=""))
+    try:
+        header = next(reader, None)
+    except csv.Error as e:  # a header name longer than the csv module's limit (an unclosed quote)
+        raise ParseError(path, f"not a readable CSV file ({e})") from None
+    widths: list[int] = []
+    try:
+        for row in islice(reader, _SHAPE_ROWS):
+            widths.append(len(row))  # (a row is dropped once counted)
+    except csv.Error:
+        pass
+    return header, widths
+
+
+def _check_line_lengths(path: Path, f: io.BufferedReader) -> tuple[int, int]:
+    """Raise ParseError at the first line longer than MAX_LINE_BYTES (read in blocks, never whole);
+    else (lines, bytes) of the file."""
     line = 1  # the number of the line being scanned
     run = 0  # its bytes seen so far
+    size = 0
     while True:
         block = f.read(_SCAN_BYTES)
         if not block:
-            return
+            return line - (run == 0), size
+        size += len(block)
         ends = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == _NEWLINE)
         if len(ends):
             lengths = np.diff(ends, prepend=-1) - 1  # each line's bytes within this block
