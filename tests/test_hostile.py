@@ -271,7 +271,6 @@ def test_sqlite_recursive_view(bench: Bench) -> None:
 # ======== a large MindSpore CPU trace ======================================================================
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="issue 20: a 160 MB MindSpore CPU trace_view.json peaks at ~0.9 GB RSS (budget 0.82 GB; was 7 GB and 8 min): a 240 MB KERNELS frame, the metrics' transient copies")
 def test_large_cpu_trace_memory(bench: Bench) -> None:
     """The issue's trace is 524 MB (peak 2.34 GB = 4.5x); ~160 MB of the corpus CPU trace's events, repeated
     later in time, shows the ratio and keeps CI within minutes. Budget: 2.5x the file + the baseline."""
