@@ -558,3 +558,75 @@ def test_non_number_names_file_and_column(tmp_path: Path) -> None:
     with pytest.raises(ParseError) as e:
         ac.read_kernel_details(p, 0)
     assert "kernel_details.csv" in str(e.value) and "Duration(us)" in str(e.value) and "'fast'" in str(e.value)
+
+
+# ---- issue 20: a CSV whose shape would make the parse explode is refused before pandas -----------------
+
+L0_KERNELS = f"ascend/torchnpu-2rank-level0/rank0_ascend_pt/{OUT}/kernel_details.csv"
+
+
+def test_wide_header_is_refused(corpus: Path, tmp_path: Path) -> None:
+    """5,000 names added to the header: more than MAX_COLUMNS (4,096); the header's own columns plus 5,000
+    is the count the error gives (the clean header's width counted with the csv module)."""
+    from msdiag.ingest._csv import MAX_COLUMNS
+
+    src = corpus / L0_KERNELS
+    head, rest = src.read_bytes().split(b"\n", 1)
+    width = len(next(csv.reader([head.decode().rstrip("\r")])))
+    p = tmp_path / "kernel_details.csv"
+    p.write_bytes(head.rstrip(b"\r") + b"".join(b",x%d" % i for i in range(5000)) + b"\n" + rest)
+    assert width + 5000 > MAX_COLUMNS
+    with pytest.raises(ParseError, match=f"the header has {width + 5000:,} columns"):
+        ac.read_kernel_details(p, 0)
+
+
+def test_header_wider_than_its_rows_is_refused(corpus: Path, tmp_path: Path) -> None:
+    """100 names added (under MAX_COLUMNS): the rows still have the clean header's width, so the header
+    names columns no row fills."""
+    src = corpus / L0_KERNELS
+    head, rest = src.read_bytes().split(b"\n", 1)
+    width = len(next(csv.reader([head.decode().rstrip("\r")])))
+    p = tmp_path / "kernel_details.csv"
+    p.write_bytes(head.rstrip(b"\r") + b"".join(b",x%d" % i for i in range(100)) + b"\n" + rest)
+    with pytest.raises(ParseError, match=f"the header has {width + 100:,} columns but its first rows have at most {width:,}"):
+        ac.read_kernel_details(p, 0)
+
+
+def test_line_of_commas_is_refused(corpus: Path, tmp_path: Path) -> None:
+    """A 2 MiB line of commas after the real rows: the error names its line (the file's lines + 1)."""
+    src = corpus / L0_KERNELS
+    data = src.read_bytes()
+    if not data.endswith(b"\n"):
+        data += b"\n"
+    p = tmp_path / "kernel_details.csv"
+    p.write_bytes(data + b"," * (2 << 20) + b"\n")
+    line = data.count(b"\n") + 1
+    with pytest.raises(ParseError, match=f"line {line:,} is longer than 1 MiB"):
+        ac.read_kernel_details(p, 0)
+
+
+def test_step_id_beyond_int64_is_null_with_a_note(corpus: Path, tmp_path: Path) -> None:
+    """Step Id 1e308 on the 4th kernel: that kernel's step is null, the others keep theirs, one note."""
+    src = corpus / L0_KERNELS
+    table = rows(src)
+    with open(src, newline="", encoding="utf-8") as f:
+        header = next(csv.reader(f))
+    table[3]["Step Id"] = "1e308"
+    p = tmp_path / "kernel_details.csv"
+    with open(p, "w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=header)
+        w.writeheader()
+        w.writerows(table)
+    notes: list[str] = []
+    k = ac.read_kernel_details(p, 0, notes)
+    assert k["step"].isna().tolist() == [i == 3 for i in range(len(table))]
+    assert notes == ["kernel_details.csv: 1 'Step Id' value(s) beyond the int64 range (first: 1e+308) read as null"]
+
+
+def test_rows_too_short_for_the_header_are_refused(tmp_path: Path) -> None:
+    """A header of 400 names whose first rows are full (399 commas each) but whose 5,000 later rows hold
+    one field: 5,101 lines x 399 commas a full row needs is far more than the file's ~50 KB."""
+    p = tmp_path / "kernel_details.csv"
+    p.write_text(",".join(f"c{i}" for i in range(400)) + "\n" + ("," * 399 + "\n") * 100 + "1\n" * 5000)
+    with pytest.raises(ParseError, match="its 5,101 lines hold far fewer fields than the header's 400 columns"):
+        ac.read_kernel_details(p, 0)

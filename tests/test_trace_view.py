@@ -410,3 +410,33 @@ def test_empty_array_is_an_empty_trace(tmp_path: Path) -> None:
     tv = read_trace_view(_write(tmp_path, []), 0)
     assert tv.timeline.empty and tv.counters.empty and tv.host_ops.empty and tv.processes == []
     _check_schema(tv, 0)
+
+
+# ---- issue 20: hostile bytes are one ParseError, never a traceback ---------------------------------
+
+L0_TRACE = "ascend/torchnpu-2rank-level0/rank0_ascend_pt/ASCEND_PROFILER_OUTPUT/trace_view.json"
+
+
+def test_non_utf8_byte_is_located(corpus: Path, tmp_path: Path) -> None:
+    """A 0xFF byte put at the start of the first event name: the error gives its offset.
+
+    Expected offset by hand: the byte goes right after the first ``"name": "`` of the file, so it sits
+    at data.index(b'"name": "') + len(b'"name": "') of the damaged copy (the bytes before it are unchanged).
+    """
+    data = (corpus / L0_TRACE).read_bytes()
+    at = data.index(b'"name": "') + len(b'"name": "')
+    p = tmp_path / "trace_view.json"
+    p.write_bytes(data[:at] + b"\xff" + data[at:])
+    with pytest.raises(ParseError, match=rf"not UTF-8 text: byte {at} of {len(data) + 1} "):
+        read_trace_view(p, 0)
+
+
+def test_json_nested_too_deep_is_a_parse_error(corpus: Path, tmp_path: Path) -> None:
+    """An event whose args nest 1000 lists deep (the decoder's limit is Python's, 1000): a ParseError."""
+    data = (corpus / L0_TRACE).read_bytes().rstrip()
+    deep = b"[" * 1000 + b"]" * 1000
+    p = tmp_path / "trace_view.json"
+    p.write_bytes(data[:-1] + b', {"ph": "X", "name": "deep", "pid": 1, "tid": 1, "ts": 1, "dur": 1, "args": {"a": '
+                  + deep + b"}}]")
+    with pytest.raises(ParseError, match="nested deeper than"):
+        read_trace_view(p, 0)

@@ -146,9 +146,9 @@ def _floats(df: pd.DataFrame, path: Path, names: Sequence[str]) -> pd.Series | N
     return None if c is None else to_float(df[c], path, c)
 
 
-def _ints(df: pd.DataFrame, path: Path, names: Sequence[str]) -> pd.Series | None:
+def _ints(df: pd.DataFrame, path: Path, names: Sequence[str], notes: list[str] | None = None) -> pd.Series | None:
     c = _col(df, names)
-    return None if c is None else to_int(df[c], path, c)
+    return None if c is None else to_int(df[c], path, c, notes)
 
 
 def _strs(df: pd.DataFrame, names: Sequence[str]) -> pd.Series | None:
@@ -206,7 +206,7 @@ def read_step_trace_time(path: Path, rank: int) -> pd.DataFrame:
 # --------------------------------------------------------------------------------------------
 
 
-def read_kernel_details(path: Path, rank: int) -> pd.DataFrame:
+def read_kernel_details(path: Path, rank: int, notes: list[str] | None = None) -> pd.DataFrame:
     """kernel_details.csv (or a CANN msprof op_summary_*.csv) -> model.KERNELS.
 
     Accepts both header flavours (Name/Type/Accelerator Core/Start Time(us)/Duration(us) and
@@ -214,13 +214,14 @@ def read_kernel_details(path: Path, rank: int) -> pd.DataFrame:
     without Step Id and the Level1 shape columns. Names are kept as written: MindSpore 2.10 writes
     ``<framework launch op>/<device kernel>`` there and keeps with_stack call stacks in the timeline,
     not in this file. kind is "communication" for HCCL tasks (Accelerator Core HCCL, or a type or
-    name starting with hcom), else "compute".
+    name starting with hcom), else "compute". An id beyond int64 (Step Id 1e308) is read as null, with a
+    note in ``notes`` when given.
     """
     df = _read(path, required=(), any_of=(KERNEL_NAME, KERNEL_TYPE, KERNEL_CORE, KERNEL_START, KERNEL_DUR))
     n = len(df)
     cols: dict[str, pd.Series | None] = {"rank": _rank(n, rank)}
     for canon, names in KERNEL_INT_COLUMNS.items():
-        cols[canon] = _ints(df, path, names)
+        cols[canon] = _ints(df, path, names, notes)
     for canon, names in KERNEL_STR_COLUMNS.items():
         cols[canon] = _strs(df, names)
     for canon, names in KERNEL_SHAPE_COLUMNS.items():
@@ -460,7 +461,7 @@ def _queue_list(cell: Any, path: Path, op_id: Any) -> list[float] | None:
         return None
     try:
         v = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise ParseError(path, f"op {op_id}: output_queue_size is not a list of numbers ({text[:40]!r})") from None
     if not isinstance(v, list) or not all(isinstance(x, (int, float)) for x in v):
         raise ParseError(path, f"op {op_id}: output_queue_size is not a list of numbers ({text[:40]!r})")
@@ -512,7 +513,7 @@ def _read_minddata_summary(path: Path) -> tuple[dict[int, dict[str, Any]], float
         raise ParseError(path, "the file is empty")
     try:
         data = json.loads(text)
-    except ValueError as e:
+    except (ValueError, RecursionError) as e:
         raise ParseError(path, f"not valid JSON (truncated?): {e}") from None
     if not isinstance(data, dict):
         raise ParseError(path, "expected a JSON object of per-op lists, found " + type(data).__name__)

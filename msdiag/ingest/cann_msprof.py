@@ -43,7 +43,7 @@ import pandas as pd
 from msdiag import model, units
 from msdiag.errors import ParseError
 from msdiag.ingest import ascend_csv, metadata
-from msdiag.ingest._csv import NA_VALUES, check_last_row, read_csv, to_float
+from msdiag.ingest._csv import NA_VALUES, check_last_row, check_shape, read_csv, to_float
 from msdiag.ingest.engine import Ctx, Format, Item, RankDir, Read, Src, Then, put, read_rank
 from msdiag.ingest.paths import Seen, rank_number, read_head, real_roots, refusal
 from msdiag.ingest.steptrace import StepPoints, assign_steps, op_type_from_full_name, steps_from_points, table_frame
@@ -168,7 +168,7 @@ def _rank_in_info(path: Path, default: int) -> int:
     head = read_head(path, real_roots(path.parent.parent), _INFO_JSON_MAX_BYTES)  # never a FIFO, a device
     try:
         raw = json.loads(head) if head is not None else None
-    except ValueError:
+    except (ValueError, RecursionError):
         return default
     r = raw.get("rank_id") if isinstance(raw, dict) else None
     return r if isinstance(r, int) and not isinstance(r, bool) and 0 <= r < _INVALID_RANK else default
@@ -178,8 +178,9 @@ def _device_ids(path: Path) -> set[int]:
     if refusal(path, real_roots(path.parent)) is not None:
         return set()
     try:
+        check_shape(path)
         df = pd.read_csv(path, usecols=["Device_id"], dtype=str, keep_default_na=False)
-    except (ValueError, OSError, pd.errors.ParserError, pd.errors.EmptyDataError):
+    except (ParseError, ValueError, OSError, pd.errors.ParserError, pd.errors.EmptyDataError):
         return set()
     return {int(v) for v in df["Device_id"].str.strip() if re.fullmatch(r"\d+", v or "")}
 
@@ -580,15 +581,16 @@ def _clock(ctx: Ctx) -> Read:
         raw = json.loads(p.read_text(encoding="utf-8")) if p is not None else {}
         wall_us = float(raw["collectionTimeBegin"])
         mono_ns = float(raw["clockMonotonicRaw"])
-    except (OSError, ValueError, KeyError, TypeError, ParseError):
+    except (OSError, ValueError, KeyError, TypeError, ParseError, RecursionError):
         return Read()
     return Read(meta={"clock": {"timeline_slices": "monotonic-raw us",
                                 "to_epoch_us": wall_us - mono_ns / units.NS_PER_US, "from": f"start_info.{dev}"}})
 
 
 def _r_op_summary(p: Path, ctx: Ctx) -> Read:
-    k = _filter_device(ascend_csv.read_kernel_details(p, ctx.rank), p, ctx.vars["dev"])
-    return Read(tables={"kernels": k}, info={"kernels_from": p.name}, rows=len(k))
+    notes: list[str] = []
+    k = _filter_device(ascend_csv.read_kernel_details(p, ctx.rank, notes), p, ctx.vars["dev"])
+    return Read(tables={"kernels": k}, info={"kernels_from": p.name}, rows=len(k), notes=notes)
 
 
 def _per_device(read: Callable[[Path, int], pd.DataFrame], table: str) -> Callable[[Path, Ctx], Read]:

@@ -37,7 +37,9 @@ def _trace_view(p: Path, ctx: Ctx) -> Read:
 
 
 def _kernel_details(p: Path, ctx: Ctx) -> Read:
-    return Read(tables={"kernels": ascend_csv.read_kernel_details(p, ctx.rank)}, info={"kernels_from": p.name})
+    notes: list[str] = []
+    kernels = ascend_csv.read_kernel_details(p, ctx.rank, notes)
+    return Read(tables={"kernels": kernels}, info={"kernels_from": p.name}, notes=notes)
 
 
 def _step_trace_time(p: Path, ctx: Ctx) -> Read:

@@ -351,7 +351,7 @@ def _json_cell(path: Path, row: int, col: str, cell: Any) -> Any:
         return {}
     try:
         v = json.loads(str(cell))
-    except ValueError:
+    except (ValueError, RecursionError):
         raise ParseError(path, f"row {row}: {col} is not valid JSON ({str(cell)[:40]!r})") from None
     if not isinstance(v, dict):
         raise ParseError(path, f"row {row}: {col} should be a JSON object, found {type(v).__name__}")

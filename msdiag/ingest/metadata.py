@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -43,9 +44,11 @@ def load_json(path: Path) -> Any:
         return msgspec.json.decode(data)
     except msgspec.DecodeError as e:
         first = str(e)
+    except RecursionError:
+        raise ParseError(path, f"JSON nested deeper than the decoder's limit ({sys.getrecursionlimit()} levels)") from None
     try:  # Python's json module also accepts NaN and Infinity, which msgspec rejects
         return json.loads(data.decode("utf-8"))
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         pass
     if "truncated" in first:
         raise ParseError(path, "the JSON is truncated (the file ends in the middle of a value)") from None

@@ -46,10 +46,12 @@ key's number. Absolute times are float64 microseconds: about 0.25 us resolution 
 
 from __future__ import annotations
 
+import codecs
 import gc
 import mmap
 import os
 import re
+import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import compress, repeat
@@ -211,7 +213,10 @@ def read_trace_view(path: Path, rank: int) -> TraceView:
             except _BadCut:
                 acc = None  # a cut fell inside an event, or the JSON is broken: take the careful path
         if acc is None:
-            acc = _accumulate(path, _raw_chunks(path, data))
+            try:
+                acc = _accumulate(path, _raw_chunks(path, data))
+            except _BadCut as e:  # the file is valid JSON syntax, yet an event cannot be decoded
+                raise ParseError(path, _undecodable(data, e)) from None
     del data
     if acc.events and not acc.phased:
         raise ParseError(path, f"not a trace: none of its {acc.events} JSON objects has a 'ph' (event phase) field")
@@ -223,7 +228,39 @@ def read_trace_view(path: Path, rank: int) -> TraceView:
 
 
 class _BadCut(Exception):
-    """A chunk of the fast split is not valid JSON."""
+    """A chunk is not valid JSON: a fast cut inside an event, or (in the careful split) a broken event.
+
+    ``first`` is the index of the chunk's first event and ``msg`` the decoder's message, for the
+    error the careful split then raises.
+    """
+
+    def __init__(self, first: int, msg: str) -> None:
+        super().__init__(msg)
+        self.first = first
+        self.msg = msg
+
+
+def _undecodable(data: bytearray | mmap.mmap, cut: _BadCut) -> str:
+    """The problem of a trace whose JSON parses but whose events do not decode (what the error says)."""
+    if "UTF-8" in cut.msg:
+        at = _first_non_utf8(data)
+        where = f"byte {at} of {len(data)}" if at is not None else f"an event from event {cut.first} on"
+        return f"not UTF-8 text: {where} is not valid UTF-8 (a damaged or re-encoded file)"
+    return f"malformed JSON in the events from event {cut.first} on ({cut.msg})"
+
+
+def _first_non_utf8(data: bytearray | mmap.mmap) -> int | None:
+    """The offset of the first byte that is not valid UTF-8 (None if all are), decoded a slice at a
+    time so that no copy of the file is made."""
+    dec = codecs.getincrementaldecoder("utf-8")()
+    view = memoryview(data)
+    for start in range(0, len(data), _CHUNK_BYTES):
+        pending = len(dec.getstate()[0])  # the bytes of a character cut by the previous slice
+        try:
+            dec.decode(view[start : start + _CHUNK_BYTES], final=start + _CHUNK_BYTES >= len(data))
+        except UnicodeDecodeError as e:
+            return start - pending + e.start
+    return None
 
 
 def _accumulate(path: Path, chunks: Iterator[Any]) -> "_Accumulator":
@@ -360,6 +397,8 @@ def _split_events(path: Path, data: bytearray | mmap.mmap) -> list[msgspec.Raw]:
         raise ParseError(path, problem) from None
     except msgspec.DecodeError as e:
         raise ParseError(path, _decode_problem(str(e), data, offset)) from None
+    except RecursionError:
+        raise ParseError(path, _too_deep(None)) from None
     return top.traceEvents if isinstance(top, _Wrapped) else top
 
 
@@ -425,17 +464,24 @@ def _decode_chunk(path: Path, buf: Any, first: int) -> list[Any]:
         return _EVENTS.decode(buf)  # type: ignore[no-any-return]
     except msgspec.ValidationError:  # (a subclass of DecodeError) a value the typed decoder refuses
         pass
-    except msgspec.DecodeError:  # not JSON: a fast cut inside an event, or a broken file
-        raise _BadCut from None
+    except msgspec.DecodeError as e:  # not JSON: a fast cut inside an event, or a broken file
+        raise _BadCut(first, str(e)) from None
+    except RecursionError:  # nesting deeper than the decoder's limit: no cut makes that, the file does
+        raise ParseError(path, _too_deep(first)) from None
     try:
         loose = _LOOSE_EVENTS.decode(buf)
     except msgspec.ValidationError as e:  # (a subclass of DecodeError)
         m = re.search(r"\$\[(\d+)\]", str(e))
         which = f"event {first + int(m.group(1))}" if m else f"an event from event {first} on"
         raise ParseError(path, f"not a trace: {which} is {_found(str(e))}, not a JSON object") from None
-    except msgspec.DecodeError:
-        raise _BadCut from None
+    except msgspec.DecodeError as e:
+        raise _BadCut(first, str(e)) from None
     return [_clean(e) for e in loose]
+
+
+def _too_deep(first: int | None) -> str:
+    where = "" if first is None else f" in the events from event {first} on"
+    return f"JSON nested deeper than the decoder's limit ({sys.getrecursionlimit()} levels){where}: not a profiler trace"
 
 
 def _clean(e: _LooseEvent) -> Any:
@@ -788,12 +834,10 @@ def _host_ops(rank: int, names: np.ndarray, name_c: np.ndarray, ts: np.ndarray, 
     inverse = inverse.reshape(-1)[order]
     return model.KERNELS.frame(
         {
-            "rank": _const_int(rank, n),
-            "step": pd.array([pd.NA] * n, dtype=model.INT),
-            "stream": pd.array([pd.NA] * n, dtype=model.INT),
+            "rank": _const_int(rank, n),  # (step, stream: null, filled by the table)
             "name": _strings(names, name_c[order]),
             "type": _strings(types, inverse),
-            "core": pd.array(np.full(n, "CPU", dtype=object), dtype=model.STR),
+            "core": _strings(np.array(["CPU"], dtype=object), np.zeros(n, dtype=np.intp)),
             "kind": _strings(kinds, inverse),
             "start_us": ts[order],
             "dur_us": dur[order],

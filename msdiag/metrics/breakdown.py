@@ -93,7 +93,8 @@ class Window:
     step: int | None
     lo: float
     hi: float
-    mask: np.ndarray  # which ops belong to the step
+    rows: np.ndarray  # the row positions of the step's ops, ascending (not a mask: k steps x n ops of masks
+    # are gigabytes on a long host trace)
 
 
 def _marker_steps(rd: RankData) -> dict[int, tuple[float, float]]:
@@ -141,9 +142,8 @@ def _repetition_windows(ops: pd.DataFrame) -> tuple[list[Window], str] | None:
     per_step = np.bincount(idx[idx >= 0], minlength=k)[:k]
     if per_step.min() <= 0 or (per_step.max() - per_step.min()) > REPETITION_TOLERANCE * per_step.mean():
         return None
-    back = np.empty(n, dtype=int)
-    back[order] = np.arange(n)  # masks index the caller's row order
-    wins = [Window(i + 1, float(bounds[i]), float(bounds[i + 1]), (idx == i)[back]) for i in range(k)]
+    rows = _rows_by_step(idx[np.argsort(order, kind="stable")], k)  # idx in the caller's row order
+    wins = [Window(i + 1, float(bounds[i]), float(bounds[i + 1]), rows[i]) for i in range(k)]
     return wins, how
 
 
@@ -153,30 +153,40 @@ def _ends(ops: pd.DataFrame) -> np.ndarray:
     return ops["start_us"].to_numpy(float) + np.nan_to_num(ops["dur_us"].to_numpy(float, na_value=np.nan), nan=0.0)
 
 
+def _rows_by_step(step_of: np.ndarray, k: int) -> list[np.ndarray]:
+    """For each step 0..k-1, the ascending row positions whose ``step_of`` is it (one sort, not k scans)."""
+    order = np.argsort(step_of, kind="stable")
+    cuts = np.searchsorted(step_of[order], np.arange(k + 1))
+    return [order[cuts[i] : cuts[i + 1]] for i in range(k)]
+
+
 def _windows(rd: RankData, ops: pd.DataFrame, host_ops: bool) -> tuple[list[Window], str]:
     starts = ops["start_us"].to_numpy(float)
     ends = _ends(ops)
     steps = ops["step"]
     if steps.notna().any():
-        wins = []
-        for step in sorted(int(s) for s in steps.dropna().unique()):
-            mask = (steps == step).fillna(False).to_numpy(bool)
-            wins.append(Window(step, float(starts[mask].min()), float(ends[mask].max()), mask))
+        ids = sorted(int(s) for s in steps.dropna().unique())
+        pos = np.searchsorted(ids, steps.fillna(ids[0]).to_numpy(np.int64))
+        pos[steps.isna().to_numpy(bool)] = len(ids)  # rows without a step belong to none
+        wins = [
+            Window(step, float(starts[rows].min()), float(ends[rows].max()), rows)
+            for step, rows in zip(ids, _rows_by_step(pos, len(ids)))
+        ]
         return wins, "the kernels' Step Id"
     markers = _marker_steps(rd)
     if markers:
         wins = []
         for step, (lo, hi) in sorted(markers.items()):
-            mask = (starts >= lo) & (starts < hi)
-            if mask.any():
-                wins.append(Window(step, lo, hi, mask))
+            rows = np.flatnonzero((starts >= lo) & (starts < hi))
+            if len(rows):
+                wins.append(Window(step, lo, hi, rows))
         if wins:
             return wins, "ProfilerStep#N markers"
     if host_ops:
         found = _repetition_windows(ops)
         if found:
             return found
-    everything = np.ones(len(ops), dtype=bool)
+    everything = np.arange(len(ops))
     return [Window(None, float(starts.min()), float(ends.max()), everything)], (
         "no step markers and no repeating structure: one row covers the capture"
     )
@@ -217,13 +227,13 @@ def step_breakdown(rd: RankData) -> pd.DataFrame:
     recv_all = ops["name"].astype("string").str.lower().str.contains("|".join(_RECEIVE), regex=True, na=False).to_numpy()
     rows = []
     for w in windows:
-        m = w.mask
-        comp = iv.make(starts[m & is_comp], durs[m & is_comp])
-        comm = iv.make(starts[m & is_comm], durs[m & is_comm])
+        s, d, cp, cm, rv = starts[w.rows], durs[w.rows], is_comp[w.rows], is_comm[w.rows], recv_all[w.rows]
+        comp = iv.make(s[cp], d[cp])
+        comm = iv.make(s[cm], d[cm])
         if extra_comm is not None and len(extra_comm):
             c = iv.clip(iv.make(extra_comm["start_us"].to_numpy(float), extra_comm["dur_us"].to_numpy(float)), w.lo, w.hi)
             comm = (np.concatenate([comm[0], c[0]]), np.concatenate([comm[1], c[1]]))
-        bubble = iv.make(starts[m & is_comm & recv_all], durs[m & is_comm & recv_all])
+        bubble = iv.make(s[cm & rv], d[cm & rv])
         r: dict[str, object] = dict(_parts(comp, comm, bubble, w.lo, w.hi))
         r["rank"] = rd.rank
         r["step"] = w.step

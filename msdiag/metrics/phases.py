@@ -68,7 +68,10 @@ def training_ops(cap: Capture) -> str | None:
     k = cap.table("kernels")
     if not len(k):
         return None
-    types = k["type"].fillna(k["name"].astype("string").str.rsplit("/", n=1).str[-1]).dropna().astype(str).unique()
+    typ = k["type"]
+    # the type, else the name's last part: over distinct names (a host trace has a million rows, few names)
+    names = pd.Series(k["name"][typ.isna().to_numpy(bool)].dropna().unique(), dtype="string")
+    types = set(typ.dropna().astype(str).unique()) | set(names.str.rsplit("/", n=1).str[-1].dropna().astype(str))
     for t in sorted(types):
         base = re.sub(r"-op\d+$", "", t)
         if base != "StopGradient" and _TRAINING.search(base):

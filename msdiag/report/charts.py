@@ -61,6 +61,9 @@ FIG_WIDTH_IN = 11.8
 _RC: dict[str, Any] = {
     "svg.hashsalt": "msdiag",
     "svg.fonttype": "none",
+    # every label is the capture's text (kernel types, op and group names), never TeX: "Mat$\foo$Mul"
+    # is drawn as written instead of killing the report in matplotlib's mathtext parser
+    "text.parse_math": False,
     "font.family": "sans-serif",
     "font.sans-serif": ["DejaVu Sans", "Liberation Sans", "Arial", "Helvetica"],
     "font.size": 10.0,
