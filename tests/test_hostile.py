@@ -8,8 +8,8 @@ checks the issue's "Done when": no timeout, not killed for memory, no "Traceback
 multiple of the input, inputs unchanged; an input that stops the analysis exits 2 with exactly one line
 ``msdiag: error: ...``; a rank left out of a multi-rank job is a note (exit 0/1).
 
-Cases that fail with today's code carry ``xfail(strict=True)`` with what fails: the fix of that part of
-issue 20 flips the case into a pass, and strict xfail then fails the run until the mark is removed.
+Every case passes since issue 20 was fixed; a regression fails the run. A new hostile case that
+msdiag does not handle yet may carry ``xfail(strict=True)`` with what fails, until its fix removes it.
 """
 
 from __future__ import annotations
