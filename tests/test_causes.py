@@ -4,13 +4,15 @@ headline, on the real corpus. Expected figures are read by hand from the raw fil
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from msdiag.analysis import analyze
+from msdiag.analysis import Analysis
 from msdiag.contract import build
+from msdiag.report import html
 from msdiag.report.text import render
 
 LEVEL0 = "ascend/torchnpu-2rank-level0"
@@ -21,8 +23,8 @@ CPU_MSRUN = "mindspore-cpu/msrun_dp2_pynative"
 
 
 @pytest.fixture(scope="module")
-def reports(corpus: Path) -> dict[str, dict[str, Any]]:
-    return {c: build(analyze(corpus / c)) for c in (LEVEL0, LEVEL1, LEVEL1_DB, P2P, CPU_MSRUN)}
+def reports(corpus: Path, analysed: Callable[[str], Analysis]) -> dict[str, dict[str, Any]]:
+    return {c: build(analysed(c)) for c in (LEVEL0, LEVEL1, LEVEL1_DB, P2P, CPU_MSRUN)}
 
 
 def test_level1_progress_print_syncs_the_host(reports: dict[str, dict[str, Any]]) -> None:
@@ -96,3 +98,10 @@ def test_why_the_device_waits_section(reports: dict[str, dict[str, Any]]) -> Non
     assert "late arrival: 5.6 ms per step, mostly rank 1" in why
     assert "waiting for ranks not captured (2-7): 96.5 ms per step" in why
     assert "main.py(483): __str__ < main.py(511): <listcomp> < main.py(509): display" in why
+
+
+def test_html_banner_carries_the_cause(analysed: Callable[[str], Analysis], reports: dict[str, dict[str, Any]]) -> None:
+    # the HTML verdict banner leads with the same cause sentence as the text headline
+    page = html.render(analysed(LEVEL1), reports[LEVEL1])
+    banner = page.split('<div class="verdict"')[1].split("</div>\n  <div class=\"tiles\">")[0]
+    assert "96 ms per step waiting for ranks not in this capture (2 of 8 captured)" in banner

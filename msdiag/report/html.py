@@ -91,6 +91,7 @@ def _verdict(report: dict[str, Any]) -> dict[str, Any]:
             if alone else "No verdict: the rules did not run."
         ),
         "confidence": v.get("confidence") or "",
+        "cause": ((v.get("cause") or {}).get("sentence") or ""),
         "causes": list(v.get("causes") or []),
         "runner_up": (
             f"{BOTTLENECK.get(ru['bottleneck'], (ru['bottleneck'],))[0]} "
