@@ -235,6 +235,7 @@ def analyze(path: str | Path, options: Options | None = None) -> Analysis:
         {k: v.value for k, v in metrics.items()}, rules, opts, {k: v.reason for k, v in metrics.items() if v.reason}
     )
     on_repaired_data(verdict, cap)
+    on_unmeasured_cause(verdict, metrics)
     from msdiag.metrics import causes, cluster, collectives
     from msdiag.metrics.views import ChartViews
 
@@ -275,6 +276,27 @@ def on_repaired_data(verdict: dict[str, Any], cap: Capture) -> None:
         f"{verdict.get('sentence', '')} (stands on repaired data: {left_out} value(s) outside physical bounds "
         "were left out; see the notes)"
     )
+
+
+#: For each verdict category, the metrics that measure its causes (rules/causes.py), most telling first:
+#: when none gives a cause, the verdict says why (the first one's reason for being null).
+CAUSE_METRICS = {
+    "communication": ("uncaptured_wait_ms_per_step", "late_arrival_ms_per_step"),
+    "host": ("host_sync_ms_per_step",),
+    "data": ("data_wait_share",),
+}
+
+
+def on_unmeasured_cause(verdict: dict[str, Any], metrics: dict[str, Value]) -> None:
+    """When the verdict's category has causes msdiag can measure but none was measured, say what the
+    capture lacks: ``verdict["cause_unknown"]`` (the reason of the first null cause metric)."""
+    if not verdict or verdict.get("cause"):
+        return
+    for mid in CAUSE_METRICS.get(str(verdict.get("bottleneck")), ()):
+        m = metrics.get(mid)
+        if m is not None and m.value is None and m.reason:
+            verdict["cause_unknown"] = f"no cause measured: {m.reason}"
+            return
 
 
 def diagnose(

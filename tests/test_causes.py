@@ -83,6 +83,10 @@ def test_cpu_host_verdict_without_a_measured_cause(reports: dict[str, dict[str, 
     v = reports[CPU_MSRUN]["verdict"]
     assert v["bottleneck"] == "host" and v["cause"] is None
     assert reports[CPU_MSRUN]["metrics"]["late_rank"] == 1
+    # ... and says what it cannot tell: the capture has no host-side events to attribute the idle time to
+    assert v["cause_unknown"].startswith("no cause measured: the capture records no host-side events")
+    assert "cause: no cause measured" in render(reports[CPU_MSRUN])
+    assert "cause_unknown" not in reports[LEVEL1]["verdict"]  # a measured cause needs no excuse
 
 
 def test_text_headline_reads_the_cause(reports: dict[str, dict[str, Any]]) -> None:

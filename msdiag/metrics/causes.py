@@ -243,7 +243,10 @@ def _sync(ctx: Context) -> tuple[dict[str, Any] | None, str | None]:
     """The host-sync cause row, or why there is none."""
     tl = [rd.tables.get("timeline") for rd in ctx.capture.ranks]
     if not any(t is not None and len(t) and (t["lane"] == "host").any() for t in tl):
-        return None, "no host timeline (trace_view.json host events) in the capture"
+        return None, (
+            "the capture records no host-side events (Python frames, synchronisations: trace_view.json's host "
+            "lane, written by the Ascend profiler with with_stack / at Level1)"
+        )
     row = next((r for r in cause_rows(ctx) if r["id"] == "host-sync"), None)
     if row is None:
         return {"ms_per_step": 0.0, "share_of_step": 0.0, "call_sites": [], "ranks": []}, None

@@ -43,6 +43,8 @@ def _verdict(report: dict[str, Any]) -> list[str]:
     if cause and v.get("share") is not None:  # the headline names the cause (issue 14)
         out[0] = f"\nVerdict: {v['bottleneck'].upper()} {100 * v['share']:.0f}%: {cause['sentence']}"
         out.insert(1, f"  confidence {v.get('confidence')}; cause: {cause['id']}")
+    if v.get("cause_unknown"):
+        out.append(f"  cause: {v['cause_unknown']}")
     if v.get("causes"):
         out.append(f"  related findings: {', '.join(v['causes'])}")
     if v.get("runner_up"):
