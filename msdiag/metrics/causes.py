@@ -186,6 +186,12 @@ def _activity(ctx: Context) -> dict[int, tuple[pd.DataFrame, int]]:
     return cached
 
 
+def host_syncs(ctx: Context, rank: int) -> pd.DataFrame:
+    """The rank's host-device synchronisations inside its steps (rank_activity rows), from the analysis' cache."""
+    act = _activity(ctx).get(rank, (_NO_ACTIVITY, 0))[0]
+    return act[act["cause"] == "host-sync"]
+
+
 def _per_step_ms(act: pd.DataFrame, n_steps: int) -> float:
     """Median over the rank's steps of the union (ms) of the activity's events in each step (0 where none)."""
     per = [iv.total((g["start_us"].to_numpy(float), g["end_us"].to_numpy(float))) for _, g in act.groupby("step", dropna=False)]

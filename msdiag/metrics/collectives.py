@@ -79,7 +79,7 @@ def _instance(g: pd.DataFrame) -> dict[str, Any]:
         "late_ms": round(late / US_PER_MS, 3) if len(ranks) > 1 else None,
         "release_after_last_ms": round(max(0.0, release - last) / US_PER_MS, 3),
         "release_spread_ms": round(float(own.max() - own.min()) / US_PER_MS, 3),
-        "_first_us": first,
+        "first_us": first,
     }
 
 
@@ -103,10 +103,11 @@ def collectives(capture: Capture, steps: pd.DataFrame) -> pd.DataFrame:
         out.append({**row, "op": str(op), "source": source})
     if not out:
         return pd.DataFrame(columns=COLLECTIVE_COLUMNS)
-    df = pd.DataFrame(out).sort_values("_first_us", kind="stable")
+    df = pd.DataFrame(out).sort_values("first_us", kind="stable")
     df["last_arriver"] = df["last_arriver"].astype("Int64")
     df["step"] = df["step"].astype("Int64")
-    return df[COLLECTIVE_COLUMNS].reset_index(drop=True)
+    # first_us (the earliest arrival, epoch us) places an instance on a timeline; not part of the contract
+    return df[[*COLLECTIVE_COLUMNS, "first_us"]].reset_index(drop=True)
 
 
 def collective_records(ctx: Context) -> list[dict[str, Any]]:
@@ -117,6 +118,11 @@ def collective_records(ctx: Context) -> list[dict[str, Any]]:
          for c, v in zip(COLLECTIVE_COLUMNS, row)}
         for row in df[COLLECTIVE_COLUMNS].itertuples(index=False, name=None)
     ]  # fmt: skip
+
+
+def collectives_table(ctx: Context) -> pd.DataFrame:
+    """The collectives table of the analysis (COLLECTIVE_COLUMNS + ``first_us``), computed once per analysis."""
+    return _cached(ctx)
 
 
 def _cached(ctx: Context) -> pd.DataFrame:

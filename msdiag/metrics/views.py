@@ -23,6 +23,8 @@ import pandas as pd
 from msdiag import intervals as iv
 from msdiag.inference import latency as lat
 from msdiag.metrics import phases as ph
+from msdiag.metrics.causes import host_syncs
+from msdiag.metrics.collectives import collectives_table
 from msdiag.metrics.communication import _slowest_link, link_bandwidth
 from msdiag.metrics.memory import framework_rows
 from msdiag.metrics.registry import Context, Value
@@ -81,6 +83,17 @@ class Lane:
 
 
 @dataclass
+class LateMark:
+    """The last arriver of one collective of the median step: its rank, the op, when it arrived (us from that
+    rank's start of the step) and how late (us after the first captured arrival)."""
+
+    rank: int
+    op: str
+    at_us: float
+    late_us: float
+
+
+@dataclass
 class Timeline:
     """The median step on the device, per rank: lanes (up to LANE_RANK_LIMIT ranks) or a binned mix."""
 
@@ -92,6 +105,10 @@ class Timeline:
     lanes: list[Lane] | None = None
     # many ranks: per rank and time bin, the shares of computing, exposed communication and free time
     mix: np.ndarray | None = None
+    # lanes only: the late arriver of each collective of the step, and per rank its host-device
+    # synchronisations of the step (starts, lengths from the rank's start of the step)
+    late: list[LateMark] = field(default_factory=list)
+    syncs: dict[int, iv.Intervals] = field(default_factory=dict)
 
 
 @dataclass
@@ -378,7 +395,49 @@ def _timeline_absent(steps: pd.DataFrame) -> str:
     )
 
 
-def timeline(capture: Any, steps: pd.DataFrame) -> Timeline:
+def timeline(ctx: Context) -> Timeline:
+    """The median step's device activity per rank, with its late arrivers and host synchronisations."""
+    view = device_timeline(ctx.capture, ctx.steps)
+    if view.lanes is not None and view.step is not None:
+        _, rows = median_step(ctx.steps)
+        starts = {int(r): float(lo) for r, lo in zip(rows["rank"], rows["start_us"])}
+        view.late = late_marks(collectives_table(ctx), view.step, starts)
+        view.syncs = sync_marks(ctx, view.step, {int(r): (float(lo), float(hi)) for r, lo, hi in
+                                                 zip(rows["rank"], rows["start_us"], rows["end_us"])})  # fmt: skip
+    return view
+
+
+def late_marks(table: pd.DataFrame, step: int, starts: Mapping[int, float]) -> list[LateMark]:
+    """The last arriver of each collective of ``step`` (collectives rows), placed on its rank's step start."""
+    out = []
+    if not len(table):
+        return []
+    rows = table[table["step"].eq(step).fillna(False).to_numpy(bool) & table["last_arriver"].notna().to_numpy(bool)]
+    for op, ranks, offsets, last, late, first in zip(
+        rows["op"], rows["ranks"], rows["arrival_offset_ms"], rows["last_arriver"], rows["late_ms"], rows["first_us"]
+    ):
+        r = int(last)
+        if r not in starts:
+            continue
+        arrival = float(first) + float(offsets[list(ranks).index(r)]) * US_PER_MS
+        out.append(LateMark(r, str(op), arrival - starts[r], float(late) * US_PER_MS))
+    return out
+
+
+def sync_marks(ctx: Context, step: int, windows: Mapping[int, tuple[float, float]]) -> dict[int, iv.Intervals]:
+    """Per rank, its host-device synchronisations of ``step`` (host ProfilerStep#N), merged and clipped to the
+    rank's device window of the step (the lanes' x axis), from the rank's step start."""
+    out = {}
+    for r, (lo, hi) in windows.items():
+        ev = host_syncs(ctx, r)
+        ev = ev[(pd.to_numeric(ev["step"], errors="coerce") == step).to_numpy(bool)]
+        s, e = iv.clip(iv.merge((ev["start_us"].to_numpy(float), ev["end_us"].to_numpy(float))), lo, hi)
+        if len(s):
+            out[r] = (s - lo, e - s)
+    return out
+
+
+def device_timeline(capture: Any, steps: pd.DataFrame) -> Timeline:
     """The median step's device activity per rank."""
     step, rows = median_step(steps)
     if not len(rows):
@@ -685,7 +744,7 @@ class ChartViews:
 
     @cached_property
     def timeline(self) -> Timeline:
-        return timeline(self._ctx.capture, self._ctx.steps)
+        return timeline(self._ctx)
 
     @cached_property
     def kernel_types(self) -> KernelTypes:

@@ -26,6 +26,7 @@ import matplotlib
 import numpy as np
 from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure  # a Figure saved to SVG needs no pyplot and no GUI backend
+from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import FuncFormatter, MaxNLocator
 
@@ -242,7 +243,10 @@ def step_timeline(a: Analysis) -> Chart:
         return _absent(ch, v.absent)
     if v.lanes is not None:
         ch.caption += "Per rank: compute, communication and free (neither) lanes."
-        return _draw(ch, 0.55 + 0.2 * 3 * len(v.lanes) + 0.15 * len(v.lanes), lambda fig: _paint_lanes(fig, v, div, unit))
+        ch.caption += _marks_caption(v)
+        n = 4 if v.syncs else 3
+        height = 0.55 + 0.2 * n * len(v.lanes) + 0.15 * len(v.lanes) + (0.3 if v.late or v.syncs else 0.0)
+        return _draw(ch, height, lambda fig: _paint_lanes(fig, v, div, unit))
     # many ranks: one row per rank, each time bin coloured by its mix of compute / exposed comm / free
     ch.caption += (
         f"{len(v.ranks)} ranks: one row per rank, each of {v.mix.shape[1]} time bins coloured by its mix of "
@@ -251,29 +255,74 @@ def step_timeline(a: Analysis) -> Chart:
     return _draw(ch, min(7.0, 1.2 + 0.07 * len(v.ranks)), lambda fig: _paint_mix(fig, v, div, unit))
 
 
+def _marks_caption(v: Any) -> str:
+    """The caption's sentence on the marks: the latest arriver and the longest host synchronisation."""
+    out = ""
+    if v.late:
+        worst = max(v.late, key=lambda m: m.late_us)
+        out += (f" A triangle marks the last rank to reach each collective ({len(v.late)} in this step); the latest, "
+                f"rank {worst.rank} at {worst.op}, arrived {fmt.us(worst.late_us)} after the first.")  # fmt: skip
+    if v.syncs:
+        longest = {r: float(d.max()) for r, (_, d) in v.syncs.items()}
+        r = max(sorted(longest), key=lambda k: longest[k])
+        out += (" The hatched host lane shows the host blocked in host-device synchronisations (nothing new is "
+                f"launched meanwhile); the longest, on rank {r}, lasts {fmt.us(longest[r])}.")  # fmt: skip
+    return out
+
+
 def _paint_lanes(fig: Figure, v: Any, div: float, unit: str) -> None:
-    """Three lanes per rank (compute, communication, free) of the median step."""
+    """Per rank, lanes of the median step (compute, communication, free, and host when it synchronises), with
+    the late arrivers marked on their communication lane and the host synchronisations hatched."""
     ax = fig.add_subplot(1, 1, 1)
+    names = ["compute", "communication", "free"] + (["host"] if v.syncs else [])
+    block = len(names) + 1  # a rank's lanes and the gap before the next rank
     yt, yl = [], []
-    colours = [("compute", COMPUTE), ("communication", COMM), ("free", FREE)]
     for i, lane in enumerate(v.lanes):
-        for j, ((starts, lengths), (name, colour)) in enumerate(zip((lane.compute, lane.communication, lane.free), colours)):
-            y = -(i * 4 + j)
+        rows: list[tuple[Any, str, str | None]] = [
+            (lane.compute, COMPUTE, None), (lane.communication, COMM, None), (lane.free, FREE, None),
+        ]  # fmt: skip
+        if v.syncs:
+            rows.append((v.syncs.get(lane.rank, (np.empty(0), np.empty(0))), "none", "////"))
+        for j, ((starts, lengths), colour, hatch) in enumerate(rows):
+            y = -(i * block + j)
             if len(starts):
-                ax.broken_barh(list(zip(starts / div, lengths / div)), (y - 0.42, 0.84), facecolors=colour, linewidth=0)
+                ax.broken_barh(list(zip(starts / div, lengths / div)), (y - 0.42, 0.84), facecolors=colour,
+                               edgecolor=ALERT if hatch else "none", hatch=hatch, linewidth=0)  # fmt: skip
             yt.append(y)
-            yl.append(f"rank {lane.rank}  {name}" if j == 0 else name)
+            yl.append(f"rank {lane.rank}  {names[j]}" if j == 0 else names[j])
         if i < len(v.lanes) - 1:
-            ax.axhline(-(i * 4 + 3), color="#EEEEEE", linewidth=0.8)
+            ax.axhline(-(i * block + block - 1), color="#EEEEEE", linewidth=0.8)
+    _paint_late(ax, v, div, block)
     ax.set_yticks(yt)
     ax.set_yticklabels(yl, fontsize=8)
-    ax.set_ylim(-(len(v.lanes) * 4 - 1) - 0.6, 0.6)
+    ax.set_ylim(-(len(v.lanes) * block - 1) - 0.6, 0.6)
     ax.set_xlim(0, v.width_us / div)
     ax.set_xlabel(f"time from the start of the step ({unit})")
     ax.xaxis.grid(True)
     ax.set_axisbelow(True)
     ax.spines["left"].set_visible(False)
     ax.tick_params(axis="y", length=0)
+    handles: list[Any] = [Patch(color=COMPUTE, label="compute"), Patch(color=COMM, label="communication"),
+                          Patch(color=FREE, label="free")]  # fmt: skip
+    if v.late:
+        handles.append(Line2D([], [], color=ALERT, marker="v", linestyle="none", label="late arriver of a collective"))
+    if v.syncs:
+        handles.append(Patch(facecolor="none", edgecolor=ALERT, hatch="////", label="host-device synchronisation"))
+    if v.late or v.syncs:
+        _legend_top(ax, handles)
+
+
+def _paint_late(ax: Any, v: Any, div: float, block: int) -> None:
+    """A marker at each late arriver's arrival on its communication lane; the latest one labelled."""
+    row = {lane.rank: i for i, lane in enumerate(v.lanes)}
+    marks = [m for m in v.late if m.rank in row]
+    for m in marks:
+        ax.plot([m.at_us / div], [-(row[m.rank] * block + 1) + 0.5], marker="v", color=ALERT, markersize=7,
+                linestyle="none")  # fmt: skip
+    if marks:
+        worst = max(marks, key=lambda m: m.late_us)
+        ax.annotate(f"rank {worst.rank} {fmt.us(worst.late_us)} late", (worst.at_us / div, -(row[worst.rank] * block + 1) + 0.5),
+                    xytext=(4, 2), textcoords="offset points", fontsize=7, color=ALERT)  # fmt: skip
 
 
 def _paint_mix(fig: Figure, v: Any, div: float, unit: str) -> None:
