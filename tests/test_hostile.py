@@ -263,11 +263,12 @@ def test_sqlite_recursive_view(bench: Bench) -> None:
 @pytest.mark.slow
 def test_large_cpu_trace_memory(bench: Bench) -> None:
     """The issue's trace is 524 MB (peak 2.34 GB = 4.5x); ~160 MB of the corpus CPU trace's events, repeated
-    later in time, shows the ratio and keeps CI within minutes. Budget: 2.5x the file + the baseline."""
+    later in time, shows the ratio and keeps CI within minutes. Budget: 3x the file + the baseline (measured:
+    777 MB for 160 MB, i.e. ~2.4x + the baseline; 3x leaves room for other pandas / numpy versions)."""
     cap = bench.copy(CPU)
     trace = cap / APO / "trace_view.json"
     size = m.grow_trace(bench.corpus / CPU / APO / "trace_view.json", trace, 160 * BYTES_PER_MIB)
-    budget = int(2.5 * size) + BASELINE_RSS_BYTES
+    budget = int(3 * size) + BASELINE_RSS_BYTES
     run = bench.run("analyze", "--format", "json", "--no-cache", str(cap), inputs=[cap], timeout=max(TIMEOUT_S, 600),
                     as_limit=budget + 3 * BYTES_PER_GIB, rss_budget=budget)
     assert_analyzed(run)
@@ -615,10 +616,9 @@ def test_strict_failed_source(bench: Bench) -> None:
 
 # ======== msdiag capture ===================================================================================
 
-@pytest.mark.skip(reason="issue 20's capture cases (double SIGINT, non-Python commands, empty --out, sitecustomize, "
-                         "exit code 137, newline in a folder name) belong to the capture engineer's suite")
-def test_capture_cases() -> None:
-    """Placeholder so the suite's listing shows where the capture part of issue 20 lives."""
+# issue 20's capture cases (one SIGINT reaches the job once, non-Python commands checked for MindSpore, a
+# refusal creates nothing, the user's sitecustomize stays theirs, exit 137 said as such, a newline in a folder
+# name escaped) run real capture jobs: they are in tests/test_capture.py.
 
 
 def test_harness_sees_a_clean_run(bench: Bench, clean: Callable[..., dict[str, Any]]) -> None:
