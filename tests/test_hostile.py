@@ -263,12 +263,13 @@ def test_sqlite_recursive_view(bench: Bench) -> None:
 @pytest.mark.slow
 def test_large_cpu_trace_memory(bench: Bench) -> None:
     """The issue's trace is 524 MB (peak 2.34 GB = 4.5x); ~160 MB of the corpus CPU trace's events, repeated
-    later in time, shows the ratio and keeps CI within minutes. Budget: 3x the file + the baseline (measured:
-    777 MB for 160 MB, i.e. ~2.4x + the baseline; 3x leaves room for other pandas / numpy versions)."""
+    later in time, shows the ratio and keeps CI within minutes. Budget: 3.5x the file + the baseline (measured:
+    899 MiB for 160 MiB with the collectives and causes analysis, i.e. ~3.1x + the baseline; the margin is
+    for other pandas / numpy versions)."""
     cap = bench.copy(CPU)
     trace = cap / APO / "trace_view.json"
     size = m.grow_trace(bench.corpus / CPU / APO / "trace_view.json", trace, 160 * BYTES_PER_MIB)
-    budget = int(3 * size) + BASELINE_RSS_BYTES
+    budget = int(3.5 * size) + BASELINE_RSS_BYTES
     run = bench.run("analyze", "--format", "json", "--no-cache", str(cap), inputs=[cap], timeout=max(TIMEOUT_S, 600),
                     as_limit=budget + 3 * BYTES_PER_GIB, rss_budget=budget)
     assert_analyzed(run)

@@ -52,22 +52,39 @@ _SOURCE = "comm_ops (communication.json / COMMUNICATION_OP / hccl_raw), else com
 # ---- instances ---------------------------------------------------------------------------------
 
 
-def _step_lookup(steps: pd.DataFrame, rank: int, t: float) -> Any:
-    """The step of ``rank`` whose span holds time ``t`` (the step breakdown's rows), else None."""
-    if not len(steps) or "start_us" not in steps:
-        return None
-    s = steps[(steps["rank"] == rank) & (steps["start_us"] <= t) & (steps["end_us"] >= t)]
-    return None if not len(s) or pd.isna(s["step"].iloc[0]) else int(s["step"].iloc[0])
+class _StepLookup:
+    """The step of a rank whose span holds a time (the step breakdown's rows): one sorted array per rank,
+    found by bisection, so that thousands of instances cost thousands of lookups, not scans of every step."""
+
+    def __init__(self, steps: pd.DataFrame) -> None:
+        self._by_rank: dict[int, tuple[np.ndarray, np.ndarray, list[Any]]] = {}
+        if not len(steps) or "start_us" not in steps:
+            return
+        for rank, g in steps.groupby("rank"):
+            g = g.sort_values("start_us", kind="stable")
+            self._by_rank[int(rank)] = (
+                g["start_us"].to_numpy(dtype=float, na_value=np.nan),
+                g["end_us"].to_numpy(dtype=float, na_value=np.nan),
+                g["step"].tolist(),
+            )
+
+    def __call__(self, rank: int, t: float) -> Any:
+        if rank not in self._by_rank:
+            return None
+        starts, ends, ids = self._by_rank[rank]
+        i = int(np.searchsorted(starts, t, side="right")) - 1
+        # the first step (in start order) whose span holds t, as a scan in start order would find it
+        while i > 0 and starts[i - 1] <= t and ends[i - 1] >= t:
+            i -= 1
+        if i < 0 or not ends[i] >= t or pd.isna(ids[i]):
+            return None
+        return int(ids[i])
 
 
-def _instance(g: pd.DataFrame) -> dict[str, Any]:
-    """One matched instance's arrivals, release and waits (ms), from its rows (one per rank)."""
-    g = g.drop_duplicates("rank").sort_values("rank")
-    ranks = [int(r) for r in g["rank"]]
-    start = g["start_us"].to_numpy(dtype=float, na_value=np.nan)
-    end = start + g["elapse_us"].to_numpy(dtype=float, na_value=np.nan)
-    transit = np.nan_to_num(g["transit_us"].to_numpy(dtype=float, na_value=np.nan), nan=0.0)
-    own = end - transit  # when this rank's waiting ended: its transfer runs at the end of its op
+def _instance(rank: np.ndarray, start: np.ndarray, own: np.ndarray) -> dict[str, Any]:
+    """One matched instance's arrivals, release and waits (ms), from its rows (one per rank, in rank order):
+    ``own`` is when each rank's waiting ended (its op's end less its own transfer, which runs at the end)."""
+    ranks = [int(r) for r in rank]
     first, last, release = float(start.min()), float(start.max()), float(own.min())
     late = last - first
     last_arriver = ranks[int(np.argmax(start))] if len(ranks) > 1 and late > 0 else None
@@ -93,16 +110,29 @@ def collectives(capture: Capture, steps: pd.DataFrame) -> pd.DataFrame:
     """
     rows, source = collective_rows(capture)
     rows = rows[rows["start_us"].notna() & rows["elapse_us"].notna()]
+    if not len(rows):
+        return pd.DataFrame(columns=COLLECTIVE_COLUMNS)
+    # one pass over every instance's rows (one per rank, the first of a rank's duplicates kept, in rank order):
+    # a pandas group per instance costs milliseconds, and a CPU trace holds thousands of instances
+    gid = rows.groupby(["step", "group", "op_name", "occurrence"], dropna=False, sort=True).ngroup()
+    rows = rows.assign(_gid=gid.to_numpy()).sort_values(["_gid", "rank"], kind="stable").drop_duplicates(["_gid", "rank"])
+    g_id = rows["_gid"].to_numpy()
+    rank = rows["rank"].to_numpy(dtype=np.int64)
+    start = rows["start_us"].to_numpy(dtype=float, na_value=np.nan)
+    end = start + rows["elapse_us"].to_numpy(dtype=float, na_value=np.nan)
+    own = end - np.nan_to_num(rows["transit_us"].to_numpy(dtype=float, na_value=np.nan), nan=0.0)
+    cuts = [*np.flatnonzero(np.r_[True, g_id[1:] != g_id[:-1]]).tolist(), len(rows)]
+    keys = rows[["step", "group", "op_name"]].to_numpy(dtype=object)
+    step_of = _StepLookup(steps)
     out: list[dict[str, Any]] = []
-    for (step, group, op, _occ), g in rows.groupby(["step", "group", "op_name", "occurrence"], dropna=False):
-        row = _instance(g)
+    for lo, hi in zip(cuts[:-1], cuts[1:]):
+        row = _instance(rank[lo:hi], start[lo:hi], own[lo:hi])
+        step, group, op = keys[lo]
         if pd.isna(step):
-            i = int(np.argmin(g["start_us"].to_numpy(dtype=float)))
-            step = _step_lookup(steps, int(g["rank"].iloc[i]), float(g["start_us"].iloc[i]))
+            i = lo + int(np.argmin(start[lo:hi]))
+            step = step_of(int(rank[i]), float(start[i]))
         row.update(step=None if pd.isna(step) else int(step), group=None if pd.isna(group) else str(group))
         out.append({**row, "op": str(op), "source": source})
-    if not out:
-        return pd.DataFrame(columns=COLLECTIVE_COLUMNS)
     df = pd.DataFrame(out).sort_values("first_us", kind="stable")
     df["last_arriver"] = df["last_arriver"].astype("Int64")
     df["step"] = df["step"].astype("Int64")
@@ -110,9 +140,24 @@ def collectives(capture: Capture, steps: pd.DataFrame) -> pd.DataFrame:
     return df[[*COLLECTIVE_COLUMNS, "first_us"]].reset_index(drop=True)
 
 
+#: The JSON lists at most this many instances: a long capture holds hundreds of thousands (one per
+#: collective call and step), and the report must stay a small multiple of what it describes.
+RECORDS_LIMIT = 1000
+
+
 def collective_records(ctx: Context) -> list[dict[str, Any]]:
-    """The JSON contract's ``collectives``: one record per instance (COLLECTIVE_COLUMNS), nulls as None."""
+    """The JSON contract's ``collectives``: one record per instance (COLLECTIVE_COLUMNS), nulls as None, in
+    time order; beyond RECORDS_LIMIT instances, the RECORDS_LIMIT whose captured ranks waited longest
+    (late_ms + release_after_last_ms), and a capture note says how many there were."""
     df = _cached(ctx)
+    if len(df) > RECORDS_LIMIT:
+        cost = df["late_ms"].fillna(0.0).astype(float) + df["release_after_last_ms"].fillna(0.0).astype(float)
+        keep = cost.sort_values(ascending=False, kind="stable").index[:RECORDS_LIMIT]
+        ctx.capture.notes.append(
+            f"collectives: {len(df)} collective instances; the JSON lists the {RECORDS_LIMIT} whose captured ranks "
+            "waited longest (the metrics use every instance)"
+        )
+        df = df.loc[sorted(keep)]
     return [
         {c: (None if not isinstance(v, list) and pd.isna(v) else (int(v) if c in _INT_COLUMNS else v))
          for c, v in zip(COLLECTIVE_COLUMNS, row)}
