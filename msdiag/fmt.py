@@ -150,3 +150,17 @@ def value_short(x: Any, unit: str | None) -> str:
     if unit == "ratio":
         return f"{100 * float(x):.1f}%"
     return f"{float(x):.4g}" + (f" {unit}" if unit and unit not in ("rank", "flag") else "")
+
+
+def wait_phrases(metrics: dict[str, Any]) -> list[str]:
+    """The collectives' waits as phrases ("late arrival: 5.6 ms per step, mostly rank 1"), from the report's
+    metrics: one wording for every renderer of "Why the device waits"."""
+    out = []
+    if metrics.get("late_arrival_ms_per_step") is not None:
+        out.append(f"late arrival: {metrics['late_arrival_ms_per_step']:.1f} ms per step, mostly rank {metrics.get('late_rank')}")
+    if metrics.get("uncaptured_wait_ms_per_step"):
+        out.append(
+            f"waiting for ranks not captured ({metrics.get('ranks_not_captured')}): "
+            f"{metrics['uncaptured_wait_ms_per_step']:.1f} ms per step"
+        )
+    return out

@@ -341,15 +341,7 @@ def context(a: Analysis, report: dict[str, Any] | None = None) -> dict[str, Any]
 
 def _why(r: dict[str, Any]) -> dict[str, Any]:
     """The "Why the device waits" section: the verdict's cause, the collectives' late and uncaptured waits, the host causes."""
-    m = r.get("metrics") or {}
-    waits = []
-    if m.get("late_arrival_ms_per_step") is not None:
-        waits.append(f"Late arrival: {m['late_arrival_ms_per_step']:.1f} ms per step, mostly rank {m.get('late_rank')}.")
-    if m.get("uncaptured_wait_ms_per_step"):
-        waits.append(
-            f"Waiting for ranks not in the capture ({m.get('ranks_not_captured')}): "
-            f"{m['uncaptured_wait_ms_per_step']:.1f} ms per step."
-        )
+    waits = [p[0].upper() + p[1:] + "." for p in fmt.wait_phrases(r.get("metrics") or {})]
     cause = (r.get("verdict") or {}).get("cause")
     return {"cause": cause["sentence"] if cause else None, "waits": waits, "causes": r.get("causes") or []}
 

@@ -55,15 +55,7 @@ def _verdict(report: dict[str, Any]) -> list[str]:
 
 def why_lines(report: dict[str, Any]) -> list[str]:
     """The "Why the device waits" section: the late captured arrivals and the host causes with their call sites."""
-    m = report.get("metrics") or {}
-    out: list[str] = []
-    if m.get("late_arrival_ms_per_step") is not None:
-        out.append(f"  late arrival: {m['late_arrival_ms_per_step']:.1f} ms per step, mostly rank {m.get('late_rank')}")
-    if m.get("uncaptured_wait_ms_per_step"):
-        out.append(
-            f"  waiting for ranks not captured ({m.get('ranks_not_captured')}): "
-            f"{m['uncaptured_wait_ms_per_step']:.1f} ms per step"
-        )
+    out = [f"  {p}" for p in fmt.wait_phrases(report.get("metrics") or {})]
     for c in report.get("causes") or []:
         share = f", {100 * c['share_of_step']:.0f}% of the step" if c.get("share_of_step") is not None else ""
         out.append(f"  {c['id']}: {c['ms_per_step']:.1f} ms per step{share} (ranks {', '.join(map(str, c['ranks']))})")
