@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+import msdiag
 from msdiag import config
 from msdiag.analysis import Options, analyze
 from msdiag.cli import main
@@ -24,7 +25,7 @@ from msdiag.metrics.registry import Reads, all_reads, declared_params
 from msdiag.rules.loader import load_rules
 
 LEVEL1 = "ascend/torchnpu-2rank-level1"
-PACKAGE = Path(__file__).resolve().parents[1] / "msdiag"
+PACKAGE = Path(msdiag.__file__).resolve().parent  # the package under test (the checkout, or the wheel in CI)
 
 
 def _analyze(path: Path, *extra: str) -> tuple[int, dict, str]:
@@ -273,8 +274,8 @@ def test_bad_set_or_disable_in_a_config_names_it(corpus: Path, tmp_path: Path) -
     assert f"--disable / disable in {f.resolve()}" in line and "unknown rule 'no-such-rule'" in line
 
 
-def test_rules_list_reads_the_project_config(tmp_path: Path) -> None:
-    src = Path(__file__).resolve().parents[1] / "rules" / "data-wait.yaml"
+def test_rules_list_reads_the_project_config(tmp_path: Path, repo: Path) -> None:
+    src = repo / "rules" / "data-wait.yaml"
     (tmp_path / "extra").mkdir()
     (tmp_path / "extra" / "my-data-wait.yaml").write_text(src.read_text().replace("id: data-wait", "id: my-data-wait", 1))
     f = tmp_path / "msdiag.toml"

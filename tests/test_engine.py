@@ -100,5 +100,5 @@ def test_rank_info_round_trip_and_cache(corpus: Path, tmp_path: Path) -> None:
     cache = RankCache.open(tmp_path / "cache", "test")
     key = cache.key(rd.rank, rd.family, rd_dir.path, rd_dir.rank_from, rd_dir.captured_ns)
     assert cache.put(key, rd) is None
-    got = cache.get(key)
+    got = cache.get(key, path=rd_dir.path)  # rooted at the rank folder as this run names it
     assert got is not None and got.info == rd.info and got.meta == rd.meta and got.sources == rd.sources
