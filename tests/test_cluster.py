@@ -12,7 +12,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -257,33 +259,61 @@ def test_scheduler_without_dask_says_how_to_install(corpus: Path, monkeypatch: p
 
 
 @pytest.fixture(scope="module")
-def dask_cluster() -> Any:
+def dask_cluster(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A scheduler and two single-threaded workers in processes of their own (`dask scheduler` and
+    `dask worker`), as users run a cluster: this process holds no default Dask client, so msdiag must
+    reach the cluster with the client it makes. Yields (scheduler address, a non-default client)."""
     distributed = pytest.importorskip("distributed", reason="Dask is not installed: pip install 'msdiag[cluster]'")
-    with distributed.LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None
-    ) as cluster, distributed.Client(cluster) as client:
-        yield cluster, client
+    folder = tmp_path_factory.mktemp("dask")
+    sched_file = folder / "scheduler.json"
+    dask = [sys.executable, "-m", "distributed.cli.dask_scheduler"]
+    procs = [subprocess.Popen([*dask, "--host", "127.0.0.1", "--port", "0", "--no-dashboard", "--scheduler-file", str(sched_file)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    try:
+        for _ in range(600):  # the scheduler writes its address once it listens
+            if sched_file.is_file() and sched_file.stat().st_size:
+                break
+            time.sleep(0.1)
+        worker = [sys.executable, "-m", "distributed.cli.dask_worker", "--scheduler-file", str(sched_file),
+                  "--nworkers", "2", "--nthreads", "1", "--no-dashboard", "--host", "127.0.0.1"]
+        procs.append(subprocess.Popen(worker, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=folder))
+        with distributed.Client(scheduler_file=str(sched_file), set_as_default=False) as client:
+            client.wait_for_workers(2, timeout=120)
+            yield client.scheduler.address, client
+    finally:
+        for p in reversed(procs):
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
 
 
 @pytest.mark.slow
 @pytest.mark.dask
 def test_dask_equals_local_and_runs_on_workers(job8: Path, job8_report: dict[str, Any], dask_cluster: Any, tmp_path: Path) -> None:
-    cluster, client = dask_cluster
+    address, client = dask_cluster
     workers = set(client.run(os.getpid).values())
     assert len(workers) == 2 and os.getpid() not in workers
     cache = tmp_path / "cache"
-    a = analyze(job8, Options(jobs=1, scheduler=cluster.scheduler_address, cache=str(cache)))
+    a = analyze(job8, Options(jobs=1, scheduler=address, cache=str(cache)))
     ing = a.capture.ingest
     assert ing["executor"] == "dask"
     pids = {int(w.rsplit(":", 1)[1]) for w in ing["read_by"].values()}
     assert pids <= workers and len(ing["read_by"]) == 8  # every rank read on a Dask worker
     assert ing["cache"]["written"] == 8  # entries written here, from what the workers sent back
     rep = build(a)
-    assert rep["options"]["scheduler"] == cluster.scheduler_address
+    assert rep["options"]["scheduler"] == address
     rep["options"]["scheduler"] = None
     assert rep == job8_report
-    warm = analyze(job8, Options(jobs=1, scheduler=cluster.scheduler_address, cache=str(cache)))
+    warm = analyze(job8, Options(jobs=1, scheduler=address, cache=str(cache)))
     assert warm.capture.ingest["cache"]["hits"] == 8
+    # the command line, as users run it against a cluster started elsewhere
+    r = CliRunner().invoke(main, ["analyze", str(job8), "--scheduler", address, "--no-cache", "--format", "json"])
+    assert r.exit_code in (0, 1), r.stderr
+    got = json.loads(r.stdout)
+    assert got["verdict"] == job8_report["verdict"] and got["findings"] == job8_report["findings"]
 
 
 @pytest.mark.slow

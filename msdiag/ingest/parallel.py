@@ -252,7 +252,8 @@ def _on_dask(
         index = {f.key: i for f, i in zip(futures, todo)}
         i = todo[0]
         try:
-            for f in as_completed(futures):
+            # the client's own loop: this process has no default client when the cluster runs elsewhere
+            for f in as_completed(futures, loop=client.loop):
                 i = index[f.key]
                 rd, at, _ = f.result()
                 f.release()
