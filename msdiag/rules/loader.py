@@ -127,12 +127,18 @@ def _construct(node: yaml.Node, path: Path) -> Any:
     return _scalar(node)
 
 
+#: libyaml's parser where PyYAML was built with it (about ten times faster than the pure-Python one,
+#: the same events, nodes and marks); the pure-Python loader otherwise.
+_Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+#: One constructor for every scalar (a scalar node holds no reference to others: nothing is shared).
+_SCALARS = yaml.SafeLoader("")
+
+
 def _scalar(node: yaml.Node) -> Any:
-    loader = yaml.SafeLoader("")
     try:
-        return loader.construct_object(node, deep=True)
+        return _SCALARS.construct_object(node, deep=True)
     finally:
-        loader.dispose()
+        _SCALARS.constructed_objects.clear()
 
 
 def _line(d: Any, key: str | None = None) -> int | None:
@@ -170,7 +176,7 @@ def _check_shape(text: str, path: Path) -> None:
     holds; the recursive composer and constructor then only ever see a small tree without shared or
     cyclic nodes (an alias bomb or a self-referencing alias never reaches them)."""
     depth = 0
-    for ev in yaml.parse(text, Loader=yaml.SafeLoader):
+    for ev in yaml.parse(text, Loader=_Loader):
         line = ev.start_mark.line + 1
         if isinstance(ev, yaml.AliasEvent) or getattr(ev, "anchor", None) is not None:
             raise RuleError(path, "YAML anchors and aliases (&name, *name) are not allowed in a rule file", line)
@@ -187,7 +193,7 @@ def _read_yaml(path: Path) -> Any:
     text = _read_text(path)
     try:
         _check_shape(text, path)
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        node = yaml.compose(text, Loader=_Loader)
         if node is None:
             raise RuleError(path, "the file is empty")
         return _construct(node, path)
