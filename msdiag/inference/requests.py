@@ -108,8 +108,11 @@ class RequestLog:
         return bool(len(self.gaps))
 
     def window_s(self) -> tuple[float | None, str]:
-        """The wall time the requests span (first arrival to last finish), else the log's duration."""
+        """The wall time the requests span (first arrival to last finish), else the log's duration (first when the
+        arrivals are modelled: the benchmark measured its duration)."""
         r = self.requests
+        if self.arrivals == "modelled" and self.duration_s and self.duration_s > 0:  # measured beats modelled
+            return float(self.duration_s), "the log's benchmark duration"
         if self.has_arrivals and len(r):
             w = float(r["finish_s"].max() - r["arrival_s"].min())
             if w > 0:

@@ -68,7 +68,8 @@ def tail_note(n: int) -> str | None:
     lies between the two slowest requests when q / 100 x (n - 1) > n - 2. None when every tail is a real tail."""
     if n < 2:
         return f"{n} request: every percentile is its value" if n == 1 else None
-    names = [name for name, q in (("P90", 90.0), ("P99", 99.0), ("P99.9", 99.9)) if q / 100 * (n - 1) > n - 2]
+    # q / 100 x (n - 1) > n - 2, i.e. (n - 1) x (1 - q / 100) < 1, in per mille so that no rounding decides it
+    names = [name for name, permil in (("P90", 900), ("P99", 990), ("P99.9", 999)) if (n - 1) * (1000 - permil) < 1000]
     if not names:
         return None
     return f"{' and '.join(names)} of {n} requests: the maximum, nearly (interpolated between the two slowest)"

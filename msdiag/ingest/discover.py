@@ -85,7 +85,7 @@ def pick_run(rank_dirs: list[RankDir]) -> tuple[list[RankDir], list[dict[str, ob
         return rank_dirs, [], []
     runs.sort(key=lambda run: (len({r.rank for r in run}), max(r.captured_ns or 0 for r in run)), reverse=True)
     kept, others = runs[0], runs[1:]
-    left = [
+    left: list[dict[str, object]] = [
         {
             "what": f"{FAMILY_LABEL.get(run[0].family, run[0].family)} captured {_when(run)}",
             "ranks": sorted({r.rank for r in run}),

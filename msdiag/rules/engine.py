@@ -6,6 +6,7 @@ Rules see metrics only (a mapping of metric id to a number, text or null), never
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -127,13 +128,22 @@ def fmt(value: Any, spec: str | None) -> str:
     return f"{v:.4g}"
 
 
+# ``[[A||B]]`` in a message: A when every metric A names is available, else B (``[[A]]``: A or nothing), so a
+# rule that fired without a corroborating metric does not print "n/a" where that metric's clause stood
+_ALTERNATIVE = re.compile(r"\[\[(.*?)(?:\|\|(.*?))?\]\]", re.S)
+
+
 def render_message(template: str, metrics: Mapping[str, Any], params: Mapping[str, float]) -> str:
     def sub(m: Any) -> str:
         name, spec = m.group(1), m.group(2)
         value = params.get(name[6:]) if name.startswith("param.") else metrics.get(name)
         return fmt(value, spec)
 
-    return _PLACEHOLDER.sub(sub, template)
+    def choose(m: Any) -> str:
+        names = [n for n, _ in _PLACEHOLDER.findall(m.group(1)) if not n.startswith("param.")]
+        return m.group(1) if all(metrics.get(n) is not None for n in names) else (m.group(2) or "")
+
+    return _PLACEHOLDER.sub(sub, _ALTERNATIVE.sub(choose, template))
 
 
 def evaluate_rule(rule: Rule, metrics: Mapping[str, Any], params: Mapping[str, float]) -> Outcome:
