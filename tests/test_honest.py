@@ -218,7 +218,7 @@ def test_a_request_log_gets_its_own_verdict_and_no_training_boxes(analysed: Call
     assert "rank(s)" not in text and "Step time" not in text
     assert "Verdict: BATCHING (85% of TTFT)" in text
     # 12 requests: P99 lies at rank 0.99 x 11 = 10.89, between the two slowest; P90 at 9.9 does not
-    assert "(P99 and P99.9 of 12 requests: the maximum, nearly (interpolated between the two slowest))" in text
+    assert "(P99 and P99.9 of 12 requests: set by the two slowest requests (interpolated between them), not a measured tail)" in text
     ctx = html.context(a, rep)
     assert ctx["log_alone"] and ctx["verdict"]["share"] == "85% of TTFT"
     assert [k for k, _ in ctx["identity"]] == ["request log", "format", "requests"]
@@ -228,7 +228,7 @@ def test_a_request_log_gets_its_own_verdict_and_no_training_boxes(analysed: Call
 
 def test_tail_note_by_request_count() -> None:
     # linear interpolation: percentile q of n values lies between the two largest when q/100 x (n-1) > n-2
-    assert tail_note(12) == "P99 and P99.9 of 12 requests: the maximum, nearly (interpolated between the two slowest)"
-    assert tail_note(5).startswith("P90 and P99 and P99.9 of 5 requests")  # 0.9 x 4 = 3.6 > 3
-    assert tail_note(101) == "P99.9 of 101 requests: the maximum, nearly (interpolated between the two slowest)"
+    assert tail_note(12) == "P99 and P99.9 of 12 requests: set by the two slowest requests (interpolated between them), not a measured tail"
+    assert tail_note(5).startswith("P90, P99 and P99.9 of 5 requests")  # 0.9 x 4 = 3.6 > 3
+    assert tail_note(101) == "P99.9 of 101 requests: set by the two slowest requests (interpolated between them), not a measured tail"
     assert tail_note(1001) is None

@@ -64,7 +64,7 @@ def _dist(values: np.ndarray) -> dict[str, float] | None:
 
 
 def tail_note(n: int) -> str | None:
-    """Which tail percentiles of ``n`` requests are in effect the maximum: with linear interpolation, percentile q
+    """Which tail percentiles of ``n`` requests are set by the two slowest: with linear interpolation, percentile q
     lies between the two slowest requests when q / 100 x (n - 1) > n - 2. None when every tail is a real tail."""
     if n < 2:
         return f"{n} request: every percentile is its value" if n == 1 else None
@@ -72,7 +72,8 @@ def tail_note(n: int) -> str | None:
     names = [name for name, permil in (("P90", 900), ("P99", 990), ("P99.9", 999)) if (n - 1) * (1000 - permil) < 1000]
     if not names:
         return None
-    return f"{' and '.join(names)} of {n} requests: the maximum, nearly (interpolated between the two slowest)"
+    said = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+    return f"{said} of {n} requests: set by the two slowest requests (interpolated between them), not a measured tail"
 
 
 def requests_summary(log: RequestLog, slo_ttft: float | None, slo_tpot: float | None) -> dict[str, Any]:

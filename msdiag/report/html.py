@@ -94,7 +94,8 @@ def _verdict(report: dict[str, Any]) -> dict[str, Any]:
         "colour": colour,
         "share": fmt.pct(share, 0) + " " + SHARE_OF.get(str(v.get("share_of")), "of step time") if fmt.finite(share) else "",
         "sentence": v.get("sentence") or (
-            "A request log has no steps, so no step-time verdict: the inference findings say what to change."
+            "No inference bottleneck passes its threshold (queueing, static batching, prefill, decode): "
+            "the latencies below say how the requests fared."
             if alone else "No verdict: the rules did not run."
         ),
         "confidence": v.get("confidence") or "",
@@ -122,7 +123,7 @@ def _tiles(report: dict[str, Any]) -> list[dict[str, str]]:
     if report.get("requests") and not report["ranks"]:  # a request log alone: its latencies instead
         from msdiag.report.inference_charts import TILES
 
-        tail = report["requests"].get("tail_note")  # P99 of a dozen requests is the slowest one: said on its tile
+        tail = report["requests"].get("tail_note")  # P99 of a dozen requests is set by the two slowest: said on its tile
         return [_tile(report, mid, label, tail if tail and mid.endswith(("_p99_ms", "_p999_ms")) else sub) for mid, label, sub in TILES]
     p90 = m.get("step_time_p90_us")
     return [

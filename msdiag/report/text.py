@@ -48,6 +48,8 @@ def _identity(report: dict[str, Any]) -> list[str]:
 def _verdict(report: dict[str, Any]) -> list[str]:
     v = report.get("verdict") or {}
     if not v.get("bottleneck"):
+        if _log_alone(report):  # a request log whose latencies pass every inference rule: said, not left blank
+            return ["\nVerdict: none: no inference bottleneck passes its threshold (queueing, static batching, prefill, decode)"]
         return []
     of = {"ttft": "of TTFT", "tpot": "of TPOT"}.get(str(v.get("share_of")), "of the step")  # inference: of a latency
     share = f" ({100 * v['share']:.0f}% {of})" if v.get("share") is not None else ""
