@@ -235,34 +235,7 @@ def verdict(outcomes: list[Outcome], metrics: Mapping[str, Any]) -> dict[str, An
     step = metrics.get("step_time_us")
     computing = metrics.get("computing_share")
     if ranked:
-        (b, (share, o)) = ranked[0]
-        # the other findings of the same kind say why (e.g. communication: a late rank, a slow link)
-        causes = [x.rule.id for x in outcomes if x.status == "fired" and x.rule.category == o.rule.category and x is not o]
-        runner = ranked[1] if len(ranked) > 1 else None
-        margin = share / runner[1][0] if runner and runner[1][0] > 0 else math.inf
-        n = metrics.get("step_count") or 0
-        # sure when the overhead is large, well ahead of the next one, and seen over several steps
-        if margin >= 2 and share >= 0.3 and n >= 3:
-            confidence = "high"
-        elif margin >= 1.25 and share >= 0.15:
-            confidence = "medium"
-        else:
-            confidence = "low"
-        out = {
-            "bottleneck": b,
-            "share": share,
-            "rule_id": o.rule.id,
-            "sentence": f"{o.rule.name}: {o.message}",
-            "evidence": o.evidence,
-            "confidence": confidence,
-            "causes": causes,
-            "runner_up": {"bottleneck": runner[0], "share": runner[1][0], "rule_id": runner[1][1].rule.id} if runner else None,
-        }
-        if step is not None:
-            out["time_us_per_step"] = share * float(step)
-        fired = {x.rule.id: x.message or "" for x in outcomes if x.status == "fired" and x.rule.category == o.rule.category}
-        out["cause"] = top_cause(b, metrics, fired)  # what lies behind the category (rules/causes.py)
-        return out
+        return _overhead_verdict(ranked, outcomes, metrics)
     if step is None:  # a request log alone: its own verdict (queueing / batching / prefill / decode)
         inf = inference_verdict(outcomes, metrics)
         if inf:
@@ -291,6 +264,40 @@ def verdict(outcomes: list[Outcome], metrics: Mapping[str, Any]) -> dict[str, An
         "sentence": "Balanced: no overhead passes its threshold and compute does not dominate the step.",
         "evidence": {"computing_share": computing}, "confidence": "low", "runner_up": None,
     }
+
+
+def _overhead_verdict(ranked: list[tuple[str, tuple[float, Outcome]]], outcomes: list[Outcome], metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """The verdict when overheads fired (``ranked``: bottleneck -> (cost, outcome), costliest first): the costliest,
+    its runner-up, the same-category findings as causes, a confidence from the margin, and the cause behind it."""
+    step = metrics.get("step_time_us")
+    (b, (share, o)) = ranked[0]
+    # the other findings of the same kind say why (e.g. communication: a late rank, a slow link)
+    causes = [x.rule.id for x in outcomes if x.status == "fired" and x.rule.category == o.rule.category and x is not o]
+    runner = ranked[1] if len(ranked) > 1 else None
+    margin = share / runner[1][0] if runner and runner[1][0] > 0 else math.inf
+    n = metrics.get("step_count") or 0
+    # sure when the overhead is large, well ahead of the next one, and seen over several steps
+    if margin >= 2 and share >= 0.3 and n >= 3:
+        confidence = "high"
+    elif margin >= 1.25 and share >= 0.15:
+        confidence = "medium"
+    else:
+        confidence = "low"
+    out = {
+        "bottleneck": b,
+        "share": share,
+        "rule_id": o.rule.id,
+        "sentence": f"{o.rule.name}: {o.message}",
+        "evidence": o.evidence,
+        "confidence": confidence,
+        "causes": causes,
+        "runner_up": {"bottleneck": runner[0], "share": runner[1][0], "rule_id": runner[1][1].rule.id} if runner else None,
+    }
+    if step is not None:
+        out["time_us_per_step"] = share * float(step)
+    fired = {x.rule.id: x.message or "" for x in outcomes if x.status == "fired" and x.rule.category == o.rule.category}
+    out["cause"] = top_cause(b, metrics, fired)  # what lies behind the category (rules/causes.py)
+    return out
 
 
 #: what an inference bottleneck's cost is a share of
