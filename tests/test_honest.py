@@ -223,7 +223,7 @@ def test_a_request_log_gets_its_own_verdict_and_no_training_boxes(analysed: Call
     assert ctx["log_alone"] and ctx["verdict"]["share"] == "85% of TTFT"
     assert [k for k, _ in ctx["identity"]] == ["request log", "format", "requests"]
     page = html.render(a, rep)
-    assert 'class="legend-key"' not in page and "Static batching" in page
+    assert 'class="legend-key"' not in page and "Static batching" in page and "<h3>Request log</h3>" in page
 
 
 def test_tail_note_by_request_count() -> None:
