@@ -235,6 +235,7 @@ def analyze(path: str | Path, options: Options | None = None) -> Analysis:
         {k: v.value for k, v in metrics.items()}, rules, opts, {k: v.reason for k, v in metrics.items() if v.reason}
     )
     on_repaired_data(verdict, cap)
+    on_modelled_arrivals(verdict, findings, log)
     on_unmeasured_cause(verdict, metrics)
     from msdiag.metrics import causes, cluster, collectives
     from msdiag.metrics.views import ChartViews
@@ -278,6 +279,27 @@ def on_repaired_data(verdict: dict[str, Any], cap: Capture) -> None:
     )
 
 
+#: request-log metrics that stand on arrival times: modelled arrivals are said wherever they are evidence
+ARRIVAL_METRICS = ("ttft_load_slope", "arrived_busy_share", "inflight_join_share")
+
+
+def on_modelled_arrivals(verdict: dict[str, Any], findings: list[dict[str, Any]], log: Any) -> None:
+    """A vLLM result without start_times has modelled arrivals (inference/requests.py): every finding whose
+    evidence stands on them, and the verdict, say so; the verdict's confidence is at most medium
+    (``verdict["arrivals"] = "modelled"``)."""
+    if log is None or getattr(log, "arrivals", None) != "modelled":
+        return
+    said = " (arrival times modelled from the benchmark's request rate: the result has no start_times)"
+    for f in findings:
+        if any(m in (f.get("evidence") or {}) for m in ARRIVAL_METRICS):
+            f["message"] = f"{f['message']}{said}"
+    if verdict and verdict.get("share_of"):  # an inference verdict
+        verdict["arrivals"] = "modelled"
+        verdict["sentence"] = f"{verdict.get('sentence', '')}{said}"
+        if verdict.get("confidence") == "high":
+            verdict["confidence"] = "medium"
+
+
 #: For each verdict category, the metrics that measure its causes (rules/causes.py), most telling first:
 #: when none gives a cause, the verdict says why (the first one's reason for being null).
 CAUSE_METRICS = {
@@ -318,7 +340,11 @@ def diagnose(
         for o in outcomes
         if o.status == "skipped"
     ]
-    return verdict(outcomes, values), [finding(o) for o in fired], skipped
+    findings = [finding(o) for o in fired]
+    for f in findings:  # a corroborating metric that was null: say why, as a skipped rule's reason does
+        for na in f.get("not_available") or []:
+            na["reason"] = why.get(na["metric"])
+    return verdict(outcomes, values), findings, skipped
 
 
 def finite_or_none(x: Any) -> Any:

@@ -84,6 +84,19 @@ def _rank_entry(a: Analysis, rd: Any) -> dict[str, Any]:
     }
 
 
+def ranks_left_out(a: Analysis) -> list[dict[str, Any]]:
+    """Ranks of the job that were found but not analysed (a broken core file): rank, file, reason."""
+    return [
+        {"rank": int(x["rank"]), "file": str(x["path"]), "reason": str(x["problem"])}
+        for x in a.capture.ingest.get("left_out", [])
+    ]
+
+
+def runs_left_out(a: Analysis) -> list[dict[str, Any]]:
+    """Other runs found under the folder given (ingest/discover.py ``runs``), not analysed with this one."""
+    return [dict(x) for x in a.capture.ingest.get("runs_left_out", [])]
+
+
 def build(a: Analysis) -> dict[str, Any]:
     """The report object (JSON contract) of an analysis."""
     reg = all_metrics()
@@ -105,6 +118,8 @@ def build(a: Analysis) -> dict[str, Any]:
         "path": a.capture.path,
         "capture": a.identity,
         "ranks": [_rank_entry(a, rd) for rd in a.capture.ranks],
+        "ranks_left_out": ranks_left_out(a),  # ranks found but not analysed, with the file and why
+        "runs_left_out": runs_left_out(a),  # other runs under the folder given: analysed apart, never mixed
         "steps": _records(steps, STEP_COLUMNS),
         "rank_table": a.cluster.get("rank_table", []),
         "link_heatmap": a.cluster.get("link_heatmap"),

@@ -198,6 +198,14 @@ def queueing_share(log: RequestLog) -> float:
     return float(np.median(queueing_ms(log))) / ttft
 
 
+def prefill_ttft_share(log: RequestLog) -> float:
+    """The median prompt's estimated prefill over the median TTFT: how much of the first-token wait is prefill."""
+    ttft = latency(log, "ttft_ms", 50.0)
+    if ttft <= 0:
+        raise Unavailable("median TTFT is 0")
+    return min(1.0, prefill_est_ms_p50(log) / ttft)
+
+
 # ---- load ----------------------------------------------------------------------------------
 
 
@@ -281,6 +289,11 @@ def arrived_busy_share(log: RequestLog) -> float:
 
 def inflight_join_share(log: RequestLog) -> float:
     """Of the requests that arrived to a busy server, the share whose first token came while another still decoded."""
+    if log.arrivals == "modelled":  # the join test compares instants: a modelled arrival is off by a decode step or more
+        raise Unavailable(
+            "needs recorded arrival times (start_times): modelled arrivals are off by more than the gap between one "
+            "batch's last token and the next batch's first"
+        )
     busy, joined = _busy_and_joined(log)
     if not busy.any():
         raise Unavailable("no request arrived while another was in flight")

@@ -31,8 +31,9 @@ serve``) written with ``--save-result --save-detailed``: a JSON object with per-
 ``ttfts`` (seconds), ``itls`` (list of lists, seconds), ``input_lens``, ``output_lens``, ``errors``
 and, in newer versions, ``latencies`` / ``e2els`` (seconds) and ``start_times``; ``duration`` is
 the benchmark's wall time. Without ``latencies`` / ``e2els`` a request's end-to-end latency is
-``ttft + sum(itls)``; without ``start_times`` arrival times are unknown (the metrics that need them
-are null with that reason).
+``ttft + sum(itls)``. Without ``start_times`` the arrivals are modelled from ``request_rate`` as the benchmark
+generates them (:func:`modelled_arrivals`; labelled ``arrivals = "modelled"``), else unknown (the metrics that need
+them are null with that reason).
 
 Derived per request: TTFT = first token - arrival, end-to-end = finish - arrival, TPOT = the mean of
 its inter-token latencies, i.e. (last token - first token) / (output tokens - 1) (vLLM's definition;
@@ -94,6 +95,9 @@ class RequestLog:
     duration_s: float | None = None  # the benchmark's own wall time, where the log records one
     meta: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    # where arrival times come from: "recorded" (the log's), "modelled" (from the benchmark's request rate), "absent"
+    arrivals: str = "recorded"
+    arrivals_how: str | None = None  # how modelled arrivals were made (one sentence)
 
     @property
     def has_arrivals(self) -> bool:
@@ -104,8 +108,11 @@ class RequestLog:
         return bool(len(self.gaps))
 
     def window_s(self) -> tuple[float | None, str]:
-        """The wall time the requests span (first arrival to last finish), else the log's duration."""
+        """The wall time the requests span (first arrival to last finish), else the log's duration (first when the
+        arrivals are modelled: the benchmark measured its duration)."""
         r = self.requests
+        if self.arrivals == "modelled" and self.duration_s and self.duration_s > 0:  # measured beats modelled
+            return float(self.duration_s), "the log's benchmark duration"
         if self.has_arrivals and len(r):
             w = float(r["finish_s"].max() - r["arrival_s"].min())
             if w > 0:
@@ -475,8 +482,78 @@ def _vllm_request(p: Path, c: _VllmColumns, i: int, t0: float | None) -> tuple[d
     return row, il_s
 
 
+def _rate(doc: dict[str, Any]) -> float | None:
+    """The benchmark's request rate (requests/s): a positive number, inf (written as "inf" or Infinity), else None."""
+    v = doc.get("request_rate")
+    if isinstance(v, str) and v.strip().lower() in ("inf", "infinity"):
+        return math.inf
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and (v > 0 or v == math.inf):
+        return float(v)
+    return None
+
+
+def modelled_arrivals(doc: dict[str, Any], n: int) -> tuple[list[float] | None, str]:
+    """Arrival times (s from the first send) of a vLLM result without ``start_times``, and how they were made.
+
+    benchmark_serving sends the requests in list order, each after a gap drawn from a gamma distribution of mean
+    1 / ``request_rate`` (``burstiness`` 1: a Poisson process), all at once when the rate is inf; the i-th request
+    (from 0) is therefore sent at i / rate on average (``num_prompts`` / rate for the whole load). Each arrival is
+    bounded by the benchmark's ``duration``, within which the request finished (see _from_vllm). With
+    ``max_concurrency`` set the sends wait for a free slot and the gaps say nothing of the arrivals: None.
+    """
+    rate = _rate(doc)
+    if doc.get("max_concurrency") not in (None, 0):
+        return None, "max_concurrency gates the sends, so the request rate does not give the arrivals"
+    if rate is None:
+        return None, "the result records no request_rate"
+    if rate == math.inf:
+        return [0.0] * n, "request_rate inf: every request sent at t = 0"
+    return [i / rate for i in range(n)], (
+        f"request i sent at i / request_rate ({rate:g} requests/s), the mean of the benchmark's Poisson arrivals"
+    )
+
+
+def _bounded(arrivals: list[float], e2e_s: list[float | None], duration: float | None) -> int:
+    """Move modelled arrivals earlier where the request would otherwise finish after the benchmark's duration;
+    the number moved."""
+    moved = 0
+    if duration is None:
+        return 0
+    for i, e in enumerate(e2e_s):
+        if e is not None and arrivals[i] + e > duration:
+            arrivals[i] = max(0.0, duration - e)
+            moved += 1
+    return moved
+
+
+def _vllm_arrivals(p: Path, doc: dict[str, Any], c: _VllmColumns, duration: float | None) -> tuple[_VllmColumns, str, str | None]:
+    """The columns with start times (recorded, or modelled when the result has none): (columns, arrivals, how)."""
+    if c.starts is not None:
+        return c, "recorded", None
+    n = len(c.ttfts)
+    starts, how = modelled_arrivals(doc, n)
+    if starts is None:
+        return c, "absent", how
+    e2e: list[float | None] = []
+    for i in range(n):
+        v = c.e2els[i] if c.e2els is not None else None
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            e2e.append(float(v))
+        elif c.itls is not None and isinstance(c.itls[i], list) and isinstance(c.ttfts[i], (int, float)):
+            e2e.append(float(c.ttfts[i]) + sum(float(x) for x in c.itls[i] if isinstance(x, (int, float))))
+        else:
+            e2e.append(None)
+    moved = _bounded(starts, e2e, duration)
+    if moved:
+        how += f"; {moved} moved earlier to finish within the benchmark's duration ({duration:g} s)"
+    c.starts = starts
+    return c, "modelled", how
+
+
 def _from_vllm(p: Path, doc: dict[str, Any]) -> RequestLog:
-    c = _vllm_columns(p, doc)
+    dur = doc.get("duration")
+    duration = float(dur) if isinstance(dur, (int, float)) and not isinstance(dur, bool) and dur > 0 else None
+    c, arrivals, how = _vllm_arrivals(p, doc, _vllm_columns(p, doc), duration)
     n = len(c.ttfts)
     rows: list[dict[str, Any]] = []
     gaps: list[tuple[int, float, float]] = []
@@ -505,14 +582,15 @@ def _from_vllm(p: Path, doc: dict[str, Any]) -> RequestLog:
     notes = []
     if failed:
         notes.append(f"{failed} of {n} requests failed (errors or no output): left out of the latencies")
-    if c.starts is None:
-        notes.append("no start_times in the vLLM result: arrival times unknown (load and batching figures are null)")
+    if arrivals == "absent":
+        notes.append(f"no start_times in the vLLM result and {how}: arrival times unknown (load and batching figures are null)")
+    elif arrivals == "modelled":
+        notes.append(f"no start_times in the vLLM result: arrival times modelled ({how}); load and batching figures stand on them")
     if c.inputs is None:
         notes.append("no input_lens in the vLLM result: prompt lengths unknown")
-    dur = doc.get("duration")
-    duration = float(dur) if isinstance(dur, (int, float)) and not isinstance(dur, bool) and dur > 0 else None
     meta = {k: doc[k] for k in _VLLM_META if k in doc}
-    return RequestLog(str(p), VLLM, _requests_frame(rows), _gaps_frame(gaps, gap_ms), n, failed, duration, meta, notes)
+    return RequestLog(str(p), VLLM, _requests_frame(rows), _gaps_frame(gaps, gap_ms), n, failed, duration, meta, notes,
+                      arrivals=arrivals, arrivals_how=how)
 
 
 # ---- writing (the load generator and tests) ------------------------------------------------

@@ -63,6 +63,19 @@ def _dist(values: np.ndarray) -> dict[str, float] | None:
     return out
 
 
+def tail_note(n: int) -> str | None:
+    """Which tail percentiles of ``n`` requests are set by the two slowest: with linear interpolation, percentile q
+    lies between the two slowest requests when q / 100 x (n - 1) > n - 2. None when every tail is a real tail."""
+    if n < 2:
+        return f"{n} request: every percentile is its value" if n == 1 else None
+    # q / 100 x (n - 1) > n - 2, i.e. (n - 1) x (1 - q / 100) < 1, in per mille so that no rounding decides it
+    names = [name for name, permil in (("P90", 900), ("P99", 990), ("P99.9", 999)) if (n - 1) * (1000 - permil) < 1000]
+    if not names:
+        return None
+    said = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+    return f"{said} of {n} requests: set by the two slowest requests (interpolated between them), not a measured tail"
+
+
 def requests_summary(log: RequestLog, slo_ttft: float | None, slo_tpot: float | None) -> dict[str, Any]:
     """The ``requests`` object of the JSON contract (SLO counts against the objectives given)."""
     r = log.requests
@@ -83,9 +96,14 @@ def requests_summary(log: RequestLog, slo_ttft: float | None, slo_tpot: float | 
         "window_s": window,
         "window_from": window_from,
         "arrival_times": log.has_arrivals,
+        # "recorded" (the log's own), "modelled" (a vLLM result without start_times: from its request rate), "absent"
+        "arrivals": log.arrivals if log.has_arrivals or log.arrivals == "absent" else "absent",
+        "arrivals_how": log.arrivals_how,
         "token_times": log.has_token_times,
         "batch_size_recorded": bool(r["batch_size"].notna().any()),
         "ttft_ms": _dist(r["ttft_ms"].to_numpy(dtype=float)),
+        # tails from few requests: which percentiles are in effect the slowest request
+        "tail_note": tail_note(int(np.isfinite(r["ttft_ms"].to_numpy(dtype=float)).sum())),
         "tpot_ms": _dist(r["tpot_ms"].to_numpy(dtype=float)),
         "e2e_ms": _dist(r["e2e_ms"].to_numpy(dtype=float)),
         "itl_ms": _dist(log.gaps["itl_ms"].to_numpy(dtype=float)) if log.has_token_times else None,

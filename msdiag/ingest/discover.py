@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
 from msdiag.errors import InputError
@@ -41,12 +42,64 @@ _MAX_FOLDERS = 100_000
 _DB_FILE = re.compile(r"^(ascend_pytorch_profiler(_\d+)?|ascend_mindspore_profiler(_\d+)?|msprof_\d+|analysis|communication_analyzer)\.db$")
 
 
+# Ranks of one job start their profilers within minutes of each other; captures started more than this far
+# apart, with no capture in between, are different runs (another day, another job) and are never mixed.
+RUN_GAP_S = 3600
+
+
 @dataclass
 class Discovery:
     root: Path
     ranks: list[RankDir]
     notes: list[str]
     family: str
+    # other runs found under the folder, not analysed: {what, ranks, folder, captured}
+    runs_left_out: list[dict[str, object]] = field(default_factory=list)
+
+
+def split_runs(rank_dirs: list[RankDir]) -> list[list[RankDir]]:
+    """The rank folders grouped into runs by capture time: a gap of more than RUN_GAP_S between consecutive
+    captures starts a new run. One group when any folder has no capture time (the runs cannot be told apart)."""
+    if len(rank_dirs) < 2 or any(r.captured_ns is None for r in rank_dirs):
+        return [rank_dirs]
+    ordered = sorted(rank_dirs, key=lambda r: (r.captured_ns or 0, str(r.path)))
+    runs: list[list[RankDir]] = [[ordered[0]]]
+    for prev, r in zip(ordered, ordered[1:]):
+        if (r.captured_ns or 0) - (prev.captured_ns or 0) > RUN_GAP_S * 1_000_000_000:
+            runs.append([])
+        runs[-1].append(r)
+    return runs
+
+
+def _when(run: list[RankDir]) -> str:
+    """A run's capture times as its folders record them (minute precision)."""
+    times = sorted(datetime.fromtimestamp((r.captured_ns or 0) / 1e9, tz=timezone.utc) for r in run)
+    first, last = times[0].strftime("%Y-%m-%d %H:%M"), times[-1].strftime("%Y-%m-%d %H:%M")
+    return first if first == last else f"{first} to {last[11:] if last[:10] == first[:10] else last}"
+
+
+def pick_run(rank_dirs: list[RankDir]) -> tuple[list[RankDir], list[dict[str, object]], list[str]]:
+    """(the run analysed, the runs left out, notes): the run with the most distinct ranks, then the newest."""
+    runs = split_runs(rank_dirs)
+    if len(runs) == 1:
+        return rank_dirs, [], []
+    runs.sort(key=lambda run: (len({r.rank for r in run}), max(r.captured_ns or 0 for r in run)), reverse=True)
+    kept, others = runs[0], runs[1:]
+    left: list[dict[str, object]] = [
+        {
+            "what": f"{FAMILY_LABEL.get(run[0].family, run[0].family)} captured {_when(run)}",
+            "ranks": sorted({r.rank for r in run}),
+            "folder": os.path.commonpath([str(r.path) for r in run]),
+            "captured": _when(run),
+        }
+        for run in others
+    ]
+    note = (
+        f"this folder holds {len(runs)} runs (captures more than {RUN_GAP_S // 3600} hour apart): analysed the one "
+        f"captured {_when(kept)} ({len({r.rank for r in kept})} rank(s)); left out "
+        + "; ".join(f"{x['what']} in {x['folder']}" for x in left)
+    )
+    return kept, left, [note]
 
 
 def _listdir(d: Path) -> set[str]:
@@ -171,6 +224,9 @@ def discover(path: str | Path) -> Discovery:
             f"mixes captures of different kinds ({listing}); analyze each capture folder on its own",
         )
     family = ASCEND_PT if families == {ASCEND_PT} else next(iter(kinds))
+    # runs told apart by capture time are never analysed as one job: the run with most ranks is, the others named
+    rank_dirs, runs_left, run_notes = pick_run(rank_dirs)
+    notes.extend(run_notes)
 
     by_rank: dict[int, list[RankDir]] = {}
     for r in rank_dirs:
@@ -188,7 +244,7 @@ def discover(path: str | Path) -> Discovery:
         notes.append(
             f"rank {rank} appears {len(cands)} times: kept the newest capture {keep.path.name}, ignored {dropped}"
         )
-    return Discovery(root, chosen, notes + [f"not read: {h}" for h in hints + skipped], family)
+    return Discovery(root, chosen, notes + [f"not read: {h}" for h in hints + skipped], family, runs_left)
 
 
 def _mtime_ns(p: Path) -> int:

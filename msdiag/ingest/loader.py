@@ -68,6 +68,8 @@ def load(
         # structured for `--strict` (cli.py): every rank left out is listed here
         info.setdefault("left_out", []).append({"rank": r.rank, "path": str(where), "problem": problem})
     ranks = [r for r in ranks if UNREADABLE not in r.meta]
+    if disc.runs_left_out:  # other runs under the folder (discover.pick_run): named in the report's header
+        info["runs_left_out"] = list(disc.runs_left_out)
     return Capture(path=str(disc.root), ranks=ranks, notes=notes, ingest=info)
 
 

@@ -119,6 +119,10 @@ metric("queueing_share", "ratio", "Median queueing over median TTFT: how much of
     _from_log(lambda log, ctx: lat.queueing_share(log))
 )
 metric(
+    "prefill_ttft_share", "ratio", "Estimated prefill of the median prompt over the median TTFT (at most 1): how much of the first-token wait is prefill",
+    f"{LOG_SOURCE}: ttft_ms, prompt_tokens",
+)(_from_log(lambda log, ctx: lat.prefill_ttft_share(log)))
+metric(
     "prefill_est_ms_p50", "ms", "Estimated prefill time of the median prompt (from requests that found the server empty, else the fastest)",
     f"{LOG_SOURCE}: ttft_ms, prompt_tokens",
 )(_from_log(lambda log, ctx: lat.prefill_est_ms_p50(log)))

@@ -25,6 +25,7 @@ from msdiag.analysis import Analysis
 from msdiag.contract import build
 from msdiag.report import charts as ch
 from msdiag.report import diff_html
+from msdiag.report.partial import partial_lines
 from msdiag.resources import resource_dir
 
 BASE_TEMPLATE = "report.html.j2"
@@ -40,7 +41,13 @@ BOTTLENECK = {
     "host": ("Host / free time", "#8C8C8C"),
     "bubble": ("Pipeline bubble", ch.BUBBLE),
     "balanced": ("Balanced", "#6B9E78"),
+    # a request log's verdict (its share is of TTFT, or of TPOT for decode)
+    "queueing": ("Queueing", ch.COMM),
+    "batching": ("Static batching", ch.COMM),
+    "prefill": ("Prefill", ch.COMPUTE),
+    "decode": ("Decode", ch.COMPUTE),
 }
+SHARE_OF = {"ttft": "of TTFT", "tpot": "of TPOT"}  # what an inference verdict's share is a share of
 
 
 # ---- value formats -------------------------------------------------------------------------
@@ -85,9 +92,10 @@ def _verdict(report: dict[str, Any]) -> dict[str, Any]:
         "key": key,
         "label": label,
         "colour": colour,
-        "share": fmt.pct(share, 0) + " of step time" if fmt.finite(share) else "",
+        "share": fmt.pct(share, 0) + " " + SHARE_OF.get(str(v.get("share_of")), "of step time") if fmt.finite(share) else "",
         "sentence": v.get("sentence") or (
-            "A request log has no steps, so no step-time verdict: the inference findings say what to change."
+            "No inference bottleneck passes its threshold (queueing, static batching, prefill, decode): "
+            "the latencies below say how the requests fared."
             if alone else "No verdict: the rules did not run."
         ),
         "confidence": v.get("confidence") or "",
@@ -115,7 +123,8 @@ def _tiles(report: dict[str, Any]) -> list[dict[str, str]]:
     if report.get("requests") and not report["ranks"]:  # a request log alone: its latencies instead
         from msdiag.report.inference_charts import TILES
 
-        return [_tile(report, mid, label, sub) for mid, label, sub in TILES]
+        tail = report["requests"].get("tail_note")  # P99 of a dozen requests is set by the two slowest: said on its tile
+        return [_tile(report, mid, label, tail if tail and mid.endswith(("_p99_ms", "_p999_ms")) else sub) for mid, label, sub in TILES]
     p90 = m.get("step_time_p90_us")
     return [
         _tile(report, "step_time_us", "Step time (median)", f"p90 {fmt.us(p90)}" if fmt.finite(p90) else ""),
@@ -137,8 +146,20 @@ def _span(ids: list[int]) -> str:
     return ", ".join(str(i) for i in ids[:4]) + f", … ({len(ids)})"
 
 
+def _log_identity(report: dict[str, Any]) -> list[tuple[str, str]]:
+    """A request log alone: what the log is, none of the training-only rows (ranks, steps, parallel layout)."""
+    r = report["requests"]
+    out = [("request log", str(report["path"])), ("format", str(r["format_label"])),
+           ("requests", f"{r['requests']} ({r['completed']} completed, {r['failed']} failed)")]
+    if r.get("arrivals") == "modelled":
+        out.append(("arrivals", f"modelled: {r.get('arrivals_how')}"))
+    return out
+
+
 def _identity(a: Analysis, report: dict[str, Any]) -> list[tuple[str, str]]:
     cap = report["capture"]
+    if report.get("requests") and not report["ranks"]:
+        return _log_identity(report)
     fw = " ".join(str(x) for x in (cap.get("framework"), cap.get("framework_version")) if x)
     out: list[tuple[str, str]] = [("capture", str(report["path"]))]
     if fw:
@@ -309,6 +330,8 @@ def context(a: Analysis, report: dict[str, Any] | None = None) -> dict[str, Any]
         "msdiag_version": r["msdiag_version"],
         "schema_version": r["schema_version"],
         "verdict": _verdict(r),
+        "partial": partial_lines(r),  # ranks / runs / files left out: the banner says them first (issue 19)
+        "log_alone": bool(r.get("requests")) and not r["ranks"],  # no training-only boxes (colour legend)
         "tiles": _tiles(r),
         "why": _why(r),  # the "Why the device waits" section (issue 14)
         "identity": _identity(a, r),

@@ -28,6 +28,10 @@ def render_lines(report: dict[str, Any]) -> list[str]:
         out.append(_dist("E2E", r.get("e2e_ms")))
         if r.get("itl_ms"):
             out.append(_dist("ITL", r.get("itl_ms")))
+        if r.get("tail_note"):
+            out.append(f"  ({r['tail_note']})")
+        if r.get("arrivals") == "modelled":
+            out.append(f"  arrival times modelled: {r.get('arrivals_how')}")
         tp, tok = m.get("throughput_rps"), m.get("output_tokens_per_s")
         if tp is not None:
             out.append(f"  throughput {tp:.2f} req/s, {tok:.1f} output tokens/s over {r['window_s']:.2f} s ({r['window_from']})")

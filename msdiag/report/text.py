@@ -10,12 +10,22 @@ from typing import Any
 
 from msdiag import fmt
 from msdiag.report.inference_text import render_lines as inference_lines
+from msdiag.report.partial import partial_lines
 
 STEP_ROWS = 40  # step rows printed; --format json has them all
 
 
+def _log_alone(report: dict[str, Any]) -> bool:
+    """A request log analysed alone: no ranks, no steps (the training-only parts are not shown)."""
+    return bool(report.get("requests")) and not report["ranks"]
+
+
 def _identity(report: dict[str, Any]) -> list[str]:
     cap = report["capture"]
+    if _log_alone(report):
+        r = report["requests"]
+        return [f"msdiag {report['msdiag_version']}: {report['path']}",
+                f"  request log ({r['format_label']}), {r['requests']} request(s)"]
     ident = ", ".join(
         str(x)
         for x in (
@@ -30,14 +40,19 @@ def _identity(report: dict[str, Any]) -> list[str]:
     out = [f"msdiag {report['msdiag_version']}: {report['path']}", f"  {ident}"]
     if cap.get("parallel"):
         out.append("  parallel: " + ", ".join(f"{k}={v}" for k, v in cap["parallel"].items() if v is not None))
+    # what was left out is said before anything else (issue 19): a broken rank of 512 must not be missed
+    out.extend(f"  PARTIAL: {line}" for line in partial_lines(report))
     return out
 
 
 def _verdict(report: dict[str, Any]) -> list[str]:
     v = report.get("verdict") or {}
     if not v.get("bottleneck"):
+        if _log_alone(report):  # a request log whose latencies pass every inference rule: said, not left blank
+            return ["\nVerdict: none: no inference bottleneck passes its threshold (queueing, static batching, prefill, decode)"]
         return []
-    share = f" ({100 * v['share']:.0f}% of the step)" if v.get("share") is not None else ""
+    of = {"ttft": "of TTFT", "tpot": "of TPOT"}.get(str(v.get("share_of")), "of the step")  # inference: of a latency
+    share = f" ({100 * v['share']:.0f}% {of})" if v.get("share") is not None else ""
     out = [f"\nVerdict: {v['bottleneck'].upper()}{share}, confidence {v.get('confidence')}", f"  {v.get('sentence')}"]
     cause = v.get("cause")
     if cause and v.get("share") is not None:  # the headline names the cause (issue 14)
@@ -49,7 +64,8 @@ def _verdict(report: dict[str, Any]) -> list[str]:
         out.append(f"  related findings: {', '.join(v['causes'])}")
     if v.get("runner_up"):
         ru = v["runner_up"]
-        out.append(f"  runner-up: {ru['bottleneck']} ({100 * ru['share']:.0f}% of the step, {ru['rule_id']})")
+        ru_of = {"queueing": "of TTFT", "batching": "of TTFT", "prefill": "of TTFT", "decode": "of TPOT"}.get(ru["bottleneck"], "of the step")
+        out.append(f"  runner-up: {ru['bottleneck']} ({100 * ru['share']:.0f}% {ru_of}, {ru['rule_id']})")
     return out
 
 

@@ -22,6 +22,8 @@ from msdiag.units import BYTES_PER_KIB
 CATEGORIES = ("compute", "communication", "data", "memory", "host", "bubble", "inference", "stability")
 SEVERITIES = ("info", "warning", "critical")
 BOTTLENECKS = ("compute", "communication", "data", "memory", "host", "bubble")
+# a request log's bottlenecks: their cost is a share of TTFT (queueing, batching, prefill) or of TPOT (decode)
+INFERENCE_BOTTLENECKS = ("batching", "queueing", "prefill", "decode")
 OPS = (">", ">=", "<", "<=", "==", "!=")
 FORMATS = ("pct", "ms", "us", "s", "mb", "gb", "x", "int", "f1", "f2", "f3", "raw")
 _ID = re.compile(r"^[a-z][a-z0-9-]*$")
@@ -41,7 +43,7 @@ SUGGESTION_KEYS = {"when", "action", "api", "snippet", "effect"}
 DOCS_KEYS = {"why", "how", "false_positives"}
 VERDICT_KEYS = {"bottleneck", "cost"}
 CASE_KEYS = {"name", "metrics", "expect", "set"}
-COMPARISON_KEYS = {"metric", "op", "value", "param", "other", "optional"}
+COMPARISON_KEYS = {"metric", "op", "value", "param", "other", "optional", "corroborating"}
 
 
 @dataclass
@@ -81,7 +83,7 @@ class Rule:
         return out
 
     def condition_metrics(self) -> set[str]:
-        """Metric ids the firing condition needs (optional comparisons excluded)."""
+        """Metric ids the firing condition needs (optional and corroborating comparisons excluded)."""
         return _condition_metrics(self.condition, required_only=True)
 
 
@@ -92,7 +94,7 @@ def _condition_metrics(cond: dict[str, Any], required_only: bool = False) -> set
             out |= _condition_metrics(c, required_only)
     if "not" in cond:
         out |= _condition_metrics(cond["not"], required_only)
-    if "metric" in cond and not (required_only and cond.get("optional")):
+    if "metric" in cond and not (required_only and (cond.get("optional") or cond.get("corroborating"))):
         out.add(cond["metric"])
         if "other" in cond:
             out.add(cond["other"])
@@ -255,6 +257,20 @@ def _check_condition(c: Any, path: Path, metrics: set[str], params: dict[str, Pa
         raise RuleError(path, f"{where}: value must be a number or text", _line(c, "value"))
     if "optional" in c and not isinstance(c["optional"], bool):
         raise RuleError(path, f"{where}: optional must be true or false", _line(c, "optional"))
+    _check_corroborating(c, path, where)
+
+
+def _check_corroborating(c: dict[str, Any], path: Path, where: str) -> None:
+    """``corroborating: true``: a comparison that, when its metric is null, holds at lower confidence instead of
+    skipping the rule; only in the firing condition, outside ``not`` (where a missing value would turn it false)."""
+    if "corroborating" not in c:
+        return
+    if not isinstance(c["corroborating"], bool):
+        raise RuleError(path, f"{where}: corroborating must be true or false", _line(c, "corroborating"))
+    if c.get("optional") and c["corroborating"]:
+        raise RuleError(path, f"{where}: a comparison is optional or corroborating, not both", _line(c, "corroborating"))
+    if c["corroborating"] and (not where.startswith("condition") or ".not" in where):
+        raise RuleError(path, f"{where}: corroborating is allowed only in the firing condition, outside not", _line(c, "corroborating"))
 
 
 def _check_template(text: str, path: Path, metrics: set[str], params: dict[str, Param], line: int | None) -> None:
@@ -302,8 +318,9 @@ def parse_rule(path: Path, metrics: set[str]) -> Rule:
     verdict = d.get("verdict")
     if verdict is not None:
         _keys(verdict, VERDICT_KEYS, "verdict", path)
-        if verdict.get("bottleneck") not in BOTTLENECKS:
-            raise RuleError(path, f"verdict.bottleneck must be one of {', '.join(BOTTLENECKS)}", _line(verdict, "bottleneck"))
+        if verdict.get("bottleneck") not in BOTTLENECKS + INFERENCE_BOTTLENECKS:
+            raise RuleError(path, f"verdict.bottleneck must be one of {', '.join(BOTTLENECKS + INFERENCE_BOTTLENECKS)}",
+                            _line(verdict, "bottleneck"))
         if verdict.get("cost") not in metrics:
             raise RuleError(path, f"verdict.cost: unknown metric id '{verdict.get('cost')}'", _line(verdict, "cost"))
     message = _text(d, "message", path)
