@@ -94,7 +94,6 @@ def _peak_metric(col: str, what: str) -> Callable[[Context], Value]:
     return fn
 
 
-_peak_reserved = _peak_metric("reserved_mb", "reserved")
 
 for _col, _id, _doc in (
     ("allocated_mb", "memory_peak_allocated_mb", "Peak memory allocated by the framework (tensors), max over ranks"),
@@ -171,19 +170,7 @@ def _memory_capacity(ctx: Context) -> Value:
     return Value(gb, reason=why)
 
 
-@metric(
-    "memory_peak_share",
-    "ratio",
-    "Peak reserved memory over device memory, max over ranks",
-    "memory_peak_reserved_mb / memory_capacity_gb",
-    given=_capacity,
-)
-def _memory_peak_share(ctx: Context, gb: float) -> Value:
-    peak = _peak_reserved(ctx)
-    if peak.value is None:
-        return Value(None, reason=peak.reason)
-    per = {r: (None if v is None else float(v) / (gb * MB_PER_GB)) for r, v in peak.per_rank.items()}
-    return _max_job(per, peak.reason or _NO_MEMORY)
+# memory_peak_share (the device peak, else this pool's, over capacity) is in metrics/device_memory.py.
 
 
 # ---- fragmentation ------------------------------------------------------------------------
