@@ -75,7 +75,7 @@ COMPOSITION_KEYS = ("framework_pool_mb", "hccl_mb", "runtime_mb", "other_mb")
 
 BACKWARD = re.compile(r"backward|Backprop|Grad(?:V\d+)?(?:\b|_|$)|^Gradients(?:/|$)", re.I)
 OPTIMIZER = re.compile(r"_foreach_|optimizer|^(?:.*/)?Apply|Adam|Lamb|\bSGD\b|Momentum|Adagrad|RMSProp", re.I)
-ATTENTION_CORE = re.compile(r"(?<!log_)softmax|flash|attention|\bbmm\b|baddbmm|BatchMatMul", re.I)
+ATTENTION_CORE = re.compile(r"(?<!log)(?<!log_)softmax|flash|attention|\bbmm\b|baddbmm|BatchMatMul", re.I)
 HOLDER_CLASSES = ("parameters_optimizer", "activations", "gradients", "workspaces")
 TOP_HOLDERS = 10  # holders listed per rank, largest first
 
