@@ -15,7 +15,8 @@ ts 1736405443927044.13 has PTA 954.06787 + GE 0.125 = PTA+GE 954.19287 allocated
 1526.75 reserved; PTA+GE has 495 rows = 381 PTA + 114 GE. So per rank the framework's memory is the
 combined ``*+GE`` component when the rank has it, else ``PTA`` / ``MindSpore`` (a MindSpore CPU
 capture's cpu_ms_memory_record rows are component ``MindSpore``), else ``GE`` alone. ``APP`` is left
-out (not an allocator, no allocated figure) and so are the npu_module_mem rows (per driver module).
+out (not an allocator, no allocated figure) and so are the npu_module_mem rows (per driver module):
+both are the device footprint, read by metrics/device_memory.py, which also holds memory_peak_share.
 """
 
 from __future__ import annotations
