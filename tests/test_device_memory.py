@@ -13,6 +13,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Callable
 
+import pandas as pd
 import pytest
 
 from msdiag.analysis import Analysis, analyze
@@ -198,3 +199,28 @@ def test_memory_view_has_device_and_holders(analysed: Callable[[str], Analysis])
     assert v.device.groups == ("framework_pool_mb", "hccl_mb", "runtime_mb", "other_mb")
     name, cls, mb = v.holders[0]
     assert (name, cls) == ("(allocated before the capture)", "parameters_optimizer") and mb > 700
+
+
+def test_memory_chart_draws_the_device_and_names_the_holders(analysed: Callable[[str], Analysis]) -> None:
+    from msdiag.report import charts
+
+    ch = charts.memory(analysed(LEVEL1))
+    assert "Below: rank 0's whole device footprint" in ch.caption
+    # the three largest holders at the allocated peak (test_peak_holders): before the capture, _foreach_add, mm
+    assert "(allocated before the capture) 701.5 MB" in ch.caption and "aten::mm 223.6 MB (gradients)" in ch.caption
+    assert "HCCL buffers" in ch.svg and "device peak 1.98 GB (rank 0)" in ch.svg
+
+
+def test_released_only_module_is_no_size(tmp_path: Path) -> None:
+    # constructed (no corpus file has one): CANN writes -1 KB for a module whose allocations were not collected;
+    # torch_npu divides by 1024 into this file's MB, so it arrives as -0.0009765625
+    from msdiag.ingest.ascend_csv import read_npu_module_mem
+
+    f = tmp_path / "npu_module_mem.csv"
+    f.write_text(
+        "Component,Timestamp(us),Total Reserved(MB),Device\n"
+        "APP,1736408883657086.220\t,1452.0,NPU:0\n"
+        "HCCL,1736408883657086.220\t,-0.0009765625,NPU:0\n"
+    )
+    df = read_npu_module_mem(f, 0)
+    assert df["reserved_mb"].iloc[0] == 1452.0 and pd.isna(df["reserved_mb"].iloc[1])

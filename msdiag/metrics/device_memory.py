@@ -411,7 +411,9 @@ def _fill_holders(h: Holders, a: pd.DataFrame, step0: float | None) -> None:
     top = top.sort_values(["sum", "name"], ascending=[False, True], kind="stable").head(TOP_HOLDERS)
     h.top = [{"name": str(n), "class": str(c), "mb": float(s), "blocks": int(k)} for n, c, s, k in top.itertuples(index=False)]
     if unexplained > 0:
-        h.top.append({"name": "(allocated before the capture)", "class": "parameters_optimizer", "mb": unexplained, "blocks": None})
+        h.top.append(
+            {"name": "(allocated before the capture)", "class": "parameters_optimizer", "mb": unexplained, "blocks": None}
+        )
         h.top.sort(key=lambda d: -float(d["mb"]))
         h.top = h.top[:TOP_HOLDERS]
 
@@ -467,20 +469,28 @@ def forward_kernels(ctx: Context) -> tuple[pd.DataFrame | None, str | None]:
     return kept  # type: ignore[no-any-return]
 
 
+def _matches(pat: re.Pattern[str], *cols: pd.Series) -> np.ndarray:
+    """Rows where any of ``cols`` matches ``pat``, each distinct text matched once (a trace repeats few names)."""
+    hit = np.zeros(len(cols[0]), dtype=bool)
+    for col in cols:
+        text = col.astype("string").fillna("")
+        uniq = {t: bool(pat.search(t)) for t in text.unique()}
+        hit |= text.map(uniq).to_numpy(bool)
+    return hit
+
+
 def _forward_kernels(ctx: Context) -> tuple[pd.DataFrame | None, str | None]:
     k = ctx.capture.table("kernels")
     k = k[k["step"].notna().to_numpy(bool) & k["start_us"].notna().to_numpy(bool) & k["dur_us"].notna().to_numpy(bool)]
     if not len(k):
         return None, "no device kernels with a step and a duration"
-    label = k["type"].astype("string").fillna(k["name"].astype("string")).fillna("")
-    bwd = label.str.contains(BACKWARD, na=False).to_numpy(bool) | k["name"].astype("string").str.contains(BACKWARD, na=False).to_numpy(bool)
+    bwd = _matches(BACKWARD, k["type"], k["name"])
     if not bwd.any():
         return None, "no backward kernel (Grad / Backprop / backward names): not a training step, nothing to recompute"
-    kb = k.assign(_bwd=bwd)
-    first = kb[kb["_bwd"]].groupby(["rank", "step"])["start_us"].min().rename("_bwd_start")
-    kb = kb.join(first, on=["rank", "step"])
-    fwd = kb[(kb["start_us"] < kb["_bwd_start"]).fillna(False).to_numpy(bool)].drop(columns=["_bwd", "_bwd_start"])
-    fwd = fwd.assign(flops=kernel_flops(fwd).to_numpy(float), attention=fwd["name"].astype("string").str.contains(ATTENTION_CORE, na=False).to_numpy(bool) | label[fwd.index].str.contains(ATTENTION_CORE, na=False).to_numpy(bool))
+    first = k[bwd].groupby(["rank", "step"])["start_us"].min().rename("_bwd_start")
+    kb = k.join(first, on=["rank", "step"])
+    fwd = kb[(kb["start_us"] < kb["_bwd_start"]).fillna(False).to_numpy(bool)].drop(columns=["_bwd_start"])
+    fwd = fwd.assign(flops=kernel_flops(fwd).to_numpy(float), attention=_matches(ATTENTION_CORE, fwd["type"], fwd["name"]))
     return fwd, None
 
 
@@ -521,8 +531,7 @@ def _recompute_full_cost_ms(ctx: Context) -> Value:
 @metric(
     "recompute_full_cost_tflop",
     "TFLOP",
-    "The forward FLOPs per step (in TFLOP) that full recomputation runs again (kernel shapes, metrics/flops.py), "
-    "max over ranks",
+    "The forward FLOPs per step (in TFLOP) that full recomputation runs again (kernel shapes, metrics/flops.py), max over ranks",
     "kernels: shapes of the forward kernels",
     reads=Reads(tables=("kernels",)),
 )
@@ -581,9 +590,7 @@ def _memory_peak_mb(ctx: Context) -> Value:
     given=_capacity,
 )
 def _memory_peak_share(ctx: Context, gb: float) -> Value:
-    per: dict[int, float | str | None] = {
-        r: (None if v is None else v / (gb * MB_PER_GB)) for r, v in peak_per_rank(ctx).items()
-    }
+    per: dict[int, float | str | None] = {r: (None if v is None else v / (gb * MB_PER_GB)) for r, v in peak_per_rank(ctx).items()}
     vals = [float(v) for v in per.values() if v is not None]
     if not vals:
         return Value(None, per, _NO_DEVICE)
