@@ -24,19 +24,20 @@ Who holds the memory at the peak
 --------------------------------
 At the moment the framework's allocated memory peaks (memory_record), the operator allocations of
 operator_memory.csv alive then (allocated at or before, released after or never) are the holders.
-Each is put in a class from when it was allocated and released, relative to the step's phases, which
-the allocating operators' names give: the first allocation by a backward operator (``BACKWARD``:
-``*_backward``, ``*Backprop*``, ``*Grad``, MindSpore's ``Gradients/`` scope) starts the backward
-phase, the first optimizer allocation after it (``OPTIMIZER``: ``_foreach_*``, ``Apply*``, Adam,
-SGD, ...) the optimizer phase:
+Each is put in a class from when it was allocated and released, relative to the phases of its own step
+(the step whose start precedes the allocation), which the allocating operators' names give: the step's
+first allocation by a backward operator (``BACKWARD``: ``*_backward``, ``*Backprop*``, ``*Grad``,
+MindSpore's ``Gradients/`` scope) starts its backward phase, the first optimizer allocation after it
+(``OPTIMIZER``: ``_foreach_*``, ``Apply*``, Adam, SGD, ...) its optimizer phase:
 
 - ``activations``: allocated in the forward phase and still held when the backward begins (they are
   freed in the backward, or kept past it);
 - ``workspaces``: released within the phase that allocated them (temporaries, kernel workspaces);
 - ``gradients``: allocated in the backward and held past it;
-- ``parameters_optimizer``: what was allocated before the step (parameters, optimizer state, alive
-  the whole step): the operator allocations made before the first step's start, and the part of the
-  peak allocated memory no recorded allocation explains (allocated before the capture began).
+- ``parameters_optimizer``: what lives across steps (parameters, optimizer state): the operator
+  allocations made before the first step's start, those of the optimizer phase never released in the
+  capture, and the part of the peak allocated memory no recorded allocation explains (allocated before
+  the capture began).
 
 Recomputation
 -------------
@@ -350,20 +351,20 @@ def _peak_holders(ctx: Context) -> dict[int, Holders]:
         if a is None or not len(a):
             h.reason = "no operator allocations with times (operator_memory.csv absent: profile_memory off?)"
             continue
-        _fill_holders(h, a.sort_values("alloc_us", kind="stable"), _first_step_start(ctx, rank))
+        _fill_holders(h, a.sort_values("alloc_us", kind="stable"), _step_starts(ctx, rank))
     return out
 
 
-def _first_step_start(ctx: Context, rank: int) -> float | None:
+def _step_starts(ctx: Context, rank: int) -> np.ndarray:
+    """The rank's step start times, in order (empty without steps)."""
     s = ctx.steps
     if not len(s):
-        return None
-    st = s.loc[(s["rank"] == rank).to_numpy(bool), "start_us"].dropna()
-    return float(st.min()) if len(st) else None
+        return np.array([], dtype=float)
+    return np.sort(s.loc[(s["rank"] == rank).to_numpy(bool), "start_us"].dropna().to_numpy(float))
 
 
 def _phase_starts(names: pd.Series, alloc: np.ndarray) -> tuple[float, float]:
-    """(backward start, optimizer start) from the allocating operators' names; inf when not seen."""
+    """(backward start, optimizer start) of one step from its allocating operators' names; inf when not seen."""
     bwd_hit = names.str.contains(BACKWARD, na=False).to_numpy(bool)
     bwd = float(alloc[bwd_hit].min()) if bwd_hit.any() else float("inf")
     opt_hit = names.str.contains(OPTIMIZER, na=False).to_numpy(bool) & (alloc >= bwd)
@@ -371,18 +372,29 @@ def _phase_starts(names: pd.Series, alloc: np.ndarray) -> tuple[float, float]:
     return bwd, opt
 
 
-def _classify(alloc: np.ndarray, release: np.ndarray, bwd: float, opt: float, step0: float | None) -> np.ndarray:
-    """The class (HOLDER_CLASSES) of each allocation (module doc)."""
+def _classify(alloc: np.ndarray, release: np.ndarray, bwd: float, opt: float) -> np.ndarray:
+    """The class (HOLDER_CLASSES) of each allocation of one step, given its phase starts (module doc)."""
     rel = np.where(np.isnan(release), np.inf, release)
     phase_end = np.where(alloc < bwd, bwd, np.where(alloc < opt, opt, np.inf))
     cls = np.where(rel < phase_end, "workspaces", np.where(alloc < bwd, "activations", "gradients"))
-    cls = np.where((alloc >= opt) & (rel == np.inf), "parameters_optimizer", cls)
-    if step0 is not None:
-        cls = np.where(alloc < step0, "parameters_optimizer", cls)
-    return cls
+    return np.where((alloc >= opt) & (rel == np.inf), "parameters_optimizer", cls)
 
 
-def _fill_holders(h: Holders, a: pd.DataFrame, step0: float | None) -> None:
+def _classify_by_step(names: pd.Series, alloc: np.ndarray, release: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, bool]:
+    """Each allocation's class, the phases found within its own step (by start time); allocations before the
+    first step are parameters / optimizer state. Also whether any step showed a backward allocation."""
+    step = np.searchsorted(starts, alloc, side="right") - 1 if len(starts) else np.zeros(len(alloc), dtype=int)
+    cls = np.full(len(alloc), "parameters_optimizer", dtype=object)
+    backward = False
+    for i in np.unique(step[step >= 0]):
+        sel = step == i
+        bwd, opt = _phase_starts(names[sel], alloc[sel])
+        backward |= bwd != float("inf")
+        cls[sel] = _classify(alloc[sel], release[sel], bwd, opt)
+    return cls, backward
+
+
+def _fill_holders(h: Holders, a: pd.DataFrame, starts: np.ndarray) -> None:
     t = float(h.ts_us or 0.0)
     alloc = a["alloc_us"].to_numpy(float)
     release = a["release_us"].to_numpy(float)
@@ -393,11 +405,10 @@ def _fill_holders(h: Holders, a: pd.DataFrame, step0: float | None) -> None:
             f"({t:.0f} us): a different run, a partial record or spreadsheet-rounded times"
         )
         return
-    names = a["name"].astype("string").fillna("")
-    bwd, opt = _phase_starts(names, alloc)
+    names = a["name"].astype("string").fillna("").reset_index(drop=True)
+    cls, backward = _classify_by_step(names, alloc, release, starts)
     live = (alloc <= t) & (np.isnan(release) | (release > t))
     mb = a["size_kb"].to_numpy(float) / KB_PER_MB
-    cls = _classify(alloc, release, bwd, opt, step0)
     held = pd.DataFrame({"name": names.to_numpy()[live], "mb": mb[live], "class": cls[live]})
     h.classes = {c: float(held.loc[held["class"] == c, "mb"].sum()) for c in HOLDER_CLASSES}
     unexplained = float(h.allocated_mb or 0.0) - float(held["mb"].sum())
@@ -405,7 +416,7 @@ def _fill_holders(h: Holders, a: pd.DataFrame, step0: float | None) -> None:
     h.classes["parameters_optimizer"] += max(0.0, unexplained)
     act = held["class"] == "activations"
     h.attention_mb = float(held.loc[act & held["name"].str.contains(ATTENTION_CORE, na=False), "mb"].sum())
-    if bwd == float("inf"):
+    if not backward:
         h.reason = "no backward operator among the allocations: activations and workspaces told apart by release only"
     top = held.groupby(["name", "class"], sort=False)["mb"].agg(["sum", "count"]).reset_index()
     top = top.sort_values(["sum", "name"], ascending=[False, True], kind="stable").head(TOP_HOLDERS)
