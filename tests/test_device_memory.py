@@ -224,3 +224,20 @@ def test_released_only_module_is_no_size(tmp_path: Path) -> None:
     )
     df = read_npu_module_mem(f, 0)
     assert df["reserved_mb"].iloc[0] == 1452.0 and pd.isna(df["reserved_mb"].iloc[1])
+
+
+def test_npu_mem_counter_stands_in_without_memory_records(analysed: Callable[[str], Analysis]) -> None:
+    # level1 with its memory table taken away (as if memory_record.csv and npu_module_mem.csv were absent): the
+    # trace's NPU MEM counter APP/Memory gives the device figure. trace_view.json samples (grep): rank 0 2160232 /
+    # 2164456 / 2164460 KB, rank 1 2160236 / 2164460 / 2164464 KB: the peak is rank 1's 2164464 KB / 1024 MiB
+    # (memory_record's APP rows of rank 1 say the same, 2113.734375)
+    from dataclasses import replace
+
+    a = analysed(LEVEL1)
+    ranks = [replace(rd, tables={**rd.tables, "memory": rd.tables["memory"].iloc[:0]}) for rd in a.capture.ranks]
+    cap = replace(a.capture, ranks=ranks)
+    ctx = Context(capture=cap, steps=a.steps, options=Options(device_memory_gb=64))
+    v = all_metrics()["memory_device_peak_mb"].fn(ctx)
+    assert v.value == pytest.approx(2164464 / 1024)
+    assert v.per_rank[0] == pytest.approx(2164460 / 1024)
+    assert all_metrics()["memory_peak_share"].fn(ctx).value == pytest.approx(2164464 / 1024 / 65536)

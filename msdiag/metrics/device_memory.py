@@ -9,8 +9,9 @@ SLOG, ...). CANN writes ``Total Reserved(KB)``; torch_npu's bean divides it by 1
 ``Total Reserved(MB)``, so the file's MB are MiB, like every Ascend memory file (units.py). -1 KB means
 "only releases were collected" (msprof docs): the reader makes it null. The device footprint at a
 sample time is the sum of the modules' figures at that time. Without npu_module_mem, the driver's
-figure for the whole process (memory_record's ``APP`` rows, the same numbers as the trace's NPU MEM
-``APP/Memory`` counter) stands for it, with no breakdown.
+figure for the whole process (memory_record's ``APP`` rows, else the trace's NPU MEM ``APP/Memory``
+counter in KB: the same numbers, 2160232 KB = 2109.6 MiB on torchnpu level1) stands for it, with no
+breakdown.
 
 The modules, grouped (``MODULE_GROUPS``): ``APP`` is the application's own device memory, i.e. the
 framework's caching pool (torch_npu PTA / MindSpore pool: on torchnpu level1 rank 0 APP holds 1452 MiB,
@@ -66,6 +67,7 @@ from msdiag.units import FLOPS_PER_TFLOPS
 
 DEVICE_SOURCE = "npu_module_mem"
 APP_COMPONENT = "APP"  # memory_record: the driver's figure for the whole process
+NPU_MEM_TRACK, NPU_MEM_APP = "NPU MEM", "APP/Memory"  # the same figure as a trace counter (KB: HBM + DDR)
 # npu_module_mem modules, grouped (module doc)
 MODULE_GROUPS: dict[str, tuple[str, ...]] = {
     "framework_pool": ("APP", "GE"),
@@ -122,6 +124,7 @@ def _module_series(g: pd.DataFrame) -> pd.DataFrame:
 
 
 def _app_series(g: pd.DataFrame) -> pd.DataFrame:
+    """The driver's figure for the process (ts_us, reserved_mb) as a device series without a breakdown."""
     g = g[g["reserved_mb"].notna() & g["ts_us"].notna()].sort_values("ts_us", kind="stable")
     out = pd.DataFrame({"ts_us": g["ts_us"].to_numpy(float), "total_mb": g["reserved_mb"].to_numpy(float)})
     for key in COMPOSITION_KEYS:
@@ -130,17 +133,30 @@ def _app_series(g: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def _counter_series(c: pd.DataFrame) -> pd.DataFrame:
+    """One rank's NPU MEM ``APP/Memory`` counter (KB) as a device series in MiB."""
+    c = c[(c["name"] == NPU_MEM_APP).fillna(False).to_numpy(bool) & c["value"].notna().to_numpy(bool)]
+    c = c.sort_values("ts_us", kind="stable")
+    return _app_series(pd.DataFrame({"ts_us": c["ts_us"].to_numpy(float), "reserved_mb": c["value"].to_numpy(float) / KB_PER_MB}))
+
+
 def _device_series(ctx: Context) -> dict[int, pd.DataFrame]:
     m = ctx.capture.table("memory")
+    c = ctx.capture.table("counters")
+    c = c[(c["track"] == NPU_MEM_TRACK).fillna(False).to_numpy(bool)]
+    counters = dict(tuple(c.groupby("rank")))
     out: dict[int, pd.DataFrame] = {}
-    for rank, g in m.groupby("rank", sort=True):
+    for rank in sorted(set(m["rank"].dropna().astype(int)) | {int(r) for r in counters}):
+        g = m[(m["rank"] == rank).fillna(False).to_numpy(bool)]
         mod = g[(g["source"] == DEVICE_SOURCE).fillna(False).to_numpy(bool)]
         s = _module_series(mod) if len(mod) else pd.DataFrame()
         if not len(s):
             app = g[((g["source"] == "memory_record") & (g["component"] == APP_COMPONENT)).fillna(False).to_numpy(bool)]
             s = _app_series(app)
+        if not len(s) and rank in counters:
+            s = _counter_series(counters[rank])
         if len(s):
-            out[int(rank)] = s.reset_index(drop=True)
+            out[rank] = s.reset_index(drop=True)
     return out
 
 
@@ -186,7 +202,8 @@ def _basis_text(basis: str) -> str:
     "MB",
     "Peak device memory: the sum of every module's reserved memory (npu_module_mem), else the driver's figure for "
     "the process (memory_record APP), max over ranks",
-    "memory: npu_module_mem (summed per sample time), else memory_record component APP",
+    "memory: npu_module_mem (summed per sample time), else memory_record component APP, else counters NPU MEM APP/Memory",
+    reads=Reads(tables=("memory", "counters"), tracks=(NPU_MEM_TRACK,)),
 )
 def _memory_device_peak_mb(ctx: Context) -> Value:
     peaks = device_peaks(ctx)
