@@ -237,7 +237,7 @@ def analyze(path: str | Path, options: Options | None = None) -> Analysis:
     on_repaired_data(verdict, cap)
     on_modelled_arrivals(verdict, findings, log)
     on_unmeasured_cause(verdict, metrics)
-    from msdiag.metrics import causes, cluster, collectives
+    from msdiag.metrics import causes, cluster, collectives, device_memory
     from msdiag.metrics.views import ChartViews
 
     views = {
@@ -245,6 +245,8 @@ def analyze(path: str | Path, options: Options | None = None) -> Analysis:
         "link_heatmap": cluster.link_heatmap(cap),
         "collectives": collectives.collective_records(ctx),  # instances matched across ranks (issue 14)
         "causes": causes.cause_rows(ctx),  # what the host does while the device waits (issue 14)
+        "memory_composition": device_memory.composition_rows(ctx),  # the device peak by component (issue 15)
+        "memory_peak_holders": device_memory.holder_rows(ctx),  # who holds memory at the allocated peak
     }
     return Analysis(
         capture=cap,

@@ -125,6 +125,8 @@ def build(a: Analysis) -> dict[str, Any]:
         "link_heatmap": a.cluster.get("link_heatmap"),
         "collectives": a.cluster.get("collectives", []),  # collective instances matched across captured ranks
         "causes": a.cluster.get("causes", []),  # host causes while the device waits, with call sites
+        "memory_composition": a.cluster.get("memory_composition", []),  # device peak by component, per rank
+        "memory_peak_holders": a.cluster.get("memory_peak_holders", []),  # holders at the allocated peak, per rank
         "requests": a.inference.get("requests"),  # request log summary (inference), null without one
         "phases": a.inference.get("phases"),  # prefill / decode steps of an inference capture, null without a capture
         "metrics": metrics,

@@ -329,7 +329,9 @@ def read_memory_record(path: Path, rank: int) -> tuple[pd.DataFrame, list[str]]:
 def read_npu_module_mem(path: Path, rank: int) -> pd.DataFrame:
     """npu_module_mem.csv -> model.MEMORY rows with source "npu_module_mem" (reserved_mb only).
 
-    -1 means only releases were collected for the module (msprof docs): null, not a size.
+    -1 (KB) means only releases were collected for the module (msprof docs): null, not a size. torch_npu
+    divides CANN's KB by 1024 into this file's MB (MiB), so that -1 is written as -0.0009765625: any
+    negative figure is null.
     """
     df = _read(path, required=NPU_MODULE_MEM_REQUIRED)
     n = len(df)
@@ -339,7 +341,7 @@ def read_npu_module_mem(path: Path, rank: int) -> pd.DataFrame:
         "component": _strs(df, ("Component",)),
         "source": _const(n, "npu_module_mem"),
         "ts_us": to_float(df["Timestamp(us)"], path, "Timestamp(us)"),
-        "reserved_mb": reserved.mask(reserved == -1),
+        "reserved_mb": reserved.mask(reserved < 0),
         "device": _strs(df, ("Device", "Device Type")),
     }
     return model.MEMORY.frame(_present(cols))

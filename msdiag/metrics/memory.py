@@ -15,7 +15,8 @@ ts 1736405443927044.13 has PTA 954.06787 + GE 0.125 = PTA+GE 954.19287 allocated
 1526.75 reserved; PTA+GE has 495 rows = 381 PTA + 114 GE. So per rank the framework's memory is the
 combined ``*+GE`` component when the rank has it, else ``PTA`` / ``MindSpore`` (a MindSpore CPU
 capture's cpu_ms_memory_record rows are component ``MindSpore``), else ``GE`` alone. ``APP`` is left
-out (not an allocator, no allocated figure) and so are the npu_module_mem rows (per driver module).
+out (not an allocator, no allocated figure) and so are the npu_module_mem rows (per driver module):
+both are the device footprint, read by metrics/device_memory.py, which also holds memory_peak_share.
 """
 
 from __future__ import annotations
@@ -94,7 +95,6 @@ def _peak_metric(col: str, what: str) -> Callable[[Context], Value]:
     return fn
 
 
-_peak_reserved = _peak_metric("reserved_mb", "reserved")
 
 for _col, _id, _doc in (
     ("allocated_mb", "memory_peak_allocated_mb", "Peak memory allocated by the framework (tensors), max over ranks"),
@@ -171,19 +171,7 @@ def _memory_capacity(ctx: Context) -> Value:
     return Value(gb, reason=why)
 
 
-@metric(
-    "memory_peak_share",
-    "ratio",
-    "Peak reserved memory over device memory, max over ranks",
-    "memory_peak_reserved_mb / memory_capacity_gb",
-    given=_capacity,
-)
-def _memory_peak_share(ctx: Context, gb: float) -> Value:
-    peak = _peak_reserved(ctx)
-    if peak.value is None:
-        return Value(None, reason=peak.reason)
-    per = {r: (None if v is None else float(v) / (gb * MB_PER_GB)) for r, v in peak.per_rank.items()}
-    return _max_job(per, peak.reason or _NO_MEMORY)
+# memory_peak_share (the device peak, else this pool's, over capacity) is in metrics/device_memory.py.
 
 
 # ---- fragmentation ------------------------------------------------------------------------

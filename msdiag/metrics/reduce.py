@@ -17,8 +17,9 @@ step by hand. With today's declarations:
 - timeline, lane ``scope``: read only by distinct name (recompute evidence): one row per name.
 - timeline, lane ``overlap``: the profiler's own Overlap Analysis lanes; msdiag computes the overlap
   itself from the device lanes and nothing declares them: dropped.
-- counters: only the tracks some declaration names (``hardware.AICORE_FREQ_TRACK``); the sampled
-  PMU, QoS, HBM and LLC tracks are about half the rows of an Ascend trace.
+- counters: only the tracks some declaration names (``hardware.AICORE_FREQ_TRACK``,
+  ``device_memory.NPU_MEM_TRACK``); the sampled PMU, QoS, HBM and LLC tracks are about half the rows
+  of an Ascend trace.
 - every other table is kept whole.
 
 tests/test_cluster.py compares the report of corpus captures of every format family with and

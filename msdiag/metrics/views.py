@@ -26,6 +26,7 @@ from msdiag.metrics import phases as ph
 from msdiag.metrics.causes import host_syncs
 from msdiag.metrics.collectives import collectives_table
 from msdiag.metrics.communication import _slowest_link, link_bandwidth
+from msdiag.metrics.device_memory import COMPOSITION_KEYS, DEVICE_SOURCE, device_peaks, device_series, peak_holders
 from msdiag.metrics.memory import framework_rows
 from msdiag.metrics.registry import Context, Value
 from msdiag.options import Options
@@ -181,6 +182,19 @@ class Memory:
     peak_rank: int | None = None  # where allocated memory peaks, its value and time
     peak_mb: float = -1.0
     peak_ts_us: float = 0.0
+    holders: list[tuple[str, str, float]] = field(default_factory=list)  # the peak rank's top holders: name, class, MB
+    device: DeviceMemory | None = None  # the device footprint by component (npu_module_mem), when recorded
+
+
+@dataclass
+class DeviceMemory:
+    """The device footprint of the rank with the highest device peak, by component group, over time (MiB)."""
+
+    rank: int
+    series: pd.DataFrame  # ts_us, framework_pool_mb, hccl_mb, runtime_mb, other_mb, total_mb
+    groups: tuple[str, ...]  # the component columns, stacked in this order
+    peak_mb: float
+    peak_ts_us: float
 
 
 @dataclass
@@ -616,7 +630,22 @@ def memory(ctx: Context, metrics: Mapping[str, Value]) -> Memory:
         if np.isfinite(v).any() and np.nanmax(v) > view.peak_mb:
             i = int(np.nanargmax(v))
             view.peak_rank, view.peak_mb, view.peak_ts_us = r, float(v[i]), float(g["ts_us"].to_numpy(float)[i])
+    held = peak_holders(ctx).get(view.peak_rank) if view.peak_rank is not None else None
+    if held is not None:
+        view.holders = [(str(h["name"]), str(h["class"]), float(h["mb"])) for h in held.top]
+    view.device = device_view(ctx)
     return view
+
+
+def device_view(ctx: Context) -> DeviceMemory | None:
+    """The per-module device footprint of the rank whose device peak is highest (None without npu_module_mem)."""
+    peaks = {r: p for r, p in device_peaks(ctx).items() if str(p["basis"]) == DEVICE_SOURCE}
+    if not peaks:
+        return None
+    rank = max(peaks, key=lambda r: (float(peaks[r]["total_mb"]), -r))
+    s = device_series(ctx)[rank]
+    cols = ("ts_us", *COMPOSITION_KEYS, "total_mb")
+    return DeviceMemory(rank, s[list(cols)].copy(), COMPOSITION_KEYS, float(peaks[rank]["total_mb"]), float(peaks[rank]["ts_us"]))
 
 
 # ---- data pipeline and balance --------------------------------------------------------------------

@@ -530,15 +530,62 @@ def memory(a: Analysis) -> Chart:
     ch.caption = _memory_caption(v, many, split)
     panels = [("allocated_mb", "reserved_mb")] if not split else [("allocated_mb",), ("reserved_mb",)]
 
+    dev = v.device
+
     def paint(fig: Figure) -> None:
         handles: list[Any] = []
+        rows = 2 if dev is not None else 1
         for pi, cols in enumerate(panels):
-            ax = fig.add_subplot(1, len(panels), pi + 1)
+            ax = fig.add_subplot(rows, len(panels), pi + 1)
             _memory_panel(ax, v, cols, pi, split, many, (tdiv, tunit), handles)
         if handles:
             _legend_top(fig.axes[0], handles)
+        if dev is not None:
+            _device_panel(fig.add_subplot(rows, 1, 2), v, dev)
+            fig.subplots_adjust(hspace=0.6)
 
-    return _draw(ch, 3.0, paint)
+    return _draw(ch, 3.0 if dev is None else 5.6, paint)
+
+
+DEVICE_GROUPS = {  # component group -> (label, colour), stacked bottom-up
+    "framework_pool_mb": ("framework pool (APP + GE)", MEMORY),
+    "hccl_mb": ("HCCL buffers", COMM),
+    "runtime_mb": ("runtime / driver", COMPUTE),
+    "other_mb": ("other modules", FREE),
+}
+PEAK_HOLDERS_SHOWN = 3  # holders named beside the allocated peak
+
+
+def _device_panel(ax: Any, v: Any, dev: Any) -> None:
+    """The device footprint (npu_module_mem) of one rank stacked by component group, its peak and the capacity."""
+    s = dev.series
+    t0 = float(s["ts_us"].min())
+    span = float(s["ts_us"].max()) - t0
+    tdiv, tunit = _time_unit(span)
+    t = (s["ts_us"].to_numpy(float) - t0) / tdiv
+    top = max(dev.peak_mb, v.capacity_mb or 0.0)
+    sc = MIB_PER_GIB if top >= MIB_PER_GIB else 1.0
+    ys = [s[g].to_numpy(float) / sc for g in dev.groups]
+    ax.stackplot(t, *ys, labels=[DEVICE_GROUPS[g][0] for g in dev.groups], colors=[DEVICE_GROUPS[g][1] for g in dev.groups],
+                 step="post", linewidth=0)
+    px = (dev.peak_ts_us - t0) / tdiv
+    ax.plot([px], [dev.peak_mb / sc], marker="v", color=INK, markersize=7, linestyle="none", zorder=4)
+    ha = "left" if px < 0.2 * (span / tdiv or 1.0) else "right" if px > 0.8 * (span / tdiv or 1.0) else "center"
+    ax.annotate(f"device peak {fmt.mib(dev.peak_mb)} (rank {dev.rank})", (px, dev.peak_mb / sc), xytext=(0, 9),
+                textcoords="offset points", fontsize=9, color=INK, ha=ha, va="bottom")
+    if v.capacity_mb is not None:
+        ax.axhline(v.capacity_mb / sc, color=ALERT, linestyle=":", linewidth=1.4, label="device capacity")
+    ax.set_ylim(0, top / sc * 1.25)
+    ax.set_ylabel(("GB" if sc > 1 else "MB") + " on the device")
+    ax.set_xlabel(f"time ({tunit}) from the first module sample")
+    ax.legend(loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=5, handlelength=1.2, borderaxespad=0.2, fontsize=8)
+    ax.yaxis.grid(True)
+    ax.set_axisbelow(True)
+
+
+def _holders_text(v: Any) -> str:
+    """The peak's largest holders, for the chart's peak label and caption."""
+    return ", ".join(f"{n} {fmt.mib(mb)} ({c.replace('_', ' ')})" for n, c, mb in v.holders[:PEAK_HOLDERS_SHOWN])
 
 
 def _memory_caption(v: Any, many: bool, split: bool) -> str:
@@ -554,6 +601,13 @@ def _memory_caption(v: Any, many: bool, split: bool) -> str:
     )
     if split:
         caption = caption.replace("allocated (solid) and reserved (dashed)", "allocated (left) and reserved (right, own scale)")
+    if v.holders:
+        caption += f" At the allocated peak the largest holders are {_holders_text(v)}."
+    if v.device is not None:
+        caption += (
+            f" Below: rank {v.device.rank}'s whole device footprint (npu_module_mem, every driver module's reserved memory) "
+            "stacked by component, on the module samples' own time axis."
+        )
     return caption
 
 
@@ -576,7 +630,8 @@ def _memory_panel(ax: Any, v: Any, cols: tuple[str, ...], pi: int, split: bool, 
         ax.plot([px], [py], marker="v", color=INK, markersize=7, linestyle="none", zorder=4)
         span = v.span_us / tdiv or 1.0
         ha = "left" if px < 0.2 * span else "right" if px > 0.8 * span else "center"
-        ax.annotate(f"peak allocated {fmt.mib(v.peak_mb)} (rank {v.peak_rank})", (px, py), xytext=(0, 9),
+        held = f": {', '.join(n for n, _, _ in v.holders[:PEAK_HOLDERS_SHOWN])}" if v.holders else ""
+        ax.annotate(f"peak allocated {fmt.mib(v.peak_mb)} (rank {v.peak_rank}){held}", (px, py), xytext=(0, 9),
                     textcoords="offset points", fontsize=9, color=INK, ha=ha, va="bottom")
     if with_cap and v.capacity_mb is not None:
         handles.append(ax.axhline(v.capacity_mb / sc, color=ALERT, linestyle=":", linewidth=1.4, label="device capacity"))

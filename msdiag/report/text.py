@@ -135,8 +135,26 @@ def _ranks(report: dict[str, Any]) -> list[str]:
                 extra = f", transit {fmt.us(c['transit_us'])}, wait {fmt.us(c['wait_us'])}, sync {fmt.us(c['sync_us'])}, idle {fmt.us(c['idle_us'])}"
             out.append(f"  communication: {c['ops']} ops, elapse {fmt.us(c['elapse_us'])}{extra} ({c['source']})")
         out.append(f"  memory peak allocated: {fmt.mib(r['memory_peak_allocated_mb'])}")
+        out.extend(_device_memory(report, r["rank"]))
         for n in r["notes"]:
             out.append(f"  note: {n}")
+    return out
+
+
+def _device_memory(report: dict[str, Any], rank: int) -> list[str]:
+    """The rank's device peak by component and the peak's largest holders (JSON memory_composition / _peak_holders)."""
+    out = []
+    comp = next((c for c in report.get("memory_composition", []) if c["rank"] == rank), None)
+    if comp and comp.get("basis") == "npu_module_mem":
+        parts = ", ".join(
+            f"{label} {fmt.mib(comp[key])}" for key, label in
+            (("framework_pool_mb", "framework pool"), ("hccl_mb", "HCCL"), ("runtime_mb", "runtime"), ("other_mb", "other"))
+        )  # fmt: skip
+        out.append(f"  device memory peak: {fmt.mib(comp['device_mb'])} ({parts})")
+    held = next((h for h in report.get("memory_peak_holders", []) if h["rank"] == rank), None)
+    if held and held.get("top"):
+        top = "; ".join(f"{h['name']} {fmt.mib(h['mb'])} ({h['class'].replace('_', ' ')})" for h in held["top"][:3])
+        out.append(f"  held at the allocated peak: {top}")
     return out
 
 

@@ -1,0 +1,625 @@
+"""Device memory, explained: the device's whole footprint, what it is made of, who holds it at the peak,
+and what recomputation would free and cost.
+
+The device footprint
+--------------------
+``npu_module_mem.csv`` (CANN's npu_module_mem data, copied by torch_npu / MindSpore) records, at each
+sample time, the device memory held by every driver module (``Component``: APP, HCCL, RUNTIME, GE,
+SLOG, ...). CANN writes ``Total Reserved(KB)``; torch_npu's bean divides it by 1024 into
+``Total Reserved(MB)``, so the file's MB are MiB, like every Ascend memory file (units.py). -1 KB means
+"only releases were collected" (msprof docs): the reader makes it null. The device footprint at a
+sample time is the sum of the modules' figures at that time. Without npu_module_mem, the driver's
+figure for the whole process (memory_record's ``APP`` rows, else the trace's NPU MEM ``APP/Memory``
+counter in KB: the same numbers, 2160232 KB = 2109.6 MiB on torchnpu level1) stands for it, with no
+breakdown.
+
+The modules, grouped (``MODULE_GROUPS``): ``APP`` is the application's own device memory, i.e. the
+framework's caching pool (torch_npu PTA / MindSpore pool: on torchnpu level1 rank 0 APP holds 1452 MiB,
+the PTA pool's reserved figure in memory_record.csv exactly) and ``GE`` the Graph Engine's pool (76 MiB
+beside GE's 74.75 MiB reserved there): together the framework pool, split into allocated (memory_record's
+``*+GE`` allocated at that moment) and cached (the rest). ``HCCL`` / ``HCCP`` are the collective
+library's buffers; ``RUNTIME``, ``TS``, ``DRV``, ``DEVMM``, ``KERNEL``, ``ASCENDCL`` the runtime, the
+task scheduler and the driver; every other module is "other".
+
+Who holds the memory at the peak
+--------------------------------
+At the moment the framework's allocated memory peaks (memory_record), the operator allocations of
+operator_memory.csv alive then (allocated at or before, released after or never) are the holders.
+Each is put in a class from when it was allocated and released, relative to the phases of its own step
+(the step whose start precedes the allocation), which the allocating operators' names give: the step's
+first allocation by a backward operator (``BACKWARD``: ``*_backward``, ``*Backprop*``, ``*Grad``,
+MindSpore's ``Gradients/`` scope) starts its backward phase, the first optimizer allocation after it
+(``OPTIMIZER``: ``_foreach_*``, ``Apply*``, Adam, SGD, ...) its optimizer phase:
+
+- ``activations``: allocated in the forward phase and still held when the backward begins (they are
+  freed in the backward, or kept past it);
+- ``workspaces``: released within the phase that allocated them (temporaries, kernel workspaces);
+- ``gradients``: allocated in the backward and held past it;
+- ``parameters_optimizer``: what lives across steps (parameters, optimizer state): the operator
+  allocations made before the first step's start, those of the optimizer phase never released in the
+  capture, and the part of the peak allocated memory no recorded allocation explains (allocated before
+  the capture began).
+
+Recomputation
+-------------
+Full recomputation keeps only each recomputed layer's input and runs the layer's forward again: it
+frees at most the activations held at the peak and costs one more forward pass per step (the
+forward kernels' time and FLOPs). Selective recomputation of attention (Megatron / MindFormers
+``select_recompute``) drops only the attention core's outputs (``ATTENTION_CORE``: softmax, attention
+scores, flash attention, batched matmuls): it frees those activations and costs those kernels'
+forward time. Forward kernels: in each step, the kernels that start before its first backward
+kernel (same name patterns).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from msdiag.metrics.flops import kernel_flops
+from msdiag.metrics.memory import KB_PER_MB, MB_PER_GB, _capacity, framework_rows
+from msdiag.metrics.registry import Context, Reads, Value, metric
+from msdiag.units import FLOPS_PER_TFLOPS
+
+DEVICE_SOURCE = "npu_module_mem"
+APP_COMPONENT = "APP"  # memory_record: the driver's figure for the whole process
+NPU_MEM_TRACK, NPU_MEM_APP = "NPU MEM", "APP/Memory"  # the same figure as a trace counter (KB: HBM + DDR)
+# npu_module_mem modules, grouped (module doc)
+MODULE_GROUPS: dict[str, tuple[str, ...]] = {
+    "framework_pool": ("APP", "GE"),
+    "hccl": ("HCCL", "HCCP"),
+    "runtime": ("RUNTIME", "TS", "DRV", "DEVMM", "KERNEL", "ASCENDCL"),
+}
+COMPOSITION_KEYS = ("framework_pool_mb", "hccl_mb", "runtime_mb", "other_mb")
+
+BACKWARD = re.compile(r"backward|Backprop|Grad(?:V\d+)?(?:\b|_|$)|^Gradients(?:/|$)", re.I)
+OPTIMIZER = re.compile(r"_foreach_|optimizer|^(?:.*/)?Apply|Adam|Lamb|\bSGD\b|Momentum|Adagrad|RMSProp", re.I)
+ATTENTION_CORE = re.compile(r"(?<!log)(?<!log_)softmax|flash|attention|\bbmm\b|baddbmm|BatchMatMul", re.I)
+HOLDER_CLASSES = ("parameters_optimizer", "activations", "gradients", "workspaces")
+TOP_HOLDERS = 10  # holders listed per rank, largest first
+
+_NO_DEVICE = (
+    "no device-level memory record (npu_module_mem.csv absent and no APP rows in memory_record.csv: "
+    "profile_memory off, or a MindSpore CPU capture)"
+)
+
+
+# ---- the device footprint ---------------------------------------------------------------------
+
+
+def device_series(ctx: Context) -> dict[int, pd.DataFrame]:
+    """Per rank, the device footprint over time: ts_us, total_mb, the four groups (null without
+    npu_module_mem), basis ("npu_module_mem" or "APP"). Computed once per analysis (ctx.cache)."""
+    kept = ctx.cache.get("device_memory.series")
+    if kept is None:
+        kept = ctx.cache["device_memory.series"] = _device_series(ctx)
+    return kept  # type: ignore[no-any-return]
+
+
+def _group_of(component: str) -> str:
+    for group, modules in MODULE_GROUPS.items():
+        if component.upper() in modules:
+            return group
+    return "other"
+
+
+def _module_series(g: pd.DataFrame) -> pd.DataFrame:
+    """One rank's npu_module_mem rows -> one row per sample time: the groups and their sum."""
+    g = g[g["reserved_mb"].notna() & g["ts_us"].notna()]
+    grp = g["component"].fillna("").astype(str).map(_group_of)
+    wide = g.assign(group=grp.to_numpy()).pivot_table(
+        index="ts_us", columns="group", values="reserved_mb", aggfunc="sum", fill_value=0.0
+    )
+    out = pd.DataFrame({"ts_us": wide.index.to_numpy(float)})
+    for key in COMPOSITION_KEYS:
+        col = key.removesuffix("_mb")
+        out[key] = wide[col].to_numpy(float) if col in wide.columns else 0.0
+    out["total_mb"] = out[list(COMPOSITION_KEYS)].sum(axis=1)
+    out["basis"] = DEVICE_SOURCE
+    return out
+
+
+def _app_series(g: pd.DataFrame) -> pd.DataFrame:
+    """The driver's figure for the process (ts_us, reserved_mb) as a device series without a breakdown."""
+    g = g[g["reserved_mb"].notna() & g["ts_us"].notna()].sort_values("ts_us", kind="stable")
+    out = pd.DataFrame({"ts_us": g["ts_us"].to_numpy(float), "total_mb": g["reserved_mb"].to_numpy(float)})
+    for key in COMPOSITION_KEYS:
+        out[key] = np.nan
+    out["basis"] = APP_COMPONENT
+    return out
+
+
+def _counter_series(c: pd.DataFrame) -> pd.DataFrame:
+    """One rank's NPU MEM ``APP/Memory`` counter (KB) as a device series in MiB."""
+    c = c[(c["name"] == NPU_MEM_APP).fillna(False).to_numpy(bool) & c["value"].notna().to_numpy(bool)]
+    c = c.sort_values("ts_us", kind="stable")
+    return _app_series(pd.DataFrame({"ts_us": c["ts_us"].to_numpy(float), "reserved_mb": c["value"].to_numpy(float) / KB_PER_MB}))
+
+
+def _device_series(ctx: Context) -> dict[int, pd.DataFrame]:
+    m = ctx.capture.table("memory")
+    c = ctx.capture.table("counters")
+    c = c[(c["track"] == NPU_MEM_TRACK).fillna(False).to_numpy(bool)]
+    counters = dict(tuple(c.groupby("rank")))
+    out: dict[int, pd.DataFrame] = {}
+    for rank in sorted(set(m["rank"].dropna().astype(int)) | {int(r) for r in counters}):
+        g = m[(m["rank"] == rank).fillna(False).to_numpy(bool)]
+        mod = g[(g["source"] == DEVICE_SOURCE).fillna(False).to_numpy(bool)]
+        s = _module_series(mod) if len(mod) else pd.DataFrame()
+        if not len(s):
+            app = g[((g["source"] == "memory_record") & (g["component"] == APP_COMPONENT)).fillna(False).to_numpy(bool)]
+            s = _app_series(app)
+        if not len(s) and rank in counters:
+            s = _counter_series(counters[rank])
+        if len(s):
+            out[rank] = s.reset_index(drop=True)
+    return out
+
+
+def device_peaks(ctx: Context) -> dict[int, pd.Series]:
+    """Per rank, the device footprint's peak sample.
+
+    The footprint often stays at its peak for many samples: of those, the one nearest the framework's
+    allocated peak (memory_record) is taken, so that the composition splits the pool at the tightest moment.
+    """
+    kept = ctx.cache.get("device_memory.peaks")
+    if kept is None:
+        kept = ctx.cache["device_memory.peaks"] = _device_peaks(ctx)
+    return kept  # type: ignore[no-any-return]
+
+
+def _device_peaks(ctx: Context) -> dict[int, pd.Series]:
+    rows = framework_rows(ctx)
+    out: dict[int, pd.Series] = {}
+    for r, s in device_series(ctx).items():
+        if not s["total_mb"].notna().any():
+            continue
+        top = s[s["total_mb"] == s["total_mb"].max()]
+        g = rows.get(r)
+        g = None if g is None else g[g["allocated_mb"].notna() & g["ts_us"].notna()]
+        if g is None or not len(g):
+            out[r] = top.iloc[0]
+            continue
+        t = float(g["ts_us"].iloc[int(g["allocated_mb"].to_numpy(float).argmax())])
+        out[r] = top.iloc[int(np.abs(top["ts_us"].to_numpy(float) - t).argmin())]
+    return out
+
+
+def _basis_text(basis: str) -> str:
+    return (
+        "device footprint (npu_module_mem: every module's reserved memory summed)"
+        if basis == DEVICE_SOURCE
+        else "the process's device memory as the driver sees it (memory_record APP rows; no per-module breakdown)"
+    )
+
+
+@metric(
+    "memory_device_peak_mb",
+    "MB",
+    "Peak device memory: the sum of every module's reserved memory (npu_module_mem), else the driver's figure for "
+    "the process (memory_record APP), max over ranks",
+    "memory: npu_module_mem (summed per sample time), else memory_record component APP, else counters NPU MEM APP/Memory",
+    reads=Reads(tables=("memory", "counters"), tracks=(NPU_MEM_TRACK,)),
+)
+def _memory_device_peak_mb(ctx: Context) -> Value:
+    peaks = device_peaks(ctx)
+    if not peaks:
+        return Value(None, reason=_NO_DEVICE)
+    per: dict[int, float | str | None] = {r: float(p["total_mb"]) for r, p in peaks.items()}
+    return Value(max(float(v) for v in per.values() if v is not None), per)
+
+
+@metric(
+    "memory_peak_basis",
+    "",
+    "What memory_peak_share compares with the device's capacity: the device footprint where it is recorded, "
+    "else the framework pool's peak reserved memory",
+    "memory: npu_module_mem / memory_record",
+)
+def _memory_peak_basis(ctx: Context) -> Value:
+    peaks = device_peaks(ctx)
+    per: dict[int, float | str | None] = {}
+    for r in framework_rows(ctx):
+        per[r] = "the framework pool's reserved memory (memory_record; no device-level record)"
+    for r, p in peaks.items():
+        per[r] = _basis_text(str(p["basis"]))
+    if not per:
+        return Value(None, reason=_NO_DEVICE)
+    texts = sorted({str(v) for v in per.values()})
+    return Value("; ".join(texts), per)
+
+
+# ---- composition at the peak ------------------------------------------------------------------
+
+
+def _allocated_at(rows: pd.DataFrame | None, ts: float, period_us: float) -> tuple[float | None, str | None]:
+    """The framework's allocated memory at ``ts``: its last sample at or before it (the allocator's state
+    holds until its next event), or why not. A device sample up to one device sampling period after the
+    allocator's last event still reads that event's state; further away, the files do not overlap."""
+    if rows is None or not rows["allocated_mb"].notna().any():
+        return None, "no framework memory samples with an allocated figure (memory_record.csv)"
+    g = rows[rows["allocated_mb"].notna() & rows["ts_us"].notna()]
+    lo, hi = float(g["ts_us"].min()), float(g["ts_us"].max())
+    if not lo <= ts <= hi + period_us:
+        return None, (
+            f"the framework memory samples ({lo:.0f}..{hi:.0f} us) do not reach the device peak's time ({ts:.0f} us, "
+            f"sampled every {period_us / 1e3:.0f} ms): the two files do not share a clock or a time span"
+        )
+    before = g[g["ts_us"].to_numpy(float) <= ts]
+    return float(before["allocated_mb"].iloc[-1]), None
+
+
+def _period_us(series: pd.DataFrame) -> float:
+    """The device series' median sampling interval (0 with fewer than two samples)."""
+    t = np.unique(series["ts_us"].to_numpy(float))
+    return float(np.median(np.diff(t))) if len(t) > 1 else 0.0
+
+
+def composition_rows(ctx: Context) -> list[dict[str, Any]]:
+    """JSON ``memory_composition``: per rank, the device footprint at its peak, by component group.
+
+    Ranks with framework memory samples only get a row with the pool's peak and a reason for the rest.
+    """
+    rows = framework_rows(ctx)
+    peaks = device_peaks(ctx)
+    series = device_series(ctx)
+    out: list[dict[str, Any]] = []
+    for rank in sorted(set(rows) | set(peaks)):
+        period = _period_us(series[rank]) if rank in series else 0.0
+        out.append(_composition_row(rank, peaks.get(rank), rows.get(rank), period))
+    return out
+
+
+def _composition_row(rank: int, peak: pd.Series | None, rows: pd.DataFrame | None, period_us: float) -> dict[str, Any]:
+    row: dict[str, Any] = {"rank": rank, "basis": None, "ts_us": None, "device_mb": None}
+    row.update({k: None for k in COMPOSITION_KEYS})
+    row.update({"framework_allocated_mb": None, "framework_cached_mb": None, "reason": None})
+    if peak is None or str(peak["basis"]) != DEVICE_SOURCE:
+        # no module breakdown: the framework pool at its own peak
+        if rows is not None and rows["reserved_mb"].notna().any():
+            i = rows["reserved_mb"].idxmax()
+            pool = float(rows.loc[i, "reserved_mb"])
+            alloc = rows.loc[i, "allocated_mb"]
+            row.update(basis="memory_record", ts_us=float(rows.loc[i, "ts_us"]), framework_pool_mb=pool)
+            if pd.notna(alloc):
+                row.update(framework_allocated_mb=float(alloc), framework_cached_mb=pool - float(alloc))
+        if peak is not None:
+            row["device_mb"] = float(peak["total_mb"])
+        row["reason"] = "npu_module_mem.csv absent: HCCL, runtime and other device memory not recorded per module"
+        return row
+    ts = float(peak["ts_us"])
+    row.update(basis=DEVICE_SOURCE, ts_us=ts, device_mb=float(peak["total_mb"]))
+    row.update({k: float(peak[k]) for k in COMPOSITION_KEYS})
+    alloc, why = _allocated_at(rows, ts, period_us)
+    if alloc is not None:
+        row["framework_allocated_mb"] = alloc
+        row["framework_cached_mb"] = max(0.0, float(peak["framework_pool_mb"]) - alloc)
+    row["reason"] = why
+    return row
+
+
+@metric(
+    "memory_device_overhead_share",
+    "ratio",
+    "Device memory outside the framework pool (HCCL buffers, runtime, other modules) at the device peak, over "
+    "the device peak, max over ranks",
+    "memory: npu_module_mem modules grouped (HCCL, RUNTIME, ... vs APP + GE)",
+)
+def _memory_device_overhead_share(ctx: Context) -> Value:
+    per: dict[int, float | str | None] = {}
+    for r, p in device_peaks(ctx).items():
+        if str(p["basis"]) == DEVICE_SOURCE and float(p["total_mb"]) > 0:
+            per[r] = 1.0 - float(p["framework_pool_mb"]) / float(p["total_mb"])
+    if not per:
+        return Value(None, reason="no per-module device memory record (npu_module_mem.csv absent)")
+    return Value(max(float(v) for v in per.values() if v is not None), per)
+
+
+# ---- the peak's holders -----------------------------------------------------------------------
+
+
+@dataclass
+class Holders:
+    """One rank's holders at its allocated peak: per class MB, the top names, or why not."""
+
+    rank: int
+    ts_us: float | None = None
+    allocated_mb: float | None = None
+    classes: dict[str, float] = field(default_factory=dict)
+    top: list[dict[str, Any]] = field(default_factory=list)
+    attention_mb: float = 0.0  # activations allocated by attention-core operators
+    reason: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "rank": self.rank, "ts_us": self.ts_us, "allocated_mb": self.allocated_mb,
+            "classes_mb": dict(self.classes), "attention_activations_mb": self.attention_mb,
+            "top": list(self.top), "reason": self.reason,
+        }  # fmt: skip
+
+
+def peak_holders(ctx: Context) -> dict[int, Holders]:
+    """Per rank, who holds the memory at the framework's allocated peak (module doc). Cached per analysis."""
+    kept = ctx.cache.get("device_memory.holders")
+    if kept is None:
+        kept = ctx.cache["device_memory.holders"] = _peak_holders(ctx)
+    return kept  # type: ignore[no-any-return]
+
+
+def _peak_holders(ctx: Context) -> dict[int, Holders]:
+    allocs = ctx.capture.table("memory_allocs")
+    dyn = allocs[(allocs["kind"] == "dynamic").fillna(False).to_numpy(bool) & allocs["alloc_us"].notna().to_numpy(bool)]
+    by_rank = dict(tuple(dyn.groupby("rank")))
+    out: dict[int, Holders] = {}
+    for rank, g in framework_rows(ctx).items():
+        h = Holders(rank)
+        out[rank] = h
+        g = g[g["allocated_mb"].notna() & g["ts_us"].notna()]
+        a = by_rank.get(rank)
+        if not len(g):
+            h.reason = "no framework memory samples with an allocated figure"
+            continue
+        i = int(g["allocated_mb"].to_numpy(float).argmax())
+        h.ts_us, h.allocated_mb = float(g["ts_us"].iloc[i]), float(g["allocated_mb"].iloc[i])
+        if a is None or not len(a):
+            h.reason = "no operator allocations with times (operator_memory.csv absent: profile_memory off?)"
+            continue
+        _fill_holders(h, a.sort_values("alloc_us", kind="stable"), _step_starts(ctx, rank))
+    return out
+
+
+def _step_starts(ctx: Context, rank: int) -> np.ndarray:
+    """The rank's step start times, in order (empty without steps)."""
+    s = ctx.steps
+    if not len(s):
+        return np.array([], dtype=float)
+    return np.sort(s.loc[(s["rank"] == rank).to_numpy(bool), "start_us"].dropna().to_numpy(float))
+
+
+def _phase_starts(names: pd.Series, alloc: np.ndarray) -> tuple[float, float]:
+    """(backward start, optimizer start) of one step from its allocating operators' names; inf when not seen."""
+    bwd_hit = names.str.contains(BACKWARD, na=False).to_numpy(bool)
+    bwd = float(alloc[bwd_hit].min()) if bwd_hit.any() else float("inf")
+    opt_hit = names.str.contains(OPTIMIZER, na=False).to_numpy(bool) & (alloc >= bwd)
+    opt = float(alloc[opt_hit].min()) if opt_hit.any() else float("inf")
+    return bwd, opt
+
+
+def _classify(alloc: np.ndarray, release: np.ndarray, bwd: float, opt: float) -> np.ndarray:
+    """The class (HOLDER_CLASSES) of each allocation of one step, given its phase starts (module doc)."""
+    rel = np.where(np.isnan(release), np.inf, release)
+    phase_end = np.where(alloc < bwd, bwd, np.where(alloc < opt, opt, np.inf))
+    cls = np.where(rel < phase_end, "workspaces", np.where(alloc < bwd, "activations", "gradients"))
+    return np.where((alloc >= opt) & (rel == np.inf), "parameters_optimizer", cls)
+
+
+def _classify_by_step(names: pd.Series, alloc: np.ndarray, release: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, bool]:
+    """Each allocation's class, the phases found within its own step (by start time); allocations before the
+    first step are parameters / optimizer state. Also whether any step showed a backward allocation."""
+    step = np.searchsorted(starts, alloc, side="right") - 1 if len(starts) else np.zeros(len(alloc), dtype=int)
+    cls = np.full(len(alloc), "parameters_optimizer", dtype=object)
+    backward = False
+    for i in np.unique(step[step >= 0]):
+        sel = step == i
+        bwd, opt = _phase_starts(names[sel], alloc[sel])
+        backward |= bwd != float("inf")
+        cls[sel] = _classify(alloc[sel], release[sel], bwd, opt)
+    return cls, backward
+
+
+def _fill_holders(h: Holders, a: pd.DataFrame, starts: np.ndarray) -> None:
+    t = float(h.ts_us or 0.0)
+    alloc = a["alloc_us"].to_numpy(float)
+    release = a["release_us"].to_numpy(float)
+    last = np.nanmax(np.r_[alloc, release])
+    if not alloc.min() <= t <= last:
+        h.reason = (
+            f"the operator allocations ({alloc.min():.0f}..{last:.0f} us) do not cover the moment of the peak "
+            f"({t:.0f} us): a different run, a partial record or spreadsheet-rounded times"
+        )
+        return
+    names = a["name"].astype("string").fillna("").reset_index(drop=True)
+    cls, backward = _classify_by_step(names, alloc, release, starts)
+    live = (alloc <= t) & (np.isnan(release) | (release > t))
+    mb = a["size_kb"].to_numpy(float) / KB_PER_MB
+    held = pd.DataFrame({"name": names.to_numpy()[live], "mb": mb[live], "class": cls[live]})
+    h.classes = {c: float(held.loc[held["class"] == c, "mb"].sum()) for c in HOLDER_CLASSES}
+    unexplained = float(h.allocated_mb or 0.0) - float(held["mb"].sum())
+    # allocated before the capture's first recorded allocation: parameters, optimizer state
+    h.classes["parameters_optimizer"] += max(0.0, unexplained)
+    act = held["class"] == "activations"
+    h.attention_mb = float(held.loc[act & held["name"].str.contains(ATTENTION_CORE, na=False), "mb"].sum())
+    if not backward:
+        h.reason = "no backward operator among the allocations: activations and workspaces told apart by release only"
+    top = held.groupby(["name", "class"], sort=False)["mb"].agg(["sum", "count"]).reset_index()
+    top = top.sort_values(["sum", "name"], ascending=[False, True], kind="stable").head(TOP_HOLDERS)
+    h.top = [{"name": str(n), "class": str(c), "mb": float(s), "blocks": int(k)} for n, c, s, k in top.itertuples(index=False)]
+    if unexplained > 0:
+        h.top.append(
+            {"name": "(allocated before the capture)", "class": "parameters_optimizer", "mb": unexplained, "blocks": None}
+        )
+        h.top.sort(key=lambda d: -float(d["mb"]))
+        h.top = h.top[:TOP_HOLDERS]
+
+
+def holder_rows(ctx: Context) -> list[dict[str, Any]]:
+    """JSON ``memory_peak_holders``: one row per rank with framework memory samples."""
+    return [h.as_dict() for _, h in sorted(peak_holders(ctx).items())]
+
+
+def _holders_metric(ctx: Context, pick: str) -> Value:
+    hs = peak_holders(ctx)
+    if not hs:
+        return Value(None, reason="no framework memory samples (memory_record.csv absent: profile_memory off?)")
+    per: dict[int, float | str | None] = {}
+    for r, h in hs.items():
+        per[r] = None if not h.classes else (h.attention_mb if pick == "attention" else h.classes[pick])
+    vals = [float(v) for v in per.values() if v is not None]
+    if not vals:
+        return Value(None, per, "; ".join(f"rank {r}: {h.reason}" for r, h in sorted(hs.items()) if h.reason) or "not computable")
+    return Value(max(vals), per)
+
+
+@metric(
+    "memory_activation_mb",
+    "MB",
+    "Activations held at the allocated peak: operator allocations made in the forward and still held when the "
+    "backward begins, max over ranks",
+    "memory_allocs (operator_memory.csv) live at the peak of memory_record, by phase",
+)
+def _memory_activation_mb(ctx: Context) -> Value:
+    return _holders_metric(ctx, "activations")
+
+
+@metric(
+    "recompute_selective_free_mb",
+    "MB",
+    "What selective recomputation of attention would free at the peak: activations allocated by attention-core "
+    "operators (softmax, attention scores, flash attention, batched matmul), max over ranks",
+    "memory_allocs live at the peak, allocating operator's name",
+)
+def _recompute_selective_free_mb(ctx: Context) -> Value:
+    return _holders_metric(ctx, "attention")
+
+
+# ---- recompute cost: the forward kernels ------------------------------------------------------
+
+
+def forward_kernels(ctx: Context) -> tuple[pd.DataFrame | None, str | None]:
+    """Kernels of each step that start before its first backward kernel, with their FLOPs, or why none."""
+    kept = ctx.cache.get("device_memory.forward")
+    if kept is None:
+        kept = ctx.cache["device_memory.forward"] = _forward_kernels(ctx)
+    return kept  # type: ignore[no-any-return]
+
+
+def _matches(pat: re.Pattern[str], *cols: pd.Series) -> np.ndarray:
+    """Rows where any of ``cols`` matches ``pat``, each distinct text matched once (a trace repeats few names)."""
+    hit = np.zeros(len(cols[0]), dtype=bool)
+    for col in cols:
+        text = col.astype("string").fillna("")
+        uniq = {t: bool(pat.search(t)) for t in text.unique()}
+        hit |= text.map(uniq).to_numpy(bool)
+    return hit
+
+
+def _forward_kernels(ctx: Context) -> tuple[pd.DataFrame | None, str | None]:
+    k = ctx.capture.table("kernels")
+    k = k[k["step"].notna().to_numpy(bool) & k["start_us"].notna().to_numpy(bool) & k["dur_us"].notna().to_numpy(bool)]
+    if not len(k):
+        return None, "no device kernels with a step and a duration"
+    bwd = _matches(BACKWARD, k["type"], k["name"])
+    if not bwd.any():
+        return None, "no backward kernel (Grad / Backprop / backward names): not a training step, nothing to recompute"
+    first = k[bwd].groupby(["rank", "step"])["start_us"].min().rename("_bwd_start")
+    kb = k.join(first, on=["rank", "step"])
+    fwd = kb[(kb["start_us"] < kb["_bwd_start"]).fillna(False).to_numpy(bool)].drop(columns=["_bwd_start"])
+    fwd = fwd.assign(flops=kernel_flops(fwd).to_numpy(float), attention=_matches(ATTENTION_CORE, fwd["type"], fwd["name"]))
+    return fwd, None
+
+
+_SCALE = {"dur_us": 1e3, "flops": FLOPS_PER_TFLOPS}  # us -> ms, FLOP -> TFLOP
+
+
+def _per_step(ctx: Context, col: str, attention_only: bool) -> Value:
+    fwd, why = forward_kernels(ctx)
+    if fwd is None:
+        return Value(None, reason=why)
+    f = fwd[fwd["attention"].to_numpy(bool)] if attention_only else fwd
+    steps = fwd.groupby("rank")["step"].nunique()
+    per: dict[int, float | str | None] = {}
+    for r, n in steps.items():
+        g = f[(f["rank"] == r).to_numpy(bool)]
+        if col == "flops" and len(g) and g["flops"].isna().all():
+            per[int(r)] = None
+            continue
+        per[int(r)] = float(np.nansum(g[col].to_numpy(float))) / max(1, int(n)) / _SCALE[col]
+    vals = [float(v) for v in per.values() if v is not None]
+    if not vals:
+        return Value(None, per, "no forward kernel with a FLOPs formula and shapes (Level0 capture, or unknown op types)")
+    return Value(max(vals), per)
+
+
+@metric(
+    "recompute_full_cost_ms",
+    "ms",
+    "What full recomputation costs per step: one more forward pass, the forward kernels' time per step (kernels "
+    "before the step's first backward kernel), max over ranks",
+    "kernels: start, duration, names (Grad / Backprop / backward)",
+    reads=Reads(tables=("kernels",)),
+)
+def _recompute_full_cost_ms(ctx: Context) -> Value:
+    return _per_step(ctx, "dur_us", attention_only=False)
+
+
+@metric(
+    "recompute_full_cost_tflop",
+    "TFLOP",
+    "The forward FLOPs per step (in TFLOP) that full recomputation runs again (kernel shapes, metrics/flops.py), max over ranks",
+    "kernels: shapes of the forward kernels",
+    reads=Reads(tables=("kernels",)),
+)
+def _recompute_full_cost_tflop(ctx: Context) -> Value:
+    return _per_step(ctx, "flops", attention_only=False)
+
+
+@metric(
+    "recompute_selective_cost_ms",
+    "ms",
+    "What selective recomputation of attention costs per step: the attention-core forward kernels' time, max over ranks",
+    "kernels: forward kernels whose name or type is attention's core (softmax, flash attention, batched matmul)",
+    reads=Reads(tables=("kernels",)),
+)
+def _recompute_selective_cost_ms(ctx: Context) -> Value:
+    return _per_step(ctx, "dur_us", attention_only=True)
+
+
+# ---- the peak against the device's capacity ---------------------------------------------------
+
+
+def peak_per_rank(ctx: Context) -> dict[int, float | None]:
+    """Per rank, the peak compared with capacity: the device footprint's where recorded, else the
+    framework pool's reserved peak."""
+    out: dict[int, float | None] = {}
+    for r, g in framework_rows(ctx).items():
+        v = g["reserved_mb"].max()
+        out[r] = None if pd.isna(v) else float(v)
+    for r, p in device_peaks(ctx).items():
+        out[r] = float(p["total_mb"])
+    return out
+
+
+@metric(
+    "memory_peak_mb",
+    "MB",
+    "The peak memory_peak_share compares with capacity: the device footprint's peak where recorded "
+    "(memory_device_peak_mb), else the framework pool's peak reserved memory; max over ranks",
+    "memory: npu_module_mem / memory_record APP, else memory_record (*+GE, else PTA/MindSpore)",
+)
+def _memory_peak_mb(ctx: Context) -> Value:
+    per: dict[int, float | str | None] = dict(peak_per_rank(ctx))
+    vals = [float(v) for v in per.values() if v is not None]
+    if not vals:
+        return Value(None, per, _NO_DEVICE)
+    return Value(max(vals), per)
+
+
+@metric(
+    "memory_peak_share",
+    "ratio",
+    "Peak memory over device memory, max over ranks: the device footprint (npu_module_mem, else memory_record "
+    "APP) where recorded, else the framework pool's peak reserved memory (memory_peak_basis says which); "
+    "above 1 as measured",
+    "memory_peak_mb / memory_capacity_gb",
+    given=_capacity,
+)
+def _memory_peak_share(ctx: Context, gb: float) -> Value:
+    per: dict[int, float | str | None] = {r: (None if v is None else v / (gb * MB_PER_GB)) for r, v in peak_per_rank(ctx).items()}
+    vals = [float(v) for v in per.values() if v is not None]
+    if not vals:
+        return Value(None, per, _NO_DEVICE)
+    return Value(max(vals), per)
