@@ -240,8 +240,9 @@ def _exit_for(report: dict[str, Any], fail_on: str | None) -> int:
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("--fail-on", type=click.Choice(["warning", "critical"]), default=None, help="Exit 1 when a finding of this severity or worse exists.")
 @click.option("--baseline", "baseline_name", default=None, metavar="NAME", help="Compare with a saved baseline (msdiag baseline save).")
+@click.option("--verbose", is_flag=True, help="Text: every rule that could not check and every metric not measured, by name.")
 @analysis_options
-def analyze(path: str, fmt: str, fail_on: str | None, baseline_name: str | None, **kw: Any) -> None:
+def analyze(path: str, fmt: str, fail_on: str | None, baseline_name: str | None, verbose: bool, **kw: Any) -> None:
     """Analyze a profiler capture (a rank folder or a folder of ranks) or a request timing log: verdict, findings, figures."""
     from msdiag.contract import build
 
@@ -259,7 +260,7 @@ def analyze(path: str, fmt: str, fail_on: str | None, baseline_name: str | None,
     else:
         from msdiag.report.text import render
 
-        click.echo(render(report), nl=False)
+        click.echo(render(report, verbose), nl=False)
         if saved is not None:
             from msdiag.report.diff_text import render_section
 
@@ -483,7 +484,8 @@ def rules_explain(rule_id: str, rules_dirs: tuple[str, ...], **kw: Any) -> None:
         click.echo("")
     click.echo("Fixes:")
     for s in r.suggestions:
-        click.echo(f"  - {s['action']}")
+        fw = s.get("framework", "any")
+        click.echo(f"  - {'' if fw == 'any' else f'[{fw}] '}{s['action']}")
         if s.get("api"):
             click.echo(f"    API: {s['api']}")
         if s.get("snippet"):
