@@ -495,6 +495,64 @@ def rules_explain(rule_id: str, rules_dirs: tuple[str, ...], **kw: Any) -> None:
         click.echo(f"Reference: {ref}")
 
 
+# ---- the metric registry (msdiag/metrics/registry.py) ----------------------------------------
+
+
+@main.group()
+def metrics() -> None:
+    """The metrics msdiag computes (generated from the registry: id, unit, doc, source)."""
+
+
+def _metric_uses() -> dict[str, list[str]]:
+    """Metric id -> the ids of the built-in rules that read it."""
+    from msdiag.rules.loader import load_rules
+
+    uses: dict[str, list[str]] = {}
+    for r in load_rules(()).values():
+        for mid in sorted(r.metrics()):
+            uses.setdefault(mid, []).append(r.id)
+    return uses
+
+
+@metrics.command("list")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+def metrics_list(fmt: str) -> None:
+    """List every metric with its unit and what it measures."""
+    from msdiag.metrics.registry import all_metrics
+
+    reg = all_metrics()
+    if fmt == "json":
+        uses = _metric_uses()
+        out = [
+            {"id": m.id, "unit": m.unit, "doc": m.doc, "source": m.source, "params": list(m.params), "rules": uses.get(m.id, [])}
+            for m in sorted(reg.values(), key=lambda m: m.id)
+        ]
+        click.echo(json.dumps(out, indent=1))
+        return
+    for m in sorted(reg.values(), key=lambda m: m.id):
+        click.echo(f"{m.id:<36} {m.unit:<10} {m.doc.split('; ')[0]}")
+
+
+@metrics.command("explain")
+@click.argument("metric_id")
+def metrics_explain(metric_id: str) -> None:
+    """Explain one metric: what it measures, its unit, where it comes from, the rules that read it."""
+    from msdiag.metrics.registry import all_metrics
+
+    reg = all_metrics()
+    if metric_id not in reg:
+        click.echo(f"msdiag: error: no metric '{metric_id}' (see: msdiag metrics list)", err=True)
+        sys.exit(EXIT_ERROR)
+    m = reg[metric_id]
+    click.echo(f"{m.id} ({m.unit})\n\n{m.doc}\n\nSource: {m.source}")
+    if m.reads.tables:
+        click.echo(f"Reads the tables: {', '.join(m.reads.tables)}")
+    if m.params:
+        click.echo(f"Cuts at the rule parameters (--set): {', '.join(m.params)}")
+    rules_of = _metric_uses().get(m.id)
+    click.echo(f"Read by the rules: {', '.join(rules_of)}" if rules_of else "Read by no rule (reported only).")
+
+
 # ---- diff and baselines (msdiag/diff.py, msdiag/baseline.py) --------------------------------
 
 
