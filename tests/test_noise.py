@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
-
 from conftest import SAMPLE_TRACES
+
 from msdiag.analysis import Analysis
 from msdiag.contract import build
 from msdiag.errors import RuleError

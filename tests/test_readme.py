@@ -12,8 +12,8 @@ from dataclasses import fields
 from typing import Any, Callable
 
 from click.testing import CliRunner
-
 from conftest import REPO, SAMPLE_TRACES
+
 from msdiag.analysis import Analysis
 from msdiag.cli import main
 from msdiag.contract import build
