@@ -72,8 +72,8 @@ def signed_pct(x: float | None, digits: int = 1) -> str:
 
 
 def pts(x: float) -> str:
-    """A change of a share in percentage points: 0.012 -> ``+1.2 pts``."""
-    return f"{100 * x:+.1f} pts"
+    """A change of a share in percentage points: 0.012 -> ``+1.2 pp`` (every share change is said in pp)."""
+    return f"{100 * x:+.1f} pp"
 
 
 def share(part: float | None, total: float | None) -> str:
