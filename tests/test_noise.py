@@ -166,3 +166,18 @@ def test_user_facing_text_cites_no_test_data() -> None:
         text = p.read_text(encoding="utf-8").lower()
         for phrase in ("corpus", "msdiag's own", "sample_traces"):
             assert phrase not in text, (p.name, phrase)
+
+
+def test_request_log_alone_says_no_capture_once(analysed: Callable[[str], Analysis]) -> None:
+    """A request log alone has no profiler capture: every capture rule and metric lacks that one thing, said
+    once; the log's own null metrics keep their reason (no SLO was given, so goodput is null: "no SLO given")."""
+    rep = build(analysed(str(SAMPLE_LOG)))
+    assert groups.skipped_rules(rep) == [(groups.NO_CAPTURE, [s["rule_id"] for s in rep["rules_skipped"]])]
+    absent = dict(groups.absent_metrics(rep))
+    details = rep["metric_details"]
+    for reason, ids in absent.items():
+        from_log = [m for m in ids if details[m]["source"].startswith("request log")]
+        assert (reason == groups.NO_CAPTURE) == (not from_log), reason
+    assert absent[groups.NO_CAPTURE] == [m for m, v in rep["metrics"].items() if v is None and not details[m]["source"].startswith("request log")]
+    text = render(rep)
+    assert text.count(groups.NO_CAPTURE) == 2  # once for the rules, once for the metrics

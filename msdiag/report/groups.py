@@ -12,6 +12,20 @@ from typing import Any
 
 #: Reason groups shown before "and N more: --verbose" in the text view.
 TEXT_GROUPS = 5
+#: rule ids named on one text line before the rest is counted
+TEXT_IDS = 6
+
+
+#: the one reason of every capture metric when the input is a request log alone
+NO_CAPTURE = "no profiler capture: a request log alone (msdiag analyze CAPTURE --requests LOG adds the capture)"
+
+
+def _why(report: dict[str, Any], metric: str | None, own: str) -> str:
+    """A null metric's reason as the report says it once: for a request log alone, every metric that is not
+    read from the log (its source) lacks the same thing, the capture, whatever its own reason names."""
+    alone = not report.get("ranks") and (report.get("capture") or {}).get("family") == "request_log"
+    source = str(((report.get("metric_details") or {}).get(metric or "") or {}).get("source") or "")
+    return NO_CAPTURE if alone and metric and not source.startswith("request log") else own
 
 
 def absent_metrics(report: dict[str, Any]) -> list[tuple[str, list[str]]]:
@@ -20,7 +34,7 @@ def absent_metrics(report: dict[str, Any]) -> list[tuple[str, list[str]]]:
     details = report.get("metric_details") or {}
     for mid, v in (report.get("metrics") or {}).items():
         if v is None:
-            reason = (details.get(mid) or {}).get("reason") or "not computed"
+            reason = _why(report, mid, (details.get(mid) or {}).get("reason") or "not computed")
             groups.setdefault(reason, []).append(mid)
     return sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))
 
@@ -36,7 +50,7 @@ def skipped_rules(report: dict[str, Any]) -> list[tuple[str, list[str]]]:
     for s in report.get("rules_skipped") or []:
         metric = s.get("metric")
         why = (details.get(metric) or {}).get("reason") if metric else None
-        reason = why or s.get("reason") or "skipped"
+        reason = _why(report, metric, why or s.get("reason") or "skipped")
         groups.setdefault(reason, []).append(s["rule_id"])
     return sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))
 

@@ -91,6 +91,13 @@ def _capped(lines: list[str], hidden: int, verbose: bool) -> list[str]:
     return [*lines[: groups.TEXT_GROUPS], f"  and {hidden} more: --verbose"]
 
 
+def _named(ids: list[str], verbose: bool) -> str:
+    """Rule ids of one reason: all of them, or the first few and how many (``--verbose`` names all)."""
+    if verbose or len(ids) <= groups.TEXT_IDS:
+        return ", ".join(ids)
+    return f"{len(ids)} rules ({', '.join(ids[: groups.TEXT_IDS - 1])}, ...)"
+
+
 def rules_status(report: dict[str, Any], verbose: bool = False) -> list[str]:
     """Rules that could not check (one line per missing input, naming the rules) apart from rules
     checked that found nothing (the negative results with what was found, then the quiet rules)."""
@@ -99,7 +106,7 @@ def rules_status(report: dict[str, Any], verbose: bool = False) -> list[str]:
     if skipped:
         n = sum(len(ids) for _, ids in skipped)
         out.append(f"\nCould not check ({n} rule(s), a metric they need is missing):")
-        lines = [f"  {', '.join(ids)}: {reason}" for reason, ids in skipped]
+        lines = [f"  {_named(ids, verbose)}: {reason}" for reason, ids in skipped]
         out.extend(_capped(lines, sum(len(ids) for _, ids in skipped[groups.TEXT_GROUPS:]), verbose))
     quiet, told = groups.checked_rules(report)
     if quiet or told:
