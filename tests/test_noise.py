@@ -6,6 +6,7 @@ Expectations are derived from the rule files and the raw captures, as each test'
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any, Callable
@@ -181,3 +182,21 @@ def test_request_log_alone_says_no_capture_once(analysed: Callable[[str], Analys
     assert absent[groups.NO_CAPTURE] == [m for m, v in rep["metrics"].items() if v is None and not details[m]["source"].startswith("request log")]
     text = render(rep)
     assert text.count(groups.NO_CAPTURE) == 2  # once for the rules, once for the metrics
+
+
+def test_analyze_verbose_names_every_group() -> None:
+    """`msdiag analyze --verbose` prints every reason group with its ids; without it the lists stop at the first
+    few with "and N more: --verbose" (the bundled sample lacks more inputs than the text shows by default)."""
+    from click.testing import CliRunner
+
+    from msdiag.cli import main
+
+    args = ["analyze", str(SAMPLE_TRACES / "train_small_cpu"), "--jobs", "1", "--no-cache", "--no-config"]
+    short = CliRunner().invoke(main, args)
+    full = CliRunner().invoke(main, [*args, "--verbose"])
+    assert short.exit_code == full.exit_code == 0, short.output
+    assert "more: --verbose" in short.output and "more: --verbose" not in full.output
+    rep = json.loads(CliRunner().invoke(main, [*args, "--format", "json"]).output)
+    body = full.output.split("Could not check", 1)[1]
+    assert all(s["rule_id"] in body for s in rep["rules_skipped"])
+    assert all(m in body for m, v in rep["metrics"].items() if v is None)
