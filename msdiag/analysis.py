@@ -19,6 +19,7 @@ from msdiag.metrics.breakdown import step_breakdown
 from msdiag.metrics.registry import Context, Value, compute_all, declared_params
 from msdiag.model import STEPS, Capture
 from msdiag.options import Options
+from msdiag.rules.advice import for_framework
 from msdiag.rules.engine import SEVERITY_RANK, evaluate, finding, verdict
 from msdiag.rules.loader import Rule, apply_overrides, load_rules
 from msdiag.units import US_PER_MS
@@ -44,6 +45,7 @@ class Analysis:
     verdict: dict[str, Any] = field(default_factory=dict)
     findings: list[dict[str, Any]] = field(default_factory=list)
     skipped: list[dict[str, Any]] = field(default_factory=list)
+    checked: list[dict[str, Any]] = field(default_factory=list)  # rules evaluated that found nothing (checked_rules)
     disabled: list[str] = field(default_factory=list)  # rule ids left out by --disable / config disable
     requests: Any = None  # the request log (msdiag.inference.requests.RequestLog), where one was given
     inference: dict[str, Any] = field(default_factory=dict)  # {"requests": summary, "phases": summary}
@@ -234,6 +236,8 @@ def analyze(path: str | Path, options: Options | None = None) -> Analysis:
     verdict, findings, skipped = diagnose(
         {k: v.value for k, v in metrics.items()}, rules, opts, {k: v.reason for k, v in metrics.items() if v.reason}
     )
+    skipped, checked = checked_rules(rules, opts, findings, skipped, metrics)
+    findings = for_framework(findings, identity.get("framework"))  # advice for the framework that ran
     on_repaired_data(verdict, cap)
     on_modelled_arrivals(verdict, findings, log)
     on_unmeasured_cause(verdict, metrics)
@@ -259,6 +263,7 @@ def analyze(path: str | Path, options: Options | None = None) -> Analysis:
         verdict=verdict,
         findings=findings,
         skipped=skipped,
+        checked=checked,
         disabled=list(opts.disable),
         cluster=views,
         requests=log,
@@ -338,7 +343,7 @@ def diagnose(
     fired.sort(key=lambda o: (-SEVERITY_RANK[o.severity or "info"], o.rule.category, o.rule.id))
     why = reasons or {}
     skipped = [
-        {"rule_id": o.rule.id, "reason": f"{o.reason}: {why[o.missing]}" if o.missing in why else o.reason}
+        {"rule_id": o.rule.id, "reason": f"{o.reason}: {why[o.missing]}" if o.missing in why else o.reason, "metric": o.missing}
         for o in outcomes
         if o.status == "skipped"
     ]
@@ -347,6 +352,33 @@ def diagnose(
         for na in f.get("not_available") or []:
             na["reason"] = why.get(na["metric"])
     return verdict(outcomes, values), findings, skipped
+
+
+def checked_rules(
+    rules: dict[str, Rule], opts: Options, findings: list[dict[str, Any]], skipped: list[dict[str, Any]],
+    metrics: dict[str, Value],
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Tell "could not check" from "checked, nothing found": (rules skipped, rules checked).
+
+    A rule that evaluated to false was checked; so was a rule skipped only because its metric is a
+    negative result (``Value.checked``: e.g. no rank stands out), which moves from the skipped list to
+    the checked one with that metric's reason. Each checked entry: {rule_id, reason (null when the
+    condition was simply not met)}. Disabled rules are in neither.
+    """
+    fired = {f["rule_id"] for f in findings}
+    truly: list[dict[str, Any]] = []
+    checked: dict[str, str | None] = {}
+    for s in skipped:
+        m = metrics.get(s.get("metric") or "")
+        if m is not None and m.checked:
+            checked[s["rule_id"]] = m.reason
+        else:
+            truly.append(s)
+    left = {s["rule_id"] for s in truly}
+    for rid in rules:
+        if rid not in opts.disable and rid not in fired and rid not in left:
+            checked.setdefault(rid, None)
+    return truly, [{"rule_id": rid, "reason": checked[rid]} for rid in sorted(checked)]
 
 
 def finite_or_none(x: Any) -> Any:

@@ -240,8 +240,9 @@ def _exit_for(report: dict[str, Any], fail_on: str | None) -> int:
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("--fail-on", type=click.Choice(["warning", "critical"]), default=None, help="Exit 1 when a finding of this severity or worse exists.")
 @click.option("--baseline", "baseline_name", default=None, metavar="NAME", help="Compare with a saved baseline (msdiag baseline save).")
+@click.option("--verbose", is_flag=True, help="Text: every rule that could not check and every metric not measured, by name.")
 @analysis_options
-def analyze(path: str, fmt: str, fail_on: str | None, baseline_name: str | None, **kw: Any) -> None:
+def analyze(path: str, fmt: str, fail_on: str | None, baseline_name: str | None, verbose: bool, **kw: Any) -> None:
     """Analyze a profiler capture (a rank folder or a folder of ranks) or a request timing log: verdict, findings, figures."""
     from msdiag.contract import build
 
@@ -259,7 +260,7 @@ def analyze(path: str, fmt: str, fail_on: str | None, baseline_name: str | None,
     else:
         from msdiag.report.text import render
 
-        click.echo(render(report), nl=False)
+        click.echo(render(report, verbose), nl=False)
         if saved is not None:
             from msdiag.report.diff_text import render_section
 
@@ -483,7 +484,8 @@ def rules_explain(rule_id: str, rules_dirs: tuple[str, ...], **kw: Any) -> None:
         click.echo("")
     click.echo("Fixes:")
     for s in r.suggestions:
-        click.echo(f"  - {s['action']}")
+        fw = s.get("framework", "any")
+        click.echo(f"  - {'' if fw == 'any' else f'[{fw}] '}{s['action']}")
         if s.get("api"):
             click.echo(f"    API: {s['api']}")
         if s.get("snippet"):
@@ -491,6 +493,64 @@ def rules_explain(rule_id: str, rules_dirs: tuple[str, ...], **kw: Any) -> None:
         click.echo(f"    Effect: {s['effect']}")
     for ref in r.references:
         click.echo(f"Reference: {ref}")
+
+
+# ---- the metric registry (msdiag/metrics/registry.py) ----------------------------------------
+
+
+@main.group()
+def metrics() -> None:
+    """The metrics msdiag computes (generated from the registry: id, unit, doc, source)."""
+
+
+def _metric_uses() -> dict[str, list[str]]:
+    """Metric id -> the ids of the built-in rules that read it."""
+    from msdiag.rules.loader import load_rules
+
+    uses: dict[str, list[str]] = {}
+    for r in load_rules(()).values():
+        for mid in sorted(r.metrics()):
+            uses.setdefault(mid, []).append(r.id)
+    return uses
+
+
+@metrics.command("list")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+def metrics_list(fmt: str) -> None:
+    """List every metric with its unit and what it measures."""
+    from msdiag.metrics.registry import all_metrics
+
+    reg = all_metrics()
+    if fmt == "json":
+        uses = _metric_uses()
+        out = [
+            {"id": m.id, "unit": m.unit, "doc": m.doc, "source": m.source, "params": list(m.params), "rules": uses.get(m.id, [])}
+            for m in sorted(reg.values(), key=lambda m: m.id)
+        ]
+        click.echo(json.dumps(out, indent=1))
+        return
+    for m in sorted(reg.values(), key=lambda m: m.id):
+        click.echo(f"{m.id:<36} {m.unit:<10} {m.doc.split('; ')[0]}")
+
+
+@metrics.command("explain")
+@click.argument("metric_id")
+def metrics_explain(metric_id: str) -> None:
+    """Explain one metric: what it measures, its unit, where it comes from, the rules that read it."""
+    from msdiag.metrics.registry import all_metrics
+
+    reg = all_metrics()
+    if metric_id not in reg:
+        click.echo(f"msdiag: error: no metric '{metric_id}' (see: msdiag metrics list)", err=True)
+        sys.exit(EXIT_ERROR)
+    m = reg[metric_id]
+    click.echo(f"{m.id} ({m.unit})\n\n{m.doc}\n\nSource: {m.source}")
+    if m.reads.tables:
+        click.echo(f"Reads the tables: {', '.join(m.reads.tables)}")
+    if m.params:
+        click.echo(f"Cuts at the rule parameters (--set): {', '.join(m.params)}")
+    rules_of = _metric_uses().get(m.id)
+    click.echo(f"Read by the rules: {', '.join(rules_of)}" if rules_of else "Read by no rule (reported only).")
 
 
 # ---- diff and baselines (msdiag/diff.py, msdiag/baseline.py) --------------------------------

@@ -133,7 +133,8 @@ def build(a: Analysis) -> dict[str, Any]:
         "metric_details": details,
         "verdict": a.verdict,
         "findings": a.findings,
-        "rules_skipped": a.skipped,
+        "rules_skipped": a.skipped,  # could not check: a metric a rule needs is missing
+        "rules_checked": a.checked,  # checked, nothing found: the condition was not met, or a negative result
         "checks": a.checks,
         "sources": [s.to_dict() for s in a.capture.sources],
         "notes": list(a.capture.notes),

@@ -389,6 +389,8 @@ def _kernel_diff(sb: dict[str, Any], sc: dict[str, Any], ranks: list[int], min_e
         "compared": True,
         "rank_steps": {"baseline": nb, "candidate": nc},
         "types": {"baseline": int(len(gb)), "candidate": int(len(gc)), "common": len(both)},
+        # the largest kernel types on either side, to draw baseline and candidate side by side
+        "top": sorted(rows, key=lambda r: -max(r["baseline_us_per_step"] or 0.0, r["candidate_us_per_step"] or 0.0))[:TOP_KERNELS],
         "slower": slower[:TOP_KERNELS],
         "faster": faster[:TOP_KERNELS],
         "new": new[:TOP_KERNELS],

@@ -72,8 +72,8 @@ def signed_pct(x: float | None, digits: int = 1) -> str:
 
 
 def pts(x: float) -> str:
-    """A change of a share in percentage points: 0.012 -> ``+1.2 pts``."""
-    return f"{100 * x:+.1f} pts"
+    """A change of a share in percentage points: 0.012 -> ``+1.2 pp`` (every share change is said in pp)."""
+    return f"{100 * x:+.1f} pp"
 
 
 def share(part: float | None, total: float | None) -> str:
@@ -164,3 +164,26 @@ def wait_phrases(metrics: dict[str, Any]) -> list[str]:
             f"{metrics['uncaptured_wait_ms_per_step']:.1f} ms per step"
         )
     return out
+
+
+#: a suggestion's ``framework`` as a reader names it
+FRAMEWORK_NAMES = {"mindspore": "MindSpore", "torch_npu": "torch_npu"}
+
+
+def framework_key(name: Any) -> str | None:
+    """The capture's framework as a suggestion names it (mindspore / torch_npu), None when unknown."""
+    text = str(name or "").lower()
+    if "torch" in text:
+        return "torch_npu"
+    if "mindspore" in text:
+        return "mindspore"
+    return None
+
+
+def framework_label(suggestion: dict[str, Any], capture_framework: Any) -> str:
+    """" (MindSpore)" for a suggestion meant for another framework than the capture's (or when the capture's
+    is unknown); "" for one meant for any framework or for the capture's own."""
+    fw = suggestion.get("framework") or "any"
+    if fw == "any" or fw == framework_key(capture_framework):
+        return ""
+    return f" ({FRAMEWORK_NAMES.get(fw, fw)})"

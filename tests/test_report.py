@@ -459,7 +459,7 @@ def test_number_formats() -> None:
     # MiB: 2048 MiB = 2.00 GB; 12.34 MiB stays MB
     assert (fmt.mib(2048), fmt.mib(12.34)) == ("2.00 GB", "12.3 MB")
     assert (fmt.pct(0.7386, 0), fmt.signed_pct(-0.05), fmt.signed_pct(None), fmt.pts(0.012)) == (
-        "74%", "-5.0%", "n/a", "+1.2 pts")
+        "74%", "-5.0%", "n/a", "+1.2 pp")  # share changes in percentage points, "pp" everywhere (issue 19)
     assert (fmt.share(25.0, 200.0), fmt.share(1.0, 0.0)) == ("12.5%", "-")
     assert (fmt.flop(3.2e12), fmt.flop(512.0)) == ("3.20 TFLOP", "512 FLOP")
     # ms: below 10 ms two decimals, from 10 s in seconds

@@ -540,7 +540,8 @@ _SLOW_RANK_SOURCE = "communication.json (elapse, synchronization); communication
 def _slow_rank(ctx: Context) -> Value:
     inst, slow, votes, why = _slow_rank_data(ctx)
     per = {r: float(v) for r, v in votes.items()}
-    return Value(slow, per, reason=why if slow is None else None)
+    # votes were cast over matched instances: a null is "no rank stands out", a negative result
+    return Value(slow, per, reason=why if slow is None else None, checked=slow is None and len(inst) > 0)
 
 
 @metric(
@@ -624,6 +625,7 @@ def _slow_link(ctx: Context, lb: pd.DataFrame) -> Value:
     return Value(
         None,
         per,
+        checked=True,  # every link was measured: none is slow enough to name
         reason=(
             f"no link below {cut:g} x its standard bandwidth (slowest: {_link_name(worst)} "
             f"on rank {int(worst['rank'])} at {worst['bandwidth_gbps']:.2f} GB/s = {worst['ratio']:.2f} x "

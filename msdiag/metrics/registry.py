@@ -35,6 +35,9 @@ class Value:
     value: float | int | str | None
     per_rank: Mapping[int, float | str | None] = field(default_factory=dict)
     reason: str | None = None  # why the value is null
+    # null as a negative result: the metric looked at the data and found nothing to name (no slow rank,
+    # no slow link); a rule on it was checked and found nothing, it did not lack data (rules_checked)
+    checked: bool = False
 
 
 @dataclass(frozen=True)

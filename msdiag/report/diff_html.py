@@ -10,6 +10,13 @@ from __future__ import annotations
 from typing import Any
 
 from msdiag import fmt
+from msdiag.report.diff_text import headline
+
+#: the breakdown shares drawn as one stacked bar per side, with the colour class of the report's charts
+BAR_PARTS = (
+    ("computing_share", "compute", "computing"), ("communication_exposed_share", "comm", "exposed communication"),
+    ("bubble_share", "bubble", "bubble"), ("free_share", "free", "free"),
+)  # fmt: skip
 
 JUDGEMENT_CLASS = {"improved": "better", "regressed": "worse", "better": "better", "worse": "worse"}
 
@@ -33,6 +40,45 @@ def _judged(j: dict[str, Any], label: str, unit: str) -> dict[str, str]:
         "p": f"{j['p_value']:.2g}",
         "n": f"{j['n_baseline']} vs {j['n_candidate']}",
     }
+
+
+def _bars(d: dict[str, Any]) -> list[dict[str, Any]]:
+    """Baseline and candidate step breakdowns as two stacked bars (segment widths in % of the step)."""
+    judged = {j["metric"]: j for j in d["breakdown"]}
+    out = []
+    for side, label in (("baseline", "baseline"), ("candidate", "this capture")):
+        segs = [
+            {"kind": kind, "label": name, "width": f"{100 * judged[m][side]:.2f}", "value": fmt.pct(judged[m][side])}
+            for m, kind, name in BAR_PARTS
+            if m in judged and judged[m][side] is not None and judged[m][side] > 0
+        ]
+        if segs:
+            out.append({"side": label, "segments": segs})
+    return out
+
+
+def _top_kernels(k: dict[str, Any]) -> list[dict[str, str]]:
+    """The largest kernel types of either side, baseline and candidate time per step side by side (bar widths
+    relative to the largest figure of the table)."""
+    rows = k.get("top") or [] if k.get("compared") else []
+    peak = max((max(r["baseline_us_per_step"] or 0.0, r["candidate_us_per_step"] or 0.0) for r in rows), default=0.0)
+    return [
+        {
+            "type": r["type"],
+            "baseline": fmt.us(r["baseline_us_per_step"]), "candidate": fmt.us(r["candidate_us_per_step"]),
+            "bw": f"{100 * (r['baseline_us_per_step'] or 0.0) / peak:.1f}" if peak else "0",
+            "cw": f"{100 * (r['candidate_us_per_step'] or 0.0) / peak:.1f}" if peak else "0",
+            "change": fmt.signed_pct(r["relative_change"]) if r.get("relative_change") is not None else "",
+        }
+        for r in rows
+    ]
+
+
+def lead(d: dict[str, Any]) -> dict[str, str]:
+    """The comparison's banner: its judgement as a badge and the one-line headline (diff_text.headline)."""
+    st = d.get("step_time") or {}
+    judgement = st.get("judgement") or "not judged"
+    return {"label": judgement.upper(), "text": headline(d).split(": ", 1)[1], "cls": JUDGEMENT_CLASS.get(judgement, "")}
 
 
 def context(d: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -80,6 +126,9 @@ def context(d: dict[str, Any] | None) -> dict[str, Any] | None:
         "baseline_path": str(b.get("path")),
         "saved_at": b.get("saved_at") or "",
         "headline": d["step_time"]["sentence"] if d.get("step_time") else "",
+        "lead": lead(d),
+        "bars": _bars(d),
+        "top_kernels": _top_kernels(k),
         "rows": rows,
         "metrics": metrics,
         "kernels": kernels,

@@ -21,6 +21,26 @@ def _judged(j: dict[str, Any], unit: str) -> str:
     )
 
 
+def headline(d: dict[str, Any]) -> str:
+    """The comparison in one line, first in every diff view:
+    "IMPROVED: step time -82.7% (95% CI -90.6..-73.0%, p = 0.0006)"."""
+    st = d.get("step_time")
+    if not st:
+        return "NOT JUDGED: the two captures have no step time in common to compare"
+    rel = fmt.signed_pct(st.get("relative_change"))
+    if st["judgement"] == "too few samples":
+        return (
+            f"TOO FEW SAMPLES: step time {rel} ({st['n_baseline']} against {st['n_candidate']} steps cannot be "
+            "told from run-to-run noise)"
+        )
+    ci = st.get("ci_relative")
+    ci_txt = f"{int(round(100 * st['ci_level']))}% CI {100 * ci[0]:+.1f}..{100 * ci[1]:+.1f}%, " if ci else ""
+    p = st["p_value"]
+    return f"{st['judgement'].upper()}: step time {rel} ({ci_txt}p = {p:.1g})" if p < 0.01 else (
+        f"{st['judgement'].upper()}: step time {rel} ({ci_txt}p = {p:.2g})"
+    )
+
+
 def _step_lines(d: dict[str, Any]) -> list[str]:
     out = []
     st = d.get("step_time")
@@ -38,9 +58,9 @@ def _breakdown_lines(d: dict[str, Any]) -> list[str]:
     if d["breakdown"]:
         out.append("\nBreakdown (share of the step; judged over the same per-step samples):")
         for j in d["breakdown"]:
-            pts = 100 * (j["candidate"] - j["baseline"])
             out.append(
-                f"  {j['metric']:<30} {100 * j['baseline']:6.1f}% -> {100 * j['candidate']:6.1f}% ({pts:+.1f} pts)  {j['judgement']}"
+                f"  {j['metric']:<30} {100 * j['baseline']:6.1f}% -> {100 * j['candidate']:6.1f}% "
+                f"({fmt.pts(j['candidate'] - j['baseline'])})  {j['judgement']}"
             )
     if d["per_rank_step_time"] and len(d["per_rank_step_time"]) > 1:
         out.append("\nMedian step time per rank (ranks both have):")
@@ -105,6 +125,10 @@ def _kernel_lines(d: dict[str, Any]) -> list[str]:
         f"\nKernel types (time per step over {k['rank_steps']['baseline']} vs {k['rank_steps']['candidate']} rank-steps; "
         f"{k['types']['common']} types in common):"
     )
+    out.append(f"  {'top types (time per step)':<34} {'baseline':>10}   {'candidate':>10}")
+    for r in k.get("top", [])[:5]:
+        change = f"  ({fmt.signed_pct(r['relative_change'])})" if r.get("relative_change") is not None else ""
+        out.append(f"  {r['type'][:34]:<34} {fmt.us(r['baseline_us_per_step']):>10} | {fmt.us(r['candidate_us_per_step']):>10}{change}")
     for title, key in (("slower", "slower"), ("faster", "faster")):
         for r in k[key][:5]:
             pc = f", per call {fmt.us(r['baseline_us_per_call'])} -> {fmt.us(r['candidate_us_per_call'])} ({fmt.signed_pct(r['relative_change_per_call'])})"
@@ -144,7 +168,7 @@ def _comm_and_gate_lines(d: dict[str, Any]) -> list[str]:
 
 def render(d: dict[str, Any]) -> str:
     """The full text view of a diff."""
-    out = [f"msdiag diff: baseline {_side(d['baseline'])}", f"          candidate {_side(d['candidate'])}", ""]
+    out = [headline(d), f"  baseline  {_side(d['baseline'])}", f"  candidate {_side(d['candidate'])}", ""]
     for section in (_step_lines, _breakdown_lines, _verdict_lines, _metric_lines, _kernel_lines, _comm_and_gate_lines):
         out += section(d)
     for n in d["notes"]:
@@ -161,11 +185,14 @@ def render_section(d: dict[str, Any]) -> str:
     """The short 'against baseline NAME' section appended to `msdiag analyze --baseline NAME`."""
     name = d["baseline"].get("saved_baseline") or d["baseline"]["label"]
     saved = f", saved {d['baseline']['saved_at']}" if d["baseline"].get("saved_at") else ""
-    out = [f"\nAgainst baseline {name} ({d['baseline'].get('path')}{saved}):"]
+    out = [f"\nAgainst baseline {name} ({d['baseline'].get('path')}{saved}): {headline(d)}"]
     out += ["  " + x for x in _step_lines(d)]
     for j in d["breakdown"]:
         if j["judgement"] in ("improved", "regressed"):
-            out.append(f"  {j['metric']}: {100 * j['baseline']:.1f}% -> {100 * j['candidate']:.1f}% ({j['judgement']})")
+            out.append(
+                f"  {j['metric']}: {100 * j['baseline']:.1f}% -> {100 * j['candidate']:.1f}% "
+                f"({fmt.pts(j['candidate'] - j['baseline'])}, {j['judgement']})"
+            )
     v = d["verdict"]
     if v["changed"]:
         out.append(f"  verdict: {v['baseline']['bottleneck']} -> {v['candidate']['bottleneck']}")

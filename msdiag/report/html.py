@@ -24,7 +24,7 @@ from msdiag import fmt
 from msdiag.analysis import Analysis
 from msdiag.contract import build
 from msdiag.report import charts as ch
-from msdiag.report import diff_html
+from msdiag.report import diff_html, groups
 from msdiag.report.partial import partial_lines
 from msdiag.resources import resource_dir
 
@@ -227,6 +227,7 @@ def _findings(report: dict[str, Any]) -> list[dict[str, Any]]:
                 "api": s.get("api") or "",
                 "snippet": (s.get("snippet") or "").rstrip("\n"),
                 "effect": s.get("effect") or "",
+                "label": fmt.framework_label(s, report["capture"].get("framework")).strip(" ()"),
             }
             for s in f.get("suggestions") or []
         ]
@@ -350,8 +351,11 @@ def context(a: Analysis, report: dict[str, Any] | None = None) -> dict[str, Any]
         ],
         "findings": [(sev, fs) for sev, fs in by_sev if fs],
         "finding_count": len(findings),
-        "skipped": [{"rule_id": s["rule_id"], "reason": s.get("reason") or ""} for s in r.get("rules_skipped") or []],
-        "metrics": _metrics(r),
+        # could not check (one row per missing input) apart from checked, nothing found (issue 19)
+        "skipped": [{"rules": ids, "reason": reason} for reason, ids in groups.skipped_rules(r)],
+        "checked": dict(zip(("quiet", "told"), groups.checked_rules(r))),
+        "metrics": [m for m in _metrics(r) if r["metrics"][m["id"]] is not None],
+        "metrics_absent": [{"reason": reason, "ids": ids} for reason, ids in groups.absent_metrics(r)],
         "checks": _checks(r),
         "notes": [str(n) for n in r.get("notes") or []]
         + [f"rank {x['rank']}: {n}" for x in r["ranks"] for n in x.get("notes") or []],

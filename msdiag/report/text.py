@@ -6,9 +6,11 @@ contract): identity, verdict, findings, inference, steps, ranks, cross-checks, a
 
 from __future__ import annotations
 
+import textwrap
 from typing import Any
 
 from msdiag import fmt
+from msdiag.report import groups
 from msdiag.report.inference_text import render_lines as inference_lines
 from msdiag.report.partial import partial_lines
 
@@ -87,13 +89,65 @@ def _findings(report: dict[str, Any]) -> list[str]:
         for f in findings:
             out.append(f"  [{f['severity']}] {f['rule_id']}: {f['message']}")
             for sg in f.get("suggestions") or []:
-                out.append(f"      fix: {sg['action']}")
+                out.append(f"      fix{fmt.framework_label(sg, report['capture'].get('framework'))}: {sg['action']}")
                 if sg.get("api"):
                     out.append(f"           {sg['api']}")
-    skipped = report.get("rules_skipped") or []
-    if skipped:
-        out.append(f"  ({len(skipped)} rule(s) skipped for missing data: " + "; ".join(f"{x['rule_id']}: {x['reason']}" for x in skipped[:4]) + (" ..." if len(skipped) > 4 else "") + ")")
     return out
+
+
+def _wrapped(head: str, items: list[str]) -> list[str]:
+    """``head`` then the items comma-separated, wrapped at 100 columns under a 4-space indent."""
+    return textwrap.wrap(head + ", ".join(items), 100, subsequent_indent="    ", break_on_hyphens=False)
+
+
+def _capped(lines: list[str], hidden: int, verbose: bool) -> list[str]:
+    """The first groups.TEXT_GROUPS lines, then "and N more: --verbose" (all of them with --verbose)."""
+    if verbose or len(lines) <= groups.TEXT_GROUPS:
+        return lines
+    return [*lines[: groups.TEXT_GROUPS], f"  and {hidden} more: --verbose"]
+
+
+def _named(ids: list[str], verbose: bool) -> str:
+    """Rule ids of one reason: all of them, or the first few and how many (``--verbose`` names all)."""
+    if verbose or len(ids) <= groups.TEXT_IDS:
+        return ", ".join(ids)
+    return f"{len(ids)} rules ({', '.join(ids[: groups.TEXT_IDS - 1])}, ...)"
+
+
+def rules_status(report: dict[str, Any], verbose: bool = False) -> list[str]:
+    """Rules that could not check (one line per missing input, naming the rules) apart from rules
+    checked that found nothing (the negative results with what was found, then the quiet rules)."""
+    out: list[str] = []
+    skipped = groups.skipped_rules(report)
+    if skipped:
+        n = sum(len(ids) for _, ids in skipped)
+        out.append(f"\nCould not check ({n} rule(s), a metric they need is missing):")
+        lines = [f"  {_named(ids, verbose)}: {reason}" for reason, ids in skipped]
+        out.extend(_capped(lines, sum(len(ids) for _, ids in skipped[groups.TEXT_GROUPS:]), verbose))
+    quiet, told = groups.checked_rules(report)
+    if quiet or told:
+        out.append(f"\nChecked, nothing found ({len(quiet) + len(told)} rule(s)):")
+        out.extend(f"  {rid}: {why}" for rid, why in told)
+        if quiet:
+            out.extend(_wrapped("  condition not met: ", quiet))
+    return out
+
+
+def not_measured(report: dict[str, Any], verbose: bool = False) -> list[str]:
+    """Null metrics, one collapsed line per reason (their ids with --verbose; the JSON has each)."""
+    absent = groups.absent_metrics(report)
+    if not absent:
+        return []
+    n = sum(len(ids) for _, ids in absent)
+    out = [f"\nNot measured ({n} of {len(report.get('metrics') or {})} metrics, by reason):"]
+    lines: list[str] = []
+    for reason, ids in absent:
+        lines.append(f"  {len(ids):>3}: {reason}")
+        if verbose:
+            lines.extend(_wrapped("       ", ids))
+    if verbose:
+        return out + lines
+    return out + _capped(lines, sum(len(ids) for _, ids in absent[groups.TEXT_GROUPS:]), verbose)
 
 
 def _steps(report: dict[str, Any]) -> list[str]:
@@ -186,11 +240,13 @@ def _absent(report: dict[str, Any]) -> list[str]:
     return out
 
 
-def render(report: dict[str, Any]) -> str:
-    """The text view of a report object."""
+def render(report: dict[str, Any], verbose: bool = False) -> str:
+    """The text view of a report object (``verbose``: every rule and metric group, with their ids)."""
     out: list[str] = []
     for section in (_identity, _verdict, why_lines, _findings, inference_lines, _steps, _ranks, _checks, _absent):
         out.extend(section(report))
+    out.extend(rules_status(report, verbose))
+    out.extend(not_measured(report, verbose))
     for n in report.get("notes", []):
         out.append(f"note: {n}")
     return "\n".join(out) + "\n"

@@ -39,7 +39,9 @@ RULE_KEYS = {
 }
 REQUIRED = ("id", "name", "category", "severity", "summary", "condition", "message", "suggestions", "docs", "cases")
 PARAM_KEYS = {"default", "unit", "bounds", "doc"}
-SUGGESTION_KEYS = {"when", "action", "api", "snippet", "effect"}
+SUGGESTION_KEYS = {"when", "framework", "action", "api", "snippet", "effect"}
+#: what a suggestion applies to (``framework:``, default any): a capture gets its own framework's advice
+FRAMEWORKS = ("mindspore", "torch_npu", "any")
 DOCS_KEYS = {"why", "how", "false_positives"}
 VERDICT_KEYS = {"bottleneck", "cost"}
 CASE_KEYS = {"name", "metrics", "expect", "set"}
@@ -337,6 +339,8 @@ def parse_rule(path: Path, metrics: set[str]) -> Rule:
         for k in ("api", "snippet"):
             if k in s and not isinstance(s[k], str):
                 raise RuleError(path, f"suggestions[{i}].{k} must be text", _line(s, k))
+        if s.setdefault("framework", "any") not in FRAMEWORKS:
+            raise RuleError(path, f"suggestions[{i}].framework must be one of {', '.join(FRAMEWORKS)}", _line(s, "framework"))
     _keys(d["docs"], DOCS_KEYS, "docs", path)
     for k in DOCS_KEYS:
         _text(d["docs"], k, path, "docs")
