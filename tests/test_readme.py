@@ -27,12 +27,16 @@ from msdiag.rules.loader import load_rules
 # Field names of the input formats the README documents (not msdiag's names): the request log's own
 # fields and vLLM's benchmark result keys (inference/requests.py), the profiler's export_type option,
 # profiler_metadata.json's parallel_group_info, trace_view.json's python_function events; and
-# baseline_diff, the key `analyze --baseline` adds to the report.
+# baseline_diff, the key `analyze --baseline` adds to the report; vLLM's request_rate and max_concurrency;
+# the profiler's memory_record.csv and npu_module_mem.csv.
 INPUT_FIELDS = {
     "arrival_s", "first_token_s", "finish_s", "token_times_s", "request_id", "batch_size",
     "input_lens", "output_lens", "start_times", "export_type", "parallel_group_info", "python_function",
-    "baseline_diff",
+    "baseline_diff", "request_rate", "max_concurrency", "memory_record", "npu_module_mem",
 }
+# keys of the JSON report that appear only when they apply: a finding's `not_available` (a corroborating
+# metric missing, rules/engine.py)
+OPTIONAL_KEYS = {"not_available"}
 NAME = re.compile(r"`([a-z][a-z0-9]*(?:[_-][a-z0-9]+)+)`")
 
 
@@ -50,7 +54,7 @@ def _keys(o: Any, out: set[str]) -> set[str]:
 def test_readme_names_exist(analysed: Callable[[str], Analysis]) -> None:
     """Report keys from a training capture and a request log (between them every top-level section is filled)."""
     rules = load_rules(())
-    known = set(all_metrics()) | set(rules) | INPUT_FIELDS | set(TABLES)
+    known = set(all_metrics()) | set(rules) | INPUT_FIELDS | OPTIONAL_KEYS | set(TABLES)
     known |= {p for r in rules.values() for p in r.params}
     known |= {f.name for f in fields(Options)} | {c.id for c in CAUSES} | set(CAUSE_CATEGORY)
     for name in ("level1", str(SAMPLE_TRACES / "serve_load" / "requests_rate50.jsonl")):
