@@ -116,6 +116,8 @@ def build(a: Analysis) -> dict[str, Any]:
         "metric_details": details,
         "verdict": a.verdict,
         "findings": a.findings,
+        "plan": a.plan,  # the findings ordered by saving, cumulative step time after (msdiag/plan.py)
+        "goals": a.goals,  # each --goal: now, gap, met / reachable (the plan prefix) / not_reachable / unknown
         "rules_skipped": a.skipped,
         "checks": a.checks,
         "sources": [s.to_dict() for s in a.capture.sources],
