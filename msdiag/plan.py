@@ -114,31 +114,59 @@ def _ttft_after(log: Any) -> dict[str, Any]:
     """TTFT percentiles with each request's queueing removed (what a prefill of its prompt costs)."""
     from msdiag.inference import latency as lat
 
-    r = log.requests
-    ttft = r["ttft_ms"].to_numpy(dtype=float).copy()
+    ttft = log.requests["ttft_ms"].to_numpy(dtype=float).copy()
     try:
         mask = lat._prompt_mask(log)
         ttft[mask] = ttft[mask] - lat.queueing_ms(log)
     except lat.Unavailable as e:
         return {"ttft_p50_ms_after": None, "ttft_p99_ms_after": None, "reason": str(e)}
     v = ttft[np.isfinite(ttft)]
-    return {"ttft_p50_ms_after": float(np.percentile(v, 50)), "ttft_p99_ms_after": float(np.percentile(v, 99))}
+    return {"ttft_p50_ms_after": float(np.percentile(v, 50)), "ttft_p99_ms_after": float(np.percentile(v, 99)),
+            "how": "each request's TTFT less its queueing (TTFT minus what a prefill of its prompt costs)"}
+
+
+def _tpot_after(log: Any) -> dict[str, Any]:
+    """TPOT percentiles of the requests that decoded at or below the cap: the 75th percentile of batch sizes."""
+    r = log.requests
+    keep = r["batch_size"].notna() & r["tpot_ms"].notna()
+    b = r.loc[keep, "batch_size"].to_numpy(dtype=float)
+    t = r.loc[keep, "tpot_ms"].to_numpy(dtype=float)
+    if len(b) < 5:
+        return {"tpot_p50_ms_after": None, "tpot_p99_ms_after": None, "reason": "fewer than 5 requests with both batch_size and a TPOT"}
+    cap = float(np.percentile(b, 75))
+    v = t[b <= cap]
+    return {"tpot_p50_ms_after": float(np.percentile(v, 50)), "tpot_p99_ms_after": float(np.percentile(v, 99)),
+            "decode_batch_cap": cap,
+            "how": f"the TPOT of the requests that decoded in batches of at most {cap:g} (the 75th percentile), as if "
+                   "the batch were capped there; fewer sequences per step lower the throughput, which is not projected"}
 
 
 def _request_projection(rule: Rule, metrics: dict[str, Any], log: Any) -> dict[str, Any]:
-    """An inference finding's projection: TTFT percentiles with queueing removed."""
-    assumes = str((rule.projection or {}).get("assumes", "the requests no longer wait")).rstrip(".")
-    out: dict[str, Any] = {"kind": "bound", "removes": list((rule.projection or {})["removes"]),
-                           "ttft_p50_ms": metrics.get("ttft_p50_ms"), "ttft_p99_ms": metrics.get("ttft_p99_ms")}
+    """An inference finding's projection: TTFT percentiles with queueing removed, or TPOT with the batch capped."""
+    p = rule.projection or {}
+    assumes = str(p.get("assumes", "the requests no longer wait")).rstrip(".")
+    col = "ttft" if "queueing" in p["removes"] else "tpot"
+    out: dict[str, Any] = {"kind": "bound" if col == "ttft" else "estimate", "removes": list(p["removes"]),
+                           f"{col}_p50_ms": metrics.get(f"{col}_p50_ms"), f"{col}_p99_ms": metrics.get(f"{col}_p99_ms")}
     if log is None:
-        out.update(ttft_p50_ms_after=None, ttft_p99_ms_after=None, assumptions="Cannot tell: no request log.")
+        out.update({f"{col}_p50_ms_after": None, f"{col}_p99_ms_after": None, "assumptions": "Cannot tell: no request log."})
         return out
-    after = _ttft_after(log)
-    reason = after.pop("reason", None)
+    after = _ttft_after(log) if col == "ttft" else _tpot_after(log)
+    reason, how = after.pop("reason", None), after.pop("how", "")
     out.update(after)
-    out["assumptions"] = (f"Cannot tell: {reason}." if reason else
-                          f"Each request's TTFT less its queueing (TTFT minus what a prefill of its prompt costs): {assumes}.")
+    out["assumptions"] = f"Cannot tell: {reason}." if reason else f"{how[0].upper()}{how[1:]}: {assumes}."
     return out
+
+
+def _request_items(requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The inference plan: each fix with the TTFT / TPOT percentiles after it and the ones before it
+    (queueing and the decode batch act on different latencies: each keeps the latest figure)."""
+    items: list[dict[str, Any]] = []
+    now: dict[str, Any] = {}
+    for f in requests:
+        now.update({k: v for k, v in f["projection"].items() if k.endswith("_ms_after") and v is not None})
+        items.append({"rule_id": f["rule_id"], **now})
+    return items
 
 
 def _plan_items(order: list[tuple[dict[str, Any], Rule]], base: _Base) -> list[dict[str, Any]]:
@@ -184,8 +212,7 @@ def project(ctx: Context, metrics: dict[str, Value], findings: list[dict[str, An
         "throughput": {m: values[m] for m in THROUGHPUT_METRICS if values.get(m) is not None},
         "items": items,
         "step_time_us_after": items[-1]["step_time_us_after"] if items else base.step_us,
-        "requests": [{"rule_id": f["rule_id"], "ttft_p50_ms_after": f["projection"]["ttft_p50_ms_after"],
-                      "ttft_p99_ms_after": f["projection"]["ttft_p99_ms_after"]} for f in requests],
+        "requests": _request_items(requests),
     }
 
 
@@ -200,10 +227,10 @@ def _now(name: str, metrics: dict[str, Any]) -> tuple[str | None, float | None]:
 
 def _projected(name: str, plan: dict[str, Any]) -> list[tuple[list[str], float]]:
     """The goal's figure after each prefix of the plan: (rule ids applied, figure); empty when the
-    listed fixes do not move it (memory, TPOT)."""
+    listed fixes do not move it (memory)."""
     out: list[tuple[list[str], float]] = []
     ids: list[str] = []
-    rows = plan.get("requests", []) if name == "ttft-p99-ms" else plan.get("items", [])
+    rows = plan.get("requests", []) if name in ("ttft-p99-ms", "tpot-p99-ms") else plan.get("items", [])
     for it in rows:
         ids = [*ids, it["rule_id"]]
         if name == "step-ms":
@@ -213,8 +240,8 @@ def _projected(name: str, plan: dict[str, Any]) -> list[tuple[list[str], float]]
             v = it.get("mfu_after")
         elif name == "tokens-per-s":
             v = next(iter((it.get("throughput_after") or {}).values()), None)
-        elif name == "ttft-p99-ms":
-            v = it.get("ttft_p99_ms_after")
+        elif name in ("ttft-p99-ms", "tpot-p99-ms"):
+            v = it.get(f"{name[:4]}_p99_ms_after")
         else:
             v = None
         if v is not None:

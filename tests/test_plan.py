@@ -186,3 +186,41 @@ def test_inference_queueing_projects_ttft(analysed: Analysed) -> None:
 
 
 
+
+
+def test_diff_checks_the_candidate_against_the_goal() -> None:
+    # the sample capture's median step is 335.4 ms: 250 ms is missed today (exit 1 with --fail-on-goal), 400 ms met
+    sample = str(SAMPLE_TRACES / "train_small_cpu")
+    r = CliRunner().invoke(main, ["diff", sample, sample, "--no-cache", "--jobs", "1", "--goal", "step-ms=250", "--fail-on-goal"])
+    assert r.exit_code == 1, r.output
+    assert "Candidate:\nGoal step-ms <= 250.0 ms: now 335.4 ms" in r.output
+    r = CliRunner().invoke(main, ["diff", sample, sample, "--no-cache", "--jobs", "1", "--goal", "step-ms=400", "--fail-on-goal"])
+    assert r.exit_code == 0, r.output
+
+
+def test_decode_batch_cap_projects_tpot(tmp_path: Path) -> None:
+    # A hand-made request log: 8 requests, one every second (no queueing), 5 tokens each, decoded in batches of
+    # 1, 1, 2, 2, 4, 4, 16, 16 with token gaps (= TPOT) of 10, 10, 10, 10, 12, 12, 60, 60 ms. The cap is the 75th
+    # percentile of the batch sizes, 7 (numpy's linear interpolation between 4 and 16); the requests at or below
+    # it have TPOT 10, 10, 10, 10, 12, 12: p50 10 ms, p99 12 ms (the two largest are both 12).
+    import json
+
+    from msdiag.analysis import analyze
+    from msdiag.options import Options
+
+    log = tmp_path / "requests.jsonl"
+    rows = [{"format": "msdiag-requests", "version": 1}]
+    for i, (b, gap) in enumerate(zip((1, 1, 2, 2, 4, 4, 16, 16), (10, 10, 10, 10, 12, 12, 60, 60))):
+        first = i + 0.05
+        times = [round(first + k * gap / 1000, 6) for k in range(5)]
+        rows.append({"request_id": f"r{i}", "arrival_s": float(i), "first_token_s": first, "finish_s": times[-1],
+                     "prompt_tokens": 16, "output_tokens": 5, "token_times_s": times, "batch_size": b})
+    log.write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf-8")
+    a = analyze(log, Options(jobs=1, goals=(("tpot-p99-ms", 20.0), ("tpot-p99-ms", 5.0))))
+    p = _finding(a, "inference-oversized-decode-batch")["projection"]
+    assert p["kind"] == "estimate" and p["decode_batch_cap"] == pytest.approx(7.0)
+    assert p["tpot_p50_ms_after"] == pytest.approx(10.0, abs=1e-3)
+    assert p["tpot_p99_ms_after"] == pytest.approx(12.0, abs=1e-3)
+    reach, miss = a.goals
+    assert reach["status"] == "reachable" and reach["fixes"][-1] == "inference-oversized-decode-batch"
+    assert miss["status"] == "not_reachable" and miss["projected"] == pytest.approx(12.0, abs=1e-3)

@@ -730,7 +730,7 @@ def plan_waterfall(a: Analysis) -> Chart:
         colours = [FREE, *([PLAN_SAVING] * (n - 2)), COMPUTE]
         ax.bar(x, (np.array(tops) - np.array(bottoms)) / div, 0.6, bottom=np.array(bottoms) / div, color=colours, linewidth=0)
         for xi, (t, b) in enumerate(zip(tops, bottoms)):
-            text = fmt.us(t) if xi in (0, n - 1) else f"-{fmt.us(t - b)}"
+            text = fmt.us(t) if xi in (0, n - 1) else (f"-{fmt.us(t - b)}" if t - b > 0 else "nothing new")
             ax.annotate(text, (xi, t / div), xytext=(0, 3), textcoords="offset points", ha="center", va="bottom", fontsize=7.5, color=INK)
         ax.set_xticks(x)
         ax.set_xticklabels(labels, rotation=0 if n <= 6 else 30, ha="center" if n <= 6 else "right", fontsize=8.5)

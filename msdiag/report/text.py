@@ -91,9 +91,15 @@ def plan_lines(report: dict[str, Any]) -> list[str]:
                    f"from {fmt.us(plan.get('step_time_us'))}:")
         for i, it in enumerate(items, 1):
             mfu = f", MFU {fmt.pct(it['mfu_after'])}" if it.get("mfu_after") is not None else ""
-            out.append(f"  {i}. {it['rule_id']:<24} -{fmt.us(it['adds_us_per_step']):>10}  ->  {fmt.us(it['step_time_us_after']):>10}{mfu}")
+            adds = it["adds_us_per_step"]
+            gain = f"-{fmt.us(adds):>10}" if adds else f"{'nothing new':>11}"  # its intervals are removed already
+            out.append(f"  {i}. {it['rule_id']:<24} {gain}  ->  {fmt.us(it['step_time_us_after']):>10}{mfu}")
+    if requests:
+        out.append("\nPlan for the requests (the latencies after each fix and the ones before it):")
     for r in requests:
-        out.append(f"  {r['rule_id']}: TTFT p50 {fmt.ms(r['ttft_p50_ms_after'])}, p99 {fmt.ms(r['ttft_p99_ms_after'])} with queueing removed")
+        figs = [f"{c.upper()} p50 {fmt.ms(r[f'{c}_p50_ms_after'])}, p99 {fmt.ms(r[f'{c}_p99_ms_after'])}"
+                for c in ("ttft", "tpot") if r.get(f"{c}_p99_ms_after") is not None]
+        out.append(f"  {r['rule_id']}: " + ("; ".join(figs) or "cannot tell (see the finding's projection)"))
     return out
 
 
