@@ -153,7 +153,7 @@ class Options:
             raise KeyError(f"rule parameter {key} is not resolved (is rule {rid} loaded?)") from None
 
     def as_dict(self) -> dict[str, Any]:
-        """The JSON ``options`` of the report; ``disable``, ``bandwidth_norms`` and ``config`` only when set."""
+        """The JSON ``options`` of the report; ``disable``, ``bandwidth_norms``, ``goal`` and ``config`` only when set."""
         out: dict[str, Any] = {
             "jobs": self.jobs,
             "peak_tflops": self.peak_tflops,

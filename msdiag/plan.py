@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from msdiag.metrics.projection import StepSets, removed_us, step_sets
+from msdiag.metrics.projection import TIMELINE_ONLY, StepSets, removed_us, step_sets, timed_steps
 from msdiag.metrics.registry import Context, Value
 from msdiag.model import REQUEST_KINDS, STEP_KINDS
 from msdiag.rules.loader import Rule
@@ -92,10 +92,13 @@ def _step_projection(rule: Rule, base: _Base) -> dict[str, Any]:
     assumes = str(p.get("assumes", "its intervals are gone from every step")).rstrip(".")
     out: dict[str, Any] = {"kind": "bound", "removes": removes, "steps": len(base.sets)}
     after, step = base.after(removes), base.step_us
-    if after is None or step is None:
+    unmeasured = [k for k in removes if k in TIMELINE_ONLY] if all(s.source == "columns" for s in base.sets) else []
+    if after is None or step is None or unmeasured:
+        why = (f"{', '.join(unmeasured)} is measured on a timeline's host lane, which these step rows do not have"
+               if unmeasured else "no step with a measured duration in the capture")
         out.update(saving_us_per_step=None, step_time_us_after=None, estimate_saving_us_per_step=None,
                    estimate_step_time_us_after=None, mfu_after=None, throughput_after={},
-                   assumptions="Cannot tell: no step with a measured duration in the capture.")
+                   assumptions=f"Cannot tell: {why}.")
         return out
     saving = step - after
     est, est_note = _estimate(rule, saving, base.metrics)
@@ -190,8 +193,12 @@ def _plan_items(order: list[tuple[dict[str, Any], Rule]], base: _Base) -> list[d
 def project(ctx: Context, metrics: dict[str, Value], findings: list[dict[str, Any]], rules: dict[str, Rule], log: Any) -> dict[str, Any]:
     """Add ``projection`` to every finding (null when its rule names no time) and return the ``plan``."""
     values = {k: v.value for k, v in metrics.items()}
-    sets = step_sets(ctx)
-    base = _Base(sets, np.array([s.total_us for s in sets], dtype=float), values)
+    fixes = [rules[f["rule_id"]].projection for f in findings if f["rule_id"] in rules]
+    if any(p and p["removes"][0] in STEP_KINDS for p in fixes):  # the intervals only when a fix removes some
+        sets = step_sets(ctx)
+        base = _Base(sets, np.array([s.total_us for s in sets], dtype=float), values)
+    else:
+        base = _Base([], timed_steps(ctx.steps)["total_us"].to_numpy(dtype=float), values)
     steps, requests = [], []
     for f in findings:
         rule = rules.get(f["rule_id"])
@@ -208,7 +215,7 @@ def project(ctx: Context, metrics: dict[str, Value], findings: list[dict[str, An
                    key=lambda x: (-x[0]["projection"]["saving_us_per_step"], x[0]["rule_id"]))
     items = _plan_items(order, base)
     return {
-        "step_time_us": base.step_us, "steps": len(sets), "mfu": values.get("mfu"),
+        "step_time_us": base.step_us, "steps": len(base.totals), "mfu": values.get("mfu"),
         "throughput": {m: values[m] for m in THROUGHPUT_METRICS if values.get(m) is not None},
         "items": items,
         "step_time_us_after": items[-1]["step_time_us_after"] if items else base.step_us,

@@ -224,3 +224,15 @@ def test_decode_batch_cap_projects_tpot(tmp_path: Path) -> None:
     reach, miss = a.goals
     assert reach["status"] == "reachable" and reach["fixes"][-1] == "inference-oversized-decode-batch"
     assert miss["status"] == "not_reachable" and miss["projected"] == pytest.approx(12.0, abs=1e-3)
+
+
+def test_data_wait_projection_from_step_rows_without_a_timeline(analysed: Analysed) -> None:
+    # MindSpore 1.x single rank: steps come from step_trace_raw (no timeline), so the data wait is the rows'
+    # data_wait_us (never more than their free_us): by hand, the median over the timed steps (warm-up out) of
+    # total_us - min(data_wait_us, free_us); the first step (40.0 ms, no wait) is faster, not warm-up, and counts too.
+    a = analysed("mindspore-legacy/single-rank")
+    s = a.steps[a.steps["total_us"].gt(0) & ~a.steps["warmup"].fillna(False)]
+    after = float(np.median(s["total_us"] - np.minimum(s["data_wait_us"].fillna(0.0), s["free_us"].fillna(0.0))))
+    p = _finding(a, "data-wait")["projection"]
+    assert p["step_time_us_after"] == pytest.approx(after)
+    assert "60 of 60 steps from their rows' totals (no timeline)" in p["assumptions"]

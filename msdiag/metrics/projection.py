@@ -34,7 +34,10 @@ from msdiag.metrics.causes import SYNC_PATTERN
 from msdiag.metrics.registry import Context
 from msdiag.model import STEP_KINDS, RankData
 
-__all__ = ["StepSets", "removed_us", "step_sets", "timed_steps"]
+__all__ = ["TIMELINE_ONLY", "StepSets", "removed_us", "step_sets", "timed_steps"]
+
+#: Kinds a step row's totals cannot give (they need the host lane of a timeline).
+TIMELINE_ONLY = ("host_sync",)
 
 _CACHE_KEY = "projection.step_sets"
 
