@@ -51,6 +51,8 @@ class Analysis:
     inference: dict[str, Any] = field(default_factory=dict)  # {"requests": summary, "phases": summary}
     cluster: dict[str, Any] = field(default_factory=dict)  # rank_table, link_heatmap (metrics/cluster.py)
     views: ChartViews | None = None  # what each chart draws (metrics/views.py), computed on first use
+    plan: dict[str, Any] = field(default_factory=dict)  # the findings ordered by saving (msdiag/plan.py)
+    goals: list[dict[str, Any]] = field(default_factory=list)  # each --goal: now, gap, the plan prefix reaching it
 
 
 # A rank's first step slower than this many times the median of its other steps is warm-up
@@ -241,6 +243,9 @@ def analyze(path: str | Path, options: Options | None = None) -> Analysis:
     on_repaired_data(verdict, cap)
     on_modelled_arrivals(verdict, findings, log)
     on_unmeasured_cause(verdict, metrics)
+    from msdiag import plan as planning
+
+    plan = planning.project(ctx, metrics, findings, rules, log)  # adds each finding's projection (issue 16)
     from msdiag.metrics import causes, cluster, collectives, device_memory
     from msdiag.metrics.views import ChartViews
 
@@ -269,6 +274,8 @@ def analyze(path: str | Path, options: Options | None = None) -> Analysis:
         requests=log,
         inference=inference.build(log, opts.slo_ttft_ms, opts.slo_tpot_ms, phases.phases_summary(ctx)),
         views=ChartViews(ctx, metrics, findings, identity.get("workload")),
+        plan=plan,
+        goals=planning.evaluate_goals(opts.goals, {k: v.value for k, v in metrics.items()}, plan),
     )
 
 

@@ -57,6 +57,22 @@ def _remember_debug(ctx: click.Context, _param: click.Parameter, value: bool) ->
     return value
 
 
+def _check_goals(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[tuple[str, float], ...]:
+    """--goal NAME=VALUE (repeatable), checked when given: a bad one is a usage error naming it."""
+    from msdiag.options import parse_goal
+
+    try:
+        return tuple(parse_goal(v) for v in value)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--goal") from None
+
+
+def _goal_exit(report: dict[str, Any], fail_on_goal: bool) -> int:
+    """1 with --fail-on-goal when a goal is not met now (reachable by the plan or not, or not measured)."""
+    missed = [g for g in report.get("goals") or [] if g["status"] != "met"]
+    return EXIT_FINDINGS if fail_on_goal and missed else EXIT_OK
+
+
 def analysis_options(f: Callable[..., Any]) -> Callable[..., Any]:
     """The options every command that analyzes accepts (analyze, report, diff)."""
     opts = [
@@ -84,6 +100,10 @@ def analysis_options(f: Callable[..., Any]) -> Callable[..., Any]:
                      help="Request timing log (msdiag JSONL/CSV or vLLM benchmark_serving JSON) analyzed with the capture."),
         click.option("--slo-ttft-ms", type=click.FloatRange(min=0, min_open=True), default=None, help="TTFT objective (ms) for goodput."),
         click.option("--slo-tpot-ms", type=click.FloatRange(min=0, min_open=True), default=None, help="TPOT objective (ms) for goodput."),
+        click.option("--goal", "goals", multiple=True, metavar="NAME=VALUE", callback=_check_goals,
+                     help="A goal the plan is checked against (repeatable): mfu=0.45, step-ms=850, tokens-per-s=N, "
+                          "memory-share=0.85, ttft-p99-ms=N, tpot-p99-ms=N."),
+        click.option("--fail-on-goal", is_flag=True, help="Exit 1 when the job misses a goal (--goal or the config's goal)."),
         click.option("--strict", is_flag=True,
                      help="Exit 2 when a rank is left out or a source failed (default: a note, and the rest is analysed)."),
         click.option("--debug", is_flag=True, callback=_remember_debug, expose_value=True, help="Show the traceback of an error."),
@@ -158,6 +178,7 @@ def _options(kw: dict[str, Any]) -> Any:
         "requests": kw.get("requests_log"),
         "slo_ttft_ms": kw.get("slo_ttft_ms"),
         "slo_tpot_ms": kw.get("slo_tpot_ms"),
+        "goals": tuple(kw.get("goals") or ()),
     }
     values = merged(_project_config(kw), given)
     try:
@@ -265,7 +286,7 @@ def analyze(path: str, fmt: str, fail_on: str | None, baseline_name: str | None,
             from msdiag.report.diff_text import render_section
 
             click.echo(render_section(report["baseline_diff"]), nl=False)
-    sys.exit(_exit_for(report, fail_on))
+    sys.exit(max(_exit_for(report, fail_on), _goal_exit(report, kw["fail_on_goal"])))
 
 
 def _inside(child: Path, folder: Path) -> bool:
@@ -323,7 +344,7 @@ def report(path: str, output: str, fail_on: str | None, baseline_name: str | Non
         _fail(e, kw["debug"])
         return
     click.echo(f"msdiag: wrote {out.resolve()}", err=True)
-    sys.exit(_exit_for(data, fail_on))
+    sys.exit(max(_exit_for(data, fail_on), _goal_exit(data, kw["fail_on_goal"])))
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -638,6 +659,10 @@ def diff(
         sb, lb, _ = _diff_side(baseline_arg, opts, kw["strict"])
         sc, lc, ac = _diff_side(candidate_arg, opts, kw["strict"])
         d = compare(sb, sc, lb, lc, min_effect=min_effect / 100.0, fail_on_regression=fail_on_regression, gate_metrics=ids)
+        if opts.goals:  # the candidate against the goals (a saved baseline's plan is read back from its report)
+            from msdiag.plan import evaluate_goals
+
+            d["goals"] = evaluate_goals(opts.goals, sc["report"].get("metrics") or {}, sc["report"].get("plan") or {})
         if report_path:
             out = _check_output(report_path, [Path(r["path"]) for s in (sb, sc) for r in s["report"]["ranks"] if r.get("path")])
             from msdiag.report.html import render as render_html
@@ -658,7 +683,13 @@ def diff(
         from msdiag.report.diff_text import render
 
         click.echo(render(d), nl=False)
-    sys.exit(EXIT_FINDINGS if d["gate"] and d["gate"]["failed"] else EXIT_OK)
+        from msdiag.report.text import goal_lines
+
+        lines = goal_lines(d)
+        if lines:
+            click.echo("\n".join(["", "Candidate:", *lines]))
+    gate = EXIT_FINDINGS if d["gate"] and d["gate"]["failed"] else EXIT_OK
+    sys.exit(max(gate, _goal_exit(d, kw["fail_on_goal"])))
 
 
 @main.group()

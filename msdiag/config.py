@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from msdiag.errors import LocatedError
-from msdiag.options import parse_bandwidth_norms
+from msdiag.options import parse_bandwidth_norms, parse_goal
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -231,6 +231,14 @@ def _norms(raw: Any, w: _Where) -> dict[str, float]:
         raise w.fail(str(e).removeprefix("bandwidth_norms: ")) from None
 
 
+def _goals(raw: Any, w: _Where) -> tuple[tuple[str, float], ...]:
+    """goal = ["mfu=0.45", "step-ms=850"]: each checked as --goal is (options.parse_goal)."""
+    try:
+        return tuple(parse_goal(g) for g in _texts(raw, w))
+    except ValueError as e:
+        raise w.fail(str(e)) from None
+
+
 @dataclass(frozen=True)
 class _Key:
     field: str  # the Options field it sets
@@ -251,6 +259,7 @@ KEYS: dict[str, _Key] = {
     "set": _Key("overrides", _overrides),
     "disable": _Key("disable", _texts),
     "bandwidth_norms": _Key("bandwidth_norms", _norms),
+    "goal": _Key("goals", _goals),
 }
 
 

@@ -133,6 +133,8 @@ def build(a: Analysis) -> dict[str, Any]:
         "metric_details": details,
         "verdict": a.verdict,
         "findings": a.findings,
+        "plan": a.plan,  # the findings ordered by saving, cumulative step time after (msdiag/plan.py)
+        "goals": a.goals,  # each --goal: now, gap, met / reachable (the plan prefix) / not_reachable / unknown
         "rules_skipped": a.skipped,  # could not check: a metric a rule needs is missing
         "rules_checked": a.checked,  # checked, nothing found: the condition was not met, or a negative result
         "checks": a.checks,

@@ -187,3 +187,18 @@ def framework_label(suggestion: dict[str, Any], capture_framework: Any) -> str:
     if fw == "any" or fw == framework_key(capture_framework):
         return ""
     return f" ({FRAMEWORK_NAMES.get(fw, fw)})"
+
+
+#: How each goal's figure reads (msdiag/plan.py GOALS): a share, milliseconds or tokens per second.
+_GOAL_UNITS = {"mfu": "share", "memory-share": "share", "step-ms": "ms", "ttft-p99-ms": "ms", "tpot-p99-ms": "ms",
+               "tokens-per-s": "tokens/s"}
+
+
+def goal_figure(name: str, x: Any) -> str:
+    """A goal's figure in its own unit: ``mfu`` 0.45 -> ``45.0%``, ``step-ms`` 850 -> ``850.0 ms``."""
+    unit = _GOAL_UNITS.get(name)
+    if unit == "share":
+        return pct(x)
+    if unit == "ms":
+        return ms(x)
+    return MISSING if _absent(x) else f"{plain(x)} {unit or ''}".rstrip()

@@ -20,6 +20,17 @@ import pandas as pd
 
 SCHEMA_VERSION = "1.0"
 
+#: What a fix can take out of a step, by name (a rule's ``projection.removes``; metrics/projection.py
+#: measures each per step as intervals of the step's span): communication compute does not hide, its
+#: pipeline receives, the device's idle time, the part of it the host waits on the dataset, the rest
+#: of it, and the part of it the host spends in a synchronisation.
+STEP_KINDS = ("exposed_communication", "bubble", "idle", "data_wait", "host_idle", "host_sync")
+#: What a fix can take out of a request (inference, from the request log): the wait before its prefill, and
+#: the slowdown of decoding in the largest batches (the decode batch capped).
+REQUEST_KINDS = ("queueing", "decode_batch")
+#: Estimate models a rule may name (``projection.estimate.model``) and the inputs each needs.
+ESTIMATE_MODELS: dict[str, tuple[str, ...]] = {"measured": ("metric",)}
+
 # dtypes used below
 INT = "Int64"  # nullable integer
 FLOAT = "float64"

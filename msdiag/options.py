@@ -54,6 +54,34 @@ def parse_bandwidth_norms(raw: Any) -> dict[str, float]:
     return out
 
 
+#: The goals ``--goal NAME=VALUE`` accepts (msdiag/plan.py reads each from its metric).
+GOAL_NAMES = ("mfu", "step-ms", "tokens-per-s", "memory-share", "ttft-p99-ms", "tpot-p99-ms")
+#: Goals that are ratios, given as fractions (0.45, not 45).
+RATIO_GOALS = ("mfu", "memory-share")
+
+
+def parse_goal(raw: Any) -> tuple[str, float]:
+    """A goal ``NAME=VALUE`` (or a (name, value) pair) -> (name, value); ValueError naming what is wrong."""
+    if isinstance(raw, (tuple, list)) and len(raw) == 2:
+        name, val = str(raw[0]), raw[1]
+    else:
+        name, sep, val = str(raw).partition("=")
+        if not sep:
+            raise ValueError(f"goal '{raw}' is not NAME=VALUE (names: {', '.join(GOAL_NAMES)})")
+    name = name.strip()
+    if name not in GOAL_NAMES:
+        raise ValueError(f"goal '{name}' is unknown (names: {', '.join(GOAL_NAMES)})")
+    try:
+        v = float(val)
+    except (TypeError, ValueError):
+        raise ValueError(f"goal {name}={val!r}: the value must be a number") from None
+    if not v > 0 or v != v or v == float("inf"):
+        raise ValueError(f"goal {name}={val!r}: the value must be a positive number")
+    if name in RATIO_GOALS and v > 1:
+        raise ValueError(f"goal {name}={val!r}: a share, between 0 and 1 (0.45 for 45%)")
+    return name, v
+
+
 def _positive(name: str, value: Any, integer: bool) -> Any:
     """``value`` as a positive int / float (None passes); ValueError naming the option otherwise."""
     if value is None:
@@ -92,6 +120,7 @@ class Options:
     requests: str | None = None  # a request timing log analyzed with the capture (--requests)
     slo_ttft_ms: float | None = None
     slo_tpot_ms: float | None = None
+    goals: tuple[tuple[str, float], ...] = ()  # --goal NAME=VALUE / config goal (msdiag/plan.py)
     config: str | None = None  # the project config file the options came from (msdiag/config.py)
     #: every rule's parameters after overrides, by rule id (filled by the analysis from the loaded rules)
     rule_params: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
@@ -110,6 +139,7 @@ class Options:
             "rules_dirs": tuple(str(d) for d in self.rules_dirs),
             "disable": tuple(dict.fromkeys(str(r) for r in self.disable)),
             "overrides": {str(k): str(v) for k, v in self.overrides.items()},
+            "goals": tuple(parse_goal(g) for g in self.goals),
         }
         for name, value in fix.items():
             object.__setattr__(self, name, value)
@@ -123,7 +153,7 @@ class Options:
             raise KeyError(f"rule parameter {key} is not resolved (is rule {rid} loaded?)") from None
 
     def as_dict(self) -> dict[str, Any]:
-        """The JSON ``options`` of the report; ``disable``, ``bandwidth_norms`` and ``config`` only when set."""
+        """The JSON ``options`` of the report; ``disable``, ``bandwidth_norms``, ``goal`` and ``config`` only when set."""
         out: dict[str, Any] = {
             "jobs": self.jobs,
             "peak_tflops": self.peak_tflops,
@@ -143,6 +173,8 @@ class Options:
             out["disable"] = list(self.disable)
         if self.bandwidth_norms:
             out["bandwidth_norms"] = dict(self.bandwidth_norms)
+        if self.goals:
+            out["goal"] = [f"{n}={v:g}" for n, v in self.goals]
         if self.config:
             out["config"] = self.config
         return out

@@ -758,6 +758,45 @@ def balance(a: Analysis) -> Chart:
     return _draw(ch, 2.6, paint, width_in=min(FIG_WIDTH_IN, 3.0 + 0.16 * n))
 
 
+# ---- the plan: a waterfall from today's step to the projected one (issue 16) ---------------------
+
+PLAN_SAVING = "#54A24B"  # the time a fix of the plan takes out of the step
+
+
+def plan_waterfall(a: Analysis) -> Chart:
+    """Today's median step, each fix of the plan taking its share out (intervals removed once), the projected step."""
+    ch = Chart("c-plan", "The plan: from today's step to the projected one",
+               "The most each fix could win per median step, in the plan's order: the time its intervals take out of "
+               "every step, an instant two fixes both remove counted once (a bound, not a promise).")
+    plan = a.plan or {}
+    items = [it for it in plan.get("items") or [] if it.get("step_time_us_after") is not None]
+    step = plan.get("step_time_us")
+    if not items or step is None:
+        return _absent(ch, "no finding names step time a fix could win: no plan")
+    div, unit = _time_unit(float(step))
+    labels = ["today", *(it["rule_id"] for it in items), "projected"]
+    tops = [float(step), *(float(it["step_time_us_after"]) + float(it["adds_us_per_step"] or 0.0) for it in items), float(items[-1]["step_time_us_after"])]
+    bottoms = [0.0, *(float(it["step_time_us_after"]) for it in items), 0.0]
+    n = len(labels)
+
+    def paint(fig: Figure) -> None:
+        ax = fig.add_subplot(1, 1, 1)
+        x = np.arange(n)
+        colours = [FREE, *([PLAN_SAVING] * (n - 2)), COMPUTE]
+        ax.bar(x, (np.array(tops) - np.array(bottoms)) / div, 0.6, bottom=np.array(bottoms) / div, color=colours, linewidth=0)
+        for xi, (t, b) in enumerate(zip(tops, bottoms)):
+            text = fmt.us(t) if xi in (0, n - 1) else (f"-{fmt.us(t - b)}" if t - b > 0 else "nothing new")
+            ax.annotate(text, (xi, t / div), xytext=(0, 3), textcoords="offset points", ha="center", va="bottom", fontsize=7.5, color=INK)
+        ax.set_xticks(x)
+        ax.set_xticklabels(labels, rotation=0 if n <= 6 else 30, ha="center" if n <= 6 else "right", fontsize=8.5)
+        ax.set_ylabel(f"step time ({unit})")
+        ax.set_ylim(0, float(step) / div * 1.15)
+        ax.yaxis.grid(True)
+        ax.set_axisbelow(True)
+
+    return _draw(ch, 2.8, paint, width_in=min(FIG_WIDTH_IN, 3.0 + 1.1 * n))
+
+
 # ---- all of them ---------------------------------------------------------------------------
 
 CHARTS: tuple[Callable[[Analysis], Chart], ...] = (

@@ -312,6 +312,17 @@ def environment() -> jinja2.Environment:
     )
 
 
+def _plan(a: Analysis, r: dict[str, Any]) -> dict[str, Any] | None:
+    """The plan's waterfall and the goals' lines (the text report's wording), or None without either."""
+    from msdiag.report.text import goal_lines
+
+    c = ch.plan_waterfall(a)
+    goals = goal_lines(r)
+    if c.svg is None and not goals:
+        return None
+    return {"title": c.title, "caption": c.caption, "svg": Markup(c.svg) if c.svg else None, "absent": c.absent, "goals": goals}
+
+
 def context(a: Analysis, report: dict[str, Any] | None = None) -> dict[str, Any]:
     """Everything the templates read, already formatted."""
     r = report if report is not None else build(a)
@@ -349,6 +360,7 @@ def context(a: Analysis, report: dict[str, Any] | None = None) -> dict[str, Any]
             }
             for c in charts
         ],
+        "plan": _plan(a, r),  # the waterfall at the top (issue 16), None without a plan
         "findings": [(sev, fs) for sev, fs in by_sev if fs],
         "finding_count": len(findings),
         # could not check (one row per missing input) apart from checked, nothing found (issue 19)

@@ -71,6 +71,56 @@ def _verdict(report: dict[str, Any]) -> list[str]:
     return out
 
 
+def _goal_line(g: dict[str, Any], details: dict[str, Any]) -> str:
+    """One goal: the target, where the job is, the gap, and the plan prefix that reaches it (or the best)."""
+    name = g["goal"]
+    head = f"Goal {name} {'>=' if g['better'] == 'higher' else '<='} {fmt.goal_figure(name, g['target'])}"
+    if g["status"] == "unknown":
+        why = (details.get(g["metric"]) or {}).get("reason")
+        return f"{head}: cannot tell, {g['metric']} is not measured" + (f" ({why})" if why else "")
+    now = f"now {fmt.goal_figure(name, g['now'])}"
+    if g["status"] == "met":
+        return f"{head}: met ({now})"
+    short = f"{now}, {fmt.goal_figure(name, g['gap'])} short"
+    fixes = ", ".join(g["fixes"])
+    if g["status"] == "reachable":
+        return (f"{head}: {short}; reachable with the first {len(g['fixes'])} fix(es) of the plan: {fixes} "
+                f"(projected {fmt.goal_figure(name, g['projected'])}, a bound)")
+    if g["projected"] is None:
+        return f"{head}: {short}; not reachable with the listed fixes (none of them changes {name})"
+    return f"{head}: {short}; not reachable with the listed fixes; best projected: {fmt.goal_figure(name, g['projected'])} ({fixes})"
+
+
+def goal_lines(report: dict[str, Any]) -> list[str]:
+    """The goals (--goal / the config's goal), one line each: the report's first lines."""
+    details = report.get("metric_details") or {}
+    return [_goal_line(g, details) for g in report.get("goals") or []]
+
+
+def plan_lines(report: dict[str, Any]) -> list[str]:
+    """The plan under the verdict: each fix by saving with the cumulative step time (intervals removed once)."""
+    plan = report.get("plan") or {}
+    items, requests = plan.get("items") or [], plan.get("requests") or []
+    if not items and not requests:
+        return []
+    out = []
+    if items:
+        out.append(f"\nPlan (the most each fix could win per median step; an instant two fixes remove counts once), "
+                   f"from {fmt.us(plan.get('step_time_us'))}:")
+        for i, it in enumerate(items, 1):
+            mfu = f", MFU {fmt.pct(it['mfu_after'])}" if it.get("mfu_after") is not None else ""
+            adds = it["adds_us_per_step"]
+            gain = f"-{fmt.us(adds):>10}" if adds else f"{'nothing new':>11}"  # its intervals are removed already
+            out.append(f"  {i}. {it['rule_id']:<24} {gain}  ->  {fmt.us(it['step_time_us_after']):>10}{mfu}")
+    if requests:
+        out.append("\nPlan for the requests (the latencies after each fix and the ones before it):")
+    for r in requests:
+        figs = [f"{c.upper()} p50 {fmt.ms(r[f'{c}_p50_ms_after'])}, p99 {fmt.ms(r[f'{c}_p99_ms_after'])}"
+                for c in ("ttft", "tpot") if r.get(f"{c}_p99_ms_after") is not None]
+        out.append(f"  {r['rule_id']}: " + ("; ".join(figs) or "cannot tell (see the finding's projection)"))
+    return out
+
+
 def why_lines(report: dict[str, Any]) -> list[str]:
     """The "Why the device waits" section: the late captured arrivals and the host causes with their call sites."""
     out = [f"  {p}" for p in fmt.wait_phrases(report.get("metrics") or {})]
@@ -243,7 +293,7 @@ def _absent(report: dict[str, Any]) -> list[str]:
 def render(report: dict[str, Any], verbose: bool = False) -> str:
     """The text view of a report object (``verbose``: every rule and metric group, with their ids)."""
     out: list[str] = []
-    for section in (_identity, _verdict, why_lines, _findings, inference_lines, _steps, _ranks, _checks, _absent):
+    for section in (goal_lines, _identity, _verdict, plan_lines, why_lines, _findings, inference_lines, _steps, _ranks, _checks, _absent):
         out.extend(section(report))
     out.extend(rules_status(report, verbose))
     out.extend(not_measured(report, verbose))

@@ -17,6 +17,7 @@ from typing import Any, Iterable, Mapping
 import yaml
 
 from msdiag.errors import RuleError
+from msdiag.model import ESTIMATE_MODELS, REQUEST_KINDS, STEP_KINDS
 from msdiag.units import BYTES_PER_KIB
 
 CATEGORIES = ("compute", "communication", "data", "memory", "host", "bubble", "inference", "stability")
@@ -35,7 +36,7 @@ _PLACEHOLDER = re.compile(r"\{([^{}|]+)(?:\|([a-z0-9]+))?\}")
 
 RULE_KEYS = {
     "id", "name", "category", "severity", "summary", "params", "condition", "critical_when",
-    "verdict", "message", "suggestions", "docs", "references", "cases",
+    "verdict", "message", "suggestions", "docs", "references", "cases", "projection",
 }
 REQUIRED = ("id", "name", "category", "severity", "summary", "condition", "message", "suggestions", "docs", "cases")
 PARAM_KEYS = {"default", "unit", "bounds", "doc"}
@@ -46,6 +47,7 @@ DOCS_KEYS = {"why", "how", "false_positives"}
 VERDICT_KEYS = {"bottleneck", "cost"}
 CASE_KEYS = {"name", "metrics", "expect", "set"}
 COMPARISON_KEYS = {"metric", "op", "value", "param", "other", "optional", "corroborating"}
+PROJECTION_KEYS = {"removes", "estimate", "assumes"}
 
 
 @dataclass
@@ -74,6 +76,8 @@ class Rule:
     critical_when: dict[str, Any] | None = None
     verdict: dict[str, str] | None = None
     references: list[str] = field(default_factory=list)
+    #: what the rule's fix removes (msdiag/plan.py): {removes: [kind], estimate: {model, ...}, assumes: text}
+    projection: dict[str, Any] | None = None
 
     def metrics(self) -> set[str]:
         """Every metric id the rule's conditions and message read."""
@@ -286,6 +290,29 @@ def _check_template(text: str, path: Path, metrics: set[str], params: dict[str, 
             raise RuleError(path, f"unknown format '|{fmt}' (allowed: {', '.join(FORMATS)})", line)
 
 
+def _check_projection(p: Any, path: Path, metrics: set[str]) -> dict[str, Any]:
+    """``projection``: the kinds of time the fix removes (model.STEP_KINDS / REQUEST_KINDS), an optional
+    estimate model with its inputs (model.ESTIMATE_MODELS) and an optional sentence of what it assumes."""
+    _keys(p, PROJECTION_KEYS, "projection", path)
+    kinds = p.get("removes")
+    known = (*STEP_KINDS, *REQUEST_KINDS)
+    if not isinstance(kinds, list) or not kinds or not all(k in known for k in kinds):
+        raise RuleError(path, f"projection.removes must be a non-empty list of: {', '.join(known)}", _line(p, "removes"))
+    if any(k in STEP_KINDS for k in kinds) and any(k in REQUEST_KINDS for k in kinds):
+        raise RuleError(path, "projection.removes mixes step and request kinds", _line(p, "removes"))
+    est = p.get("estimate")
+    if est is not None:
+        model = est.get("model") if isinstance(est, dict) else None
+        if model not in ESTIMATE_MODELS:
+            raise RuleError(path, f"projection.estimate.model must be one of {', '.join(ESTIMATE_MODELS)}", _line(p, "estimate"))
+        _keys(est, {"model", *ESTIMATE_MODELS[model]}, "projection.estimate", path)
+        if "metric" in ESTIMATE_MODELS[model] and est.get("metric") not in metrics:
+            raise RuleError(path, f"projection.estimate: unknown metric id '{est.get('metric')}'", _line(est, "metric"))
+    if "assumes" in p:
+        _text(p, "assumes", path, "projection")
+    return dict(p)
+
+
 def parse_rule(path: Path, metrics: set[str]) -> Rule:
     """Load and validate one rule file."""
     d = _read_yaml(path)
@@ -364,6 +391,7 @@ def parse_rule(path: Path, metrics: set[str]) -> Rule:
         summary=_text(d, "summary", path), params=params, condition=d["condition"], message=message,
         suggestions=list(sugg), docs=dict(d["docs"]), cases=list(cases), path=str(path),
         critical_when=d.get("critical_when"), verdict=dict(verdict) if verdict else None, references=list(refs),
+        projection=_check_projection(d["projection"], path, metrics) if "projection" in d else None,
     )
 
 

@@ -1,0 +1,170 @@
+"""What a fix can take out of each step: the removable kinds of time (model.STEP_KINDS) as intervals.
+
+A fix's most is the time it removes from the step's span; two fixes that remove the same instant must
+not be counted twice, so every kind is kept per step as intervals, and the time a set of fixes removes
+is the length of the union of their kinds' intervals (``removed_us``), never the sum of their savings.
+
+From the timeline (the device and HCCL lanes, the host lane's dataset waits and synchronisations), per
+step window [lo, hi] as the step breakdown cuts it (metrics/breakdown.py):
+
+- ``exposed_communication``: communication not covered by compute;
+- ``bubble``: pipeline receives not covered by compute (a part of the exposed communication);
+- ``idle``: the span covered by neither compute nor communication (the breakdown's free time);
+- ``data_wait``: idle time during which the host waits on the dataset;
+- ``host_idle``: the rest of the idle time;
+- ``host_sync``: idle time during which the host is in a synchronisation (causes.SYNC_PATTERN).
+
+A step whose row is not the timeline's (the profiler's step_trace_time rows, a legacy capture) has no
+intervals: its columns are laid end to end instead (idle = free_us holding data_wait_us then the rest;
+the exposed communication holding the bubble), which keeps each kind inside the one that contains it,
+so the union is still right; ``host_sync`` is not measured there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+import numpy as np
+import pandas as pd
+
+from msdiag import intervals as iv
+from msdiag.metrics.breakdown import _RECEIVE, DATA_WAIT_PATTERN, _comm_from_timeline, _device_ops, _windows
+from msdiag.metrics.causes import SYNC_PATTERN
+from msdiag.metrics.registry import Context
+from msdiag.model import STEP_KINDS, RankData
+
+__all__ = ["TIMELINE_ONLY", "StepSets", "removed_us", "step_sets", "timed_steps"]
+
+#: Kinds a step row's totals cannot give (they need the host lane of a timeline).
+TIMELINE_ONLY = ("host_sync",)
+
+_CACHE_KEY = "projection.step_sets"
+
+
+@dataclass
+class StepSets:
+    """One timed step of one rank: its span and each removable kind as intervals of it."""
+
+    rank: int
+    step: int | None
+    total_us: float
+    kinds: dict[str, iv.Intervals]
+    source: str  # "timeline" (measured intervals) or "columns" (the step row's totals laid end to end)
+
+
+def timed_steps(steps: pd.DataFrame) -> pd.DataFrame:
+    """The step rows the step-time metrics use: a measured duration, warm-up left out (metrics/steps.py)."""
+    keep = steps["total_us"].notna() & (steps["total_us"] > 0)
+    if "warmup" in steps.columns:
+        keep &= ~steps["warmup"].fillna(False)
+    return steps[keep.to_numpy(bool)]
+
+
+def _host_intervals(rd: RankData, pattern: str) -> iv.Intervals:
+    """The host-lane events whose name matches ``pattern``, as intervals (names matched once each)."""
+    tl = rd.table("timeline")
+    host = tl[tl["lane"] == "host"]
+    if not len(host):
+        return iv.EMPTY
+    names = pd.Series(host["name"].dropna().unique()).astype("string")
+    hits = set(names[names.str.contains(pattern, regex=True, na=False)])
+    rows = host[host["name"].isin(hits).fillna(False).to_numpy(bool)]
+    return iv.make(rows["start_us"].to_numpy(float), rows["dur_us"].to_numpy(float))
+
+
+def _window_kinds(comp: iv.Intervals, comm: iv.Intervals, recv: iv.Intervals, waits: iv.Intervals,
+                  syncs: iv.Intervals, lo: float, hi: float) -> dict[str, iv.Intervals]:
+    """Every kind of one step window, from its compute, communication, receive and host intervals."""
+    comp_c = iv.merge(iv.clip(comp, lo, hi))
+    comm_c = iv.merge(iv.clip(comm, lo, hi))
+    busy = iv.merge((np.concatenate([comp_c[0], comm_c[0]]), np.concatenate([comp_c[1], comm_c[1]])))
+    idle = iv.subtract((np.array([lo]), np.array([hi])), busy)
+    data_wait = iv.intersect(idle, iv.clip(waits, lo, hi))
+    return {
+        "exposed_communication": iv.subtract(comm_c, comp_c),
+        "bubble": iv.subtract(iv.clip(recv, lo, hi), comp_c),
+        "idle": idle,
+        "data_wait": data_wait,
+        "host_idle": iv.subtract(idle, data_wait),
+        "host_sync": iv.intersect(idle, iv.clip(syncs, lo, hi)),
+    }
+
+
+def _rank_sets(rd: RankData) -> dict[int | None, dict[str, iv.Intervals]]:
+    """Each step window of a rank's timeline (cut as the breakdown cuts it) -> its kinds."""
+    ops, src = _device_ops(rd)
+    ops = ops[ops["start_us"].notna()].reset_index(drop=True)
+    if not len(ops):
+        return {}
+    k = rd.table("kernels")
+    host_ops = src == "kernels" and len(k) > 0 and bool((k["core"] == "CPU").all())
+    windows, _ = _windows(rd, ops, host_ops)
+    kind = ops["kind"].to_numpy()
+    is_comm, is_comp = kind == "communication", kind == "compute"
+    starts, durs = ops["start_us"].to_numpy(float), ops["dur_us"].to_numpy(float)
+    recv = ops["name"].astype("string").str.lower().str.contains("|".join(_RECEIVE), regex=True, na=False).to_numpy(bool)
+    extra = _comm_from_timeline(rd) if src == "kernels" and not is_comm.any() else None
+    extra_iv = iv.make(extra["start_us"].to_numpy(float), extra["dur_us"].to_numpy(float)) if extra is not None else iv.EMPTY
+    waits, syncs = _host_intervals(rd, DATA_WAIT_PATTERN), _host_intervals(rd, SYNC_PATTERN)
+    out: dict[int | None, dict[str, iv.Intervals]] = {}
+    for w in windows:
+        s, d = starts[w.rows], durs[w.rows]
+        cm = is_comm[w.rows]
+        comm = iv.make(s[cm], d[cm])
+        comm = (np.concatenate([comm[0], extra_iv[0]]), np.concatenate([comm[1], extra_iv[1]]))
+        rv = cm & recv[w.rows]
+        out[w.step] = _window_kinds(iv.make(s[is_comp[w.rows]], d[is_comp[w.rows]]), comm, iv.make(s[rv], d[rv]),
+                                    waits, syncs, w.lo, w.hi)
+    return out
+
+
+def _laid_end_to_end(row: pd.Series) -> dict[str, iv.Intervals]:
+    """A step row's totals as intervals on a line of its own: idle [0, free) holding the data wait first,
+    then the exposed communication holding the (exposed part of the) bubble; no host_sync."""
+
+    def num(col: str) -> float:
+        v = row.get(col)
+        return float(v) if v is not None and pd.notna(v) else 0.0
+
+    free, exposed = num("free_us"), num("communication_exposed_us")
+    wait = min(num("data_wait_us"), free)
+    bubble = min(num("bubble_us"), exposed)
+
+    def span(a: float, b: float) -> iv.Intervals:
+        return (np.array([a]), np.array([b])) if b > a else iv.EMPTY
+
+    return {
+        "idle": span(0.0, free), "data_wait": span(0.0, wait), "host_idle": span(wait, free),
+        "exposed_communication": span(free, free + exposed), "bubble": span(free, free + bubble), "host_sync": iv.EMPTY,
+    }
+
+
+def step_sets(ctx: Context) -> list[StepSets]:
+    """Every timed step (warm-up left out) with its removable kinds; computed once per analysis."""
+    if _CACHE_KEY in ctx.cache:
+        return list(ctx.cache[_CACHE_KEY])
+    steps = timed_steps(ctx.steps)
+    out: list[StepSets] = []
+    ranks = {int(rd.rank): rd for rd in ctx.capture.ranks}
+    for rank, rows in steps.groupby("rank", sort=True):
+        from_timeline = rows["source"].astype("string").str.startswith("timeline").fillna(False).to_numpy(bool)
+        measured = _rank_sets(ranks[int(rank)]) if from_timeline.any() and int(rank) in ranks else {}
+        for (_, row), timeline in zip(rows.iterrows(), from_timeline):
+            step = None if pd.isna(row["step"]) else int(row["step"])
+            kinds = measured.get(step) if timeline else None
+            src = "timeline" if kinds is not None else "columns"
+            out.append(StepSets(int(rank), step, float(row["total_us"]), kinds if kinds is not None else _laid_end_to_end(row), src))
+    ctx.cache[_CACHE_KEY] = out
+    return list(out)
+
+
+def removed_us(sets: list[StepSets], kinds: Iterable[str]) -> np.ndarray:
+    """Per step, the time the union of ``kinds``' intervals covers (each instant counted once)."""
+    names = [k for k in kinds if k in STEP_KINDS]
+    out = np.zeros(len(sets))
+    for i, s in enumerate(sets):
+        parts = [s.kinds[k] for k in names if k in s.kinds]
+        if parts:
+            out[i] = iv.total((np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])))
+    return out
