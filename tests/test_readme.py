@@ -21,6 +21,7 @@ from msdiag.metrics.causes import CAUSE_CATEGORY
 from msdiag.metrics.registry import all_metrics
 from msdiag.model import TABLES
 from msdiag.options import Options
+from msdiag.plan import GOALS
 from msdiag.rules.causes import CAUSES
 from msdiag.rules.loader import load_rules
 
@@ -35,8 +36,9 @@ INPUT_FIELDS = {
     "baseline_diff", "request_rate", "max_concurrency", "memory_record", "npu_module_mem",
 }
 # keys of the JSON report that appear only when they apply: a finding's `not_available` (a corroborating
-# metric missing, rules/engine.py)
-OPTIONAL_KEYS = {"not_available"}
+# metric missing, rules/engine.py); a goal's status; the decode-batch projection's keys (plan.py, only when
+# inference-oversized-decode-batch fires)
+OPTIONAL_KEYS = {"not_available", "not_reachable", "decode_batch_cap", "tpot_p50_ms_after", "tpot_p99_ms_after"}
 NAME = re.compile(r"`([a-z][a-z0-9]*(?:[_-][a-z0-9]+)+)`")
 
 
@@ -56,6 +58,7 @@ def test_readme_names_exist(analysed: Callable[[str], Analysis]) -> None:
     rules = load_rules(())
     known = set(all_metrics()) | set(rules) | INPUT_FIELDS | OPTIONAL_KEYS | set(TABLES)
     known |= {p for r in rules.values() for p in r.params}
+    known |= set(GOALS)  # --goal NAME=VALUE
     known |= {f.name for f in fields(Options)} | {c.id for c in CAUSES} | set(CAUSE_CATEGORY)
     for name in ("level1", str(SAMPLE_TRACES / "serve_load" / "requests_rate50.jsonl")):
         known |= _keys(json.loads(json.dumps(build(analysed(name)), default=str)), set())
