@@ -88,6 +88,14 @@ def test_no_pipe_columns_gives_null_bound_with_reason(analysed: Callable[[str], 
     assert a.metrics["mte2_bound_share"].reason == kt.NO_PIPES
 
 
+def test_reason_names_the_metrics_group_recorded_instead(analysed: Callable[[str], Any]) -> None:
+    # torchnpu-2rank-p2p-2024: profiler_info's _aic_metrics is MemoryL0 (kernel_details.csv has aic_l0a_read_bw
+    # and the like, no *_ratio column); MindSpore on CPU: host ops, no AI Core at all
+    why = analysed("p2p").metrics["mte2_bound_share"].reason or ""
+    assert why.startswith("this capture recorded aic_metrics MemoryL0, not PipeUtilization")
+    assert analysed("cpu-graph").metrics["mte2_bound_share"].reason == kt.HOST_OPS
+
+
 def test_level1_kernel_types_over_both_ranks(analysed: Callable[[str], Any]) -> None:
     # ForeachAddList, 3 kernels per rank (AI_VECTOR_CORE): durations 628.313 706.614 624.152 (rank 0),
     # 629.913 697.394 626.832 (rank 1): 3913.218 us; aiv_mte2_ratio .966 .987 .985 / .968 .984 .985 ->

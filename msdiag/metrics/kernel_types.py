@@ -49,9 +49,10 @@ SIDE_TIME: dict[str, str] = {"aic": "aicore_time_us", "aiv": "aiv_time_us"}
 SATURATED = 0.8
 WEAK_BOUND = "no unit saturated: latency or launch bound"
 NO_PIPES = (
-    "the kernels carry no PipeUtilization PMU columns (profile with aic_metrics=PipeUtilization, "
-    "Level1's default; Level0 records none)"
+    "the kernels carry no PipeUtilization PMU columns (profile with aic_metrics=PipeUtilization at Level1 or "
+    "higher: torch_npu's Level1 default; Level0 records none)"
 )
+HOST_OPS = "the ops are host ops on CPU: no AI Core pipelines"
 _KEY = "kernel_types.table"
 
 
@@ -60,9 +61,16 @@ def _compute(capture: Tables) -> pd.DataFrame:
     return k[k["kind"] == "compute"].reset_index(drop=True)
 
 
-def has_pipes(k: pd.DataFrame) -> bool:
-    """Whether a kernel table carries any PipeUtilization ratio."""
-    return any(c in k.columns and k[c].notna().any() for c in RATIO_COLUMNS)
+def no_pipes_reason(capture: Capture) -> str:
+    """Why the capture's kernels have no bound unit: host ops, the AI Core metrics group it recorded
+    instead, or no PMU columns at all."""
+    comp = _compute(capture)
+    if len(comp) and comp["core"].eq("CPU").fillna(False).all():
+        return HOST_OPS
+    groups = sorted({rd.info.aic_metrics for rd in capture.ranks if rd.info.aic_metrics and rd.info.aic_metrics != "None"})
+    if groups and "PipeUtilization" not in groups:
+        return f"this capture recorded aic_metrics {', '.join(groups)}, not PipeUtilization: {NO_PIPES}"
+    return NO_PIPES
 
 
 def _side_ran(k: pd.DataFrame, side: str) -> pd.Series:
@@ -125,15 +133,15 @@ def _l2_rates(capture: Tables, comp: pd.DataFrame, types: pd.Series) -> pd.DataF
     return g.rename(columns={"hit_rate": "l2_hit_rate", "victim_rate": "l2_victim_rate"}).astype(float)
 
 
-def type_table(capture: Tables) -> pd.DataFrame:
+def type_table(capture: Tables, with_flops: bool = True) -> pd.DataFrame:
     """One row per compute op type over every rank, largest time first: launches, time_us, share,
-    flops (null when no kernel of the type has FLOPs), tflops, the pipe ratios per column and per
-    unit, bound, bound_ratio, bound_note, l2_hit_rate, l2_victim_rate."""
+    flops (null when no kernel of the type has FLOPs, or ``with_flops`` is off), tflops, the pipe
+    ratios per column and per unit, bound, bound_ratio, bound_note, l2_hit_rate, l2_victim_rate."""
     comp = _compute(capture)
     if not len(comp):
         return pd.DataFrame()
     types = comp["type"].astype(object).where(comp["type"].notna(), comp["name"].astype(object)).astype(str)
-    f = ph.compute_kernel_flops(capture)  # type: ignore[arg-type]  # reads table() only
+    f = ph.compute_kernel_flops(capture) if with_flops else None  # type: ignore[arg-type]  # reads table() only
     flops = pd.Series(np.nan, index=comp.index) if f is None else pd.Series(f.to_numpy(dtype=float), index=comp.index)
     dur = comp["dur_us"].astype(float)
     g = pd.DataFrame({"type": types, "dur_us": dur, "flops": flops, "known_us": dur.where(flops.notna(), 0.0)})
@@ -194,7 +202,7 @@ def absent_reasons(capture: Capture, table: pd.DataFrame) -> dict[str, str]:
     if not len(table):
         return {"kernel_types": "no compute kernels in the capture"}
     if table["bound"].isna().all():
-        out["bound"] = NO_PIPES
+        out["bound"] = no_pipes_reason(capture)
     l2 = capture.table("l2_cache")
     if not len(l2):
         out["l2"] = _source_reason(capture, "l2_cache.csv") or "no l2_cache.csv in the capture"
@@ -227,7 +235,7 @@ def _mte2_bound(table: pd.DataFrame, max_cube: float) -> pd.Series:
 def _per_rank_tables(ctx: Context) -> dict[int, pd.DataFrame]:
     key = _KEY + ".per_rank"
     if key not in ctx.cache:
-        ctx.cache[key] = {rd.rank: type_table(rd) for rd in ctx.capture.ranks}
+        ctx.cache[key] = {rd.rank: type_table(rd, with_flops=False) for rd in ctx.capture.ranks}
     return ctx.cache[key]  # type: ignore[no-any-return]
 
 
@@ -236,7 +244,7 @@ def _given_pipes(ctx: Context) -> tuple[pd.DataFrame | None, str | None]:
     if not len(t):
         return None, "no compute kernels in the capture"
     if t["bound"].isna().all():
-        return None, NO_PIPES
+        return None, no_pipes_reason(ctx.capture)
     return t, None
 
 

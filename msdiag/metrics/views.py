@@ -489,7 +489,7 @@ def _mix(lo: float, hi: float, comp: iv.Intervals, comm: iv.Intervals, width_us:
 def kernel_bound(capture: Any) -> dict[str, str]:
     """Per op type, the AI Core unit bounding it with its ratio ("mte2 0.97"; "vector 0.45, none
     saturated" below saturation); empty without PipeUtilization columns (metrics/kernel_types.py)."""
-    t = ktypes.type_table(capture)
+    t = ktypes.type_table(capture, with_flops=False)
     if not len(t) or t["bound"].isna().all():
         return {}
     out = {}
@@ -540,7 +540,7 @@ def kernel_types(capture: Any) -> KernelTypes:
             }
         )
     return KernelTypes(None, nranks, len(comp), rows, len(rest), float(rest["total_us"].sum()), grand,
-                       None if bound else ktypes.NO_PIPES)
+                       None if bound else ktypes.no_pipes_reason(capture))
 
 
 # ---- communication --------------------------------------------------------------------------------
