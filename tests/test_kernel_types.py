@@ -111,6 +111,9 @@ def test_level1_kernel_types_over_both_ranks(analysed: Callable[[str], Any]) -> 
     assert fal["bound"] == "mte2" and fal["bound_note"] is None
     assert fal["ratios"]["mte2"] == pytest.approx(3832.589096 / 3913.218, abs=1e-6)
     assert fal["ratios"]["cube"] is None
+    # the vector core's MTE2 column is the unit's ratio; its cube-core column was never measured (aicore_time 0)
+    assert fal["ratio_columns"]["aiv_mte2_ratio"] == fal["ratios"]["mte2"]
+    assert fal["ratio_columns"]["aic_mte2_ratio"] is None
     # l2_cache.csv writes Hit Rate N/A on every row (Atlas A2): null, with the reason once
     assert fal["l2_hit_rate"] is None and "N/A" in rep["kernel_types_absent"]["l2_hit_rate"]
     assert sum(r["launches"] for r in rep["kernel_types"]) == 374

@@ -95,21 +95,22 @@ def _why_statistic(ctx: Ctx) -> str:
 def _why_api(ctx: Ctx) -> str:
     if ctx.info.profiler_level == "Level0":
         return "profiler Level0 writes no api_statistic.csv (CANN AscendCL API data: Level1 or higher)"
-    return "not written by this capture (CANN API data not collected)"
+    return "not written by this capture (the profiler writes it at Level1 and above, from CANN's AscendCL API data)"
 
 
 #: Files of the Ascend text output msdiag does not read (Level1 / Level2, system sampling), each with
 #: why: listed (status unused) when present, so a report never looks as if they were not there.
 UNUSED_FILES: tuple[tuple[str, str], ...] = (
-    ("operator_details.csv", "framework op host / device self times by call stack: msdiag reads the device "
-     "kernels (kernel_details.csv) and the host calls (trace_view.json) themselves"),
+    ("operator_details.csv", "framework ops with their input shapes (torch_npu adds call stacks and self times): "
+     "not read; msdiag takes shapes and times from the device kernels (kernel_details.csv) and host calls from "
+     "trace_view.json"),
     ("data_preprocess.csv", "Level2 AI CPU data preprocessing tasks: not read (AI CPU kernels are read from "
      "kernel_details.csv)"),
-    ("hbm.csv", "HBM bandwidth samples (sys_io): not read; the HBM counter of trace_view.json is not used either"),
-    ("pcie.csv", "PCIe bandwidth samples (sys_interconnection): not read"),
-    ("hccs.csv", "HCCS bandwidth samples (sys_interconnection): not read; link bandwidth comes from communication.json"),
-    ("nic.csv", "NIC bandwidth samples (sys_io): not read"),
-    ("roce.csv", "RoCE bandwidth samples (sys_io): not read"),
+    ("hbm.csv", "HBM bandwidth samples: not read (nor is trace_view.json's HBM counter)"),
+    ("pcie.csv", "PCIe bandwidth samples: not read"),
+    ("hccs.csv", "HCCS bandwidth samples: not read; link bandwidth comes from communication.json"),
+    ("nic.csv", "NIC bandwidth samples: not read"),
+    ("roce.csv", "RoCE bandwidth samples: not read"),
 )
 
 
@@ -155,7 +156,7 @@ ASCEND_SOURCES: tuple[Src, ...] = (
         absent=_why_comm),
     Src("op_statistic.csv", "op_stats", rows=ascend_csv.read_op_statistic, folder=OUT, absent=_why_statistic),
     Src("l2_cache.csv", "l2_cache", rows=ascend_stats.read_l2_cache, folder=OUT,
-        absent="l2_cache was off in this capture (L2 cache rates are collected only with l2_cache=True)"),
+        absent="not written by this capture (the profiler writes it only with l2_cache=True)"),
     Src("api_statistic.csv", "api_stats", rows=ascend_stats.read_api_statistic, folder=OUT, absent=_why_api),
     Src("memory_record.csv", "memory", read=_memory_record, folder=OUT, absent=_why_memory),
     Src("operator_memory.csv", "memory_allocs", rows=ascend_csv.read_operator_memory, folder=OUT, absent=_why_memory),

@@ -190,6 +190,7 @@ def rows(table: pd.DataFrame) -> list[dict[str, Any]]:
             "bound_ratio": _num(r["bound_ratio"]),
             "bound_note": _text(r["bound_note"]),
             "ratios": {u: _num(r[u]) for u in UNITS},
+            "ratio_columns": {c: _num(r.get(c)) for c in RATIO_COLUMNS},  # each side's own (aic_* cube, aiv_* vector)
             "l2_hit_rate": _num(r.get("l2_hit_rate")),
             "l2_victim_rate": _num(r.get("l2_victim_rate")),
         })  # fmt: skip
