@@ -177,3 +177,17 @@ def test_html_kernel_table_has_bound_column(analysed: Callable[[str], Any]) -> N
     # ForeachAddList: mte2 0.979 (see test_level1_kernel_types_over_both_ranks); TransData: mte2 0.345, weak
     assert rows["ForeachAddList"]["bound"] == "mte2 0.98"
     assert rows["TransData"]["bound"] == "mte2 0.34, none saturated"
+
+
+def test_sqlite_export_carries_the_same_ratios(analysed: Callable[[str], Any]) -> None:
+    # torchnpu-2rank-level1-db: TASK_PMU_INFO 'aiv_mte2_ratio' of the ForeachAddList tasks (COMPUTE_TASK_INFO
+    # opType), with TASK (endNs - startNs) / 1000 as the duration:
+    # rank 0: 628.032 us 0.96965384, 695.074 us 0.98559060, 624.512 us 0.98542650
+    # rank 1: 630.772 us 0.96612841, 698.074 us 0.98564185, 623.392 us 0.98354626
+    d = [628.032, 695.074, 624.512, 630.772, 698.074, 623.392]
+    r = [0.96965384, 0.98559060, 0.98542650, 0.96612841, 0.98564185, 0.98354626]
+    rows = {x["type"]: x for x in build(analysed("level1-db"))["kernel_types"]}
+    fal = rows["ForeachAddList"]
+    assert fal["time_us"] == pytest.approx(sum(d))
+    assert fal["ratios"]["mte2"] == pytest.approx(sum(a * b for a, b in zip(d, r)) / sum(d), abs=1e-6)
+    assert fal["bound"] == "mte2"
