@@ -15,6 +15,7 @@ import pandas as pd
 
 from msdiag import __version__
 from msdiag.analysis import Analysis, finite_or_none
+from msdiag.metrics import kernel_types as ktypes
 from msdiag.metrics.registry import all_metrics
 from msdiag.model import SCHEMA_VERSION
 
@@ -97,6 +98,13 @@ def runs_left_out(a: Analysis) -> list[dict[str, Any]]:
     return [dict(x) for x in a.capture.ingest.get("runs_left_out", [])]
 
 
+def kernel_type_rows(a: Analysis) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """The JSON ``kernel_types`` (one row per compute op type over every rank, with its bound unit)
+    and ``kernel_types_absent`` (why a figure is null on every row, said once)."""
+    table = ktypes.type_table(a.capture)
+    return ktypes.rows(table), ktypes.absent_reasons(a.capture, table)
+
+
 def build(a: Analysis) -> dict[str, Any]:
     """The report object (JSON contract) of an analysis."""
     reg = all_metrics()
@@ -112,6 +120,7 @@ def build(a: Analysis) -> dict[str, Any]:
         for mid, v in a.metrics.items()
     }
     steps = a.steps.sort_values(["rank", "step"], na_position="first") if len(a.steps) else a.steps
+    kernel_types, kernel_types_absent = kernel_type_rows(a)
     return {
         "schema_version": SCHEMA_VERSION,
         "msdiag_version": __version__,
@@ -129,6 +138,8 @@ def build(a: Analysis) -> dict[str, Any]:
         "memory_peak_holders": a.cluster.get("memory_peak_holders", []),  # holders at the allocated peak, per rank
         "requests": a.inference.get("requests"),  # request log summary (inference), null without one
         "phases": a.inference.get("phases"),  # prefill / decode steps of an inference capture, null without a capture
+        "kernel_types": kernel_types,  # compute op types over every rank: time, FLOPs, bound AI Core unit
+        "kernel_types_absent": kernel_types_absent,  # {figure: why it is null on every row}
         "metrics": metrics,
         "metric_details": details,
         "verdict": a.verdict,

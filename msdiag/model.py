@@ -135,6 +135,13 @@ KERNELS = _t(
         ("aic_mac_ratio", FLOAT, "cube (MAC) pipe ratio (PMU, PipeUtilization)"),
         ("aiv_vec_ratio", FLOAT, "vector pipe ratio (PMU, PipeUtilization)"),
         ("aic_mte2_ratio", FLOAT, "MTE2 pipe ratio (PMU, PipeUtilization)"),
+        ("aic_scalar_ratio", FLOAT, "AI Core scalar pipe ratio (PMU, PipeUtilization)"),
+        ("aic_mte1_ratio", FLOAT, "AI Core MTE1 (L1 -> L0) pipe ratio (PMU, PipeUtilization)"),
+        ("aic_fixpipe_ratio", FLOAT, "AI Core fixpipe (L0C -> out) pipe ratio (PMU, PipeUtilization)"),
+        ("aiv_time_us", FLOAT, "AI Vector core busy time (PMU)"),
+        ("aiv_scalar_ratio", FLOAT, "vector core scalar pipe ratio (PMU, PipeUtilization)"),
+        ("aiv_mte2_ratio", FLOAT, "vector core MTE2 (global memory -> UB) pipe ratio (PMU, PipeUtilization)"),
+        ("aiv_mte3_ratio", FLOAT, "vector core MTE3 (UB -> global memory) pipe ratio (PMU, PipeUtilization)"),
         ("cube_fops", FLOAT, "cube FLOPs of the kernel (PMU, ArithmeticUtilization)"),
         ("vector_fops", FLOAT, "vector FLOPs of the kernel (PMU, ArithmeticUtilization)"),
     ],
@@ -267,6 +274,33 @@ OP_STATS = _t(
     ],
 )
 
+L2_CACHE = _t(
+    "l2_cache",
+    "L2 cache hits per device task (l2_cache.csv, written with l2_cache=True).",
+    [
+        ("rank", INT, "global rank id"),
+        ("stream", INT, "device stream id"),
+        ("task_id", INT, "device task id"),
+        ("name", STR, "op (kernel) name, as kernel_details.csv names it"),
+        ("hit_rate", FLOAT, "memory requests that hit L2 over all requests (0..1; null where the file says N/A)"),
+        ("victim_rate", FLOAT, "requests that missed and evicted a line over all requests (may exceed 1 on Atlas A2)"),
+    ],
+)
+
+API_STATS = _t(
+    "api_stats",
+    "Host API time per CANN API (api_statistic.csv, profiler Level1 and above).",
+    [
+        ("rank", INT, "global rank id"),
+        ("level", STR, "CANN layer of the API: acl, node, runtime, hccl, model, ..."),
+        ("api", STR, "API name"),
+        ("total_us", FLOAT, "host time in the API over the capture"),
+        ("count", INT, "calls"),
+        ("avg_us", FLOAT, "mean time per call"),
+        ("max_us", FLOAT, "longest call"),
+    ],
+)
+
 DATA_PIPELINE = _t(
     "data_pipeline",
     "MindData pipeline ops (minddata_pipeline_raw / summary) and dataset stages (dataset.csv).",
@@ -339,6 +373,8 @@ TABLES: dict[str, Table] = {
         MEMORY,
         MEMORY_ALLOCS,
         OP_STATS,
+        L2_CACHE,
+        API_STATS,
         DATA_PIPELINE,
         HOST_SHAPES,
         REQUESTS,
@@ -350,6 +386,7 @@ TABLES: dict[str, Table] = {
 PRESENT = "present"
 ABSENT = "absent"
 FAILED = "failed"
+UNUSED = "unused"  # present, deliberately not read (the reason says why)
 
 
 @dataclass
@@ -358,7 +395,7 @@ class Source:
 
     rank: int | None
     name: str  # canonical source name, e.g. "kernel_details.csv"
-    status: str  # present | absent | failed
+    status: str  # present | absent | failed | unused
     path: str | None = None
     reason: str | None = None
     rows: int | None = None

@@ -73,6 +73,15 @@ KERNEL_FLOAT_COLUMNS: dict[str, Alternatives] = {
     "aic_mac_ratio": ("aic_mac_ratio",),
     "aiv_vec_ratio": ("aiv_vec_ratio",),
     "aic_mte2_ratio": ("aic_mte2_ratio",),
+    # the rest of the PipeUtilization ratios (aic_metrics PipeUtilization, Level1's default): each op
+    # type's bound unit (metrics/kernel_types.py)
+    "aic_scalar_ratio": ("aic_scalar_ratio",),
+    "aic_mte1_ratio": ("aic_mte1_ratio",),
+    "aic_fixpipe_ratio": ("aic_fixpipe_ratio",),
+    "aiv_time_us": ("aiv_time(us)",),
+    "aiv_scalar_ratio": ("aiv_scalar_ratio",),
+    "aiv_mte2_ratio": ("aiv_mte2_ratio",),
+    "aiv_mte3_ratio": ("aiv_mte3_ratio",),
 }
 KERNEL_INT_COLUMNS: dict[str, Alternatives] = {
     "step": ("Step Id", "Step ID"),

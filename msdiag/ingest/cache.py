@@ -51,7 +51,7 @@ from typing import Any
 from msdiag import __version__
 from msdiag.errors import InputError
 from msdiag.ingest.paths import Seen
-from msdiag.model import ABSENT, FAILED, PRESENT, SCHEMA_VERSION, TABLES, RankData, RankInfo, Source
+from msdiag.model import ABSENT, FAILED, PRESENT, SCHEMA_VERSION, TABLES, UNUSED, RankData, RankInfo, Source
 
 #: Bumped whenever the layout or the encoding of an entry changes.
 CACHE_FORMAT = 3  # 2: rank.json holds the rank's RankInfo; 3: paths relative to the rank folder, tables' dtypes
@@ -339,7 +339,7 @@ class _Invalid(ValueError):
 
 
 _HEAD_KEYS = frozenset({"rank", "family", "info", "meta", "sources", "notes", "tables"})
-_STATUSES = (PRESENT, ABSENT, FAILED)
+_STATUSES = (PRESENT, ABSENT, FAILED, UNUSED)
 
 
 def _relative(path: str | None, rank_path: str) -> str | None:

@@ -32,7 +32,7 @@ from msdiag.errors import ParseError
 from msdiag.ingest import bounds
 from msdiag.ingest._sqlite import Db, DbDamaged, open_db
 from msdiag.ingest.paths import real_roots, refusal
-from msdiag.model import ABSENT, FAILED, PRESENT, RankData, RankInfo, Source
+from msdiag.model import ABSENT, FAILED, PRESENT, UNUSED, RankData, RankInfo, Source
 
 
 @dataclass
@@ -144,6 +144,7 @@ class Src:
     pattern: str | None = None
     fallback: str | None = None  # a glob whose first file is read when the named file is absent
     db: str | None = None  # the Database item whose table this is
+    unused: str = ""  # a file msdiag does not read, with why: listed (status unused) only when present
 
 
 @dataclass(frozen=True)
@@ -313,6 +314,11 @@ def _read_one(ctx: Ctx, spec: Src, handle: Any, name: str, where: str) -> bool:
 
 def _file_source(ctx: Ctx, spec: Src) -> None:
     paths = resolve(ctx, spec)
+    if spec.unused:
+        for p in paths:  # never opened: only said to be there and why it is not read
+            ctx.rd.sources.append(Source(ctx.rank, _relative(p, ctx.folder) if spec.glob else spec.name.format(**ctx.vars),
+                                         UNUSED, str(p), spec.unused))
+        return
     if not paths:
         ctx.rd.sources.append(Source(ctx.rank, spec.name.format(**ctx.vars), ABSENT, None, _why(spec.absent, ctx)))
         return

@@ -12,7 +12,7 @@ import dataclasses
 from pathlib import Path
 
 from msdiag.errors import InputError
-from msdiag.ingest import ascend_csv, cann_msprof, communication, legacy, metadata, mindspore_cpu, sqlite_export
+from msdiag.ingest import ascend_csv, ascend_stats, cann_msprof, communication, legacy, metadata, mindspore_cpu, sqlite_export
 from msdiag.ingest.engine import Ctx, Format, Read, Src, Why
 from msdiag.ingest.folders import ASCEND_PT, ascend_rank, is_cpu_rank, is_rank_folder
 from msdiag.ingest.msdiag_markers import MARKERS_FILE, read_markers_source
@@ -92,6 +92,28 @@ def _why_statistic(ctx: Ctx) -> str:
     return "not written by this capture"
 
 
+def _why_api(ctx: Ctx) -> str:
+    if ctx.info.profiler_level == "Level0":
+        return "profiler Level0 writes no api_statistic.csv (CANN AscendCL API data: Level1 or higher)"
+    return "not written by this capture (the profiler writes it at Level1 and above, from CANN's AscendCL API data)"
+
+
+#: Files of the Ascend text output msdiag does not read (Level1 / Level2, system sampling), each with
+#: why: listed (status unused) when present, so a report never looks as if they were not there.
+UNUSED_FILES: tuple[tuple[str, str], ...] = (
+    ("operator_details.csv", "framework ops with their input shapes (torch_npu adds call stacks and self times): "
+     "not read; msdiag takes shapes and times from the device kernels (kernel_details.csv) and host calls from "
+     "trace_view.json"),
+    ("data_preprocess.csv", "Level2 AI CPU data preprocessing tasks: not read (AI CPU kernels are read from "
+     "kernel_details.csv)"),
+    ("hbm.csv", "HBM bandwidth samples: not read (nor is trace_view.json's HBM counter)"),
+    ("pcie.csv", "PCIe bandwidth samples: not read"),
+    ("hccs.csv", "HCCS bandwidth samples: not read; link bandwidth comes from communication.json"),
+    ("nic.csv", "NIC bandwidth samples: not read"),
+    ("roce.csv", "RoCE bandwidth samples: not read"),
+)
+
+
 def _why_minddata(ctx: Ctx) -> str:
     if ctx.family == ASCEND_PT:
         return "torch_npu writes no MindData pipeline files"
@@ -133,6 +155,9 @@ ASCEND_SOURCES: tuple[Src, ...] = (
     Src("communication_matrix.json", "comm_links", rows=communication.read_communication_matrix, folder=OUT,
         absent=_why_comm),
     Src("op_statistic.csv", "op_stats", rows=ascend_csv.read_op_statistic, folder=OUT, absent=_why_statistic),
+    Src("l2_cache.csv", "l2_cache", rows=ascend_stats.read_l2_cache, folder=OUT,
+        absent="not written by this capture (the profiler writes it only with l2_cache=True)"),
+    Src("api_statistic.csv", "api_stats", rows=ascend_stats.read_api_statistic, folder=OUT, absent=_why_api),
     Src("memory_record.csv", "memory", read=_memory_record, folder=OUT, absent=_why_memory),
     Src("operator_memory.csv", "memory_allocs", rows=ascend_csv.read_operator_memory, folder=OUT, absent=_why_memory),
     Src("npu_module_mem.csv", "memory", rows=ascend_csv.read_npu_module_mem, folder=OUT, absent=_why_memory),
@@ -142,6 +167,7 @@ ASCEND_SOURCES: tuple[Src, ...] = (
     _minddata_src(_why_minddata),
     Src(MARKERS_FILE, "timeline", read=read_markers_source,
         absent="not captured by msdiag capture: no msdiag step markers"),
+    *(Src(name, folder=OUT, unused=why) for name, why in UNUSED_FILES),
 )
 
 ASCEND_TEXT = Format(

@@ -33,7 +33,8 @@ profiler database
 - ``COMMUNICATION_OP``: opName, opType, groupName, startNs, endNs, connectionId, waitNs -> kernels
   (core HCCL, kind communication) and the timeline's ``hccl`` lane
 - ``TASK_PMU_INFO``: globalTaskId, name, value: aic_total_time (ns) -> aicore_time_us,
-  aic_mac_ratio, aiv_vec_ratio, aic_mte2_ratio, aic/aiv_cube_fops -> cube_fops,
+  aiv_total_time (ns) -> aiv_time_us, the PipeUtilization ratios (aic_mac / scalar / mte1 / mte2 /
+  fixpipe, aiv_vec / scalar / mte2 / mte3), aic/aiv_cube_fops -> cube_fops,
   aic/aiv_vector_fops -> vector_fops
 - ``STEP_TIME``: id, startNs, endNs -> timeline ``step`` lane (ProfilerStep#id), and each kernel's
   step: the step whose range holds the kernel's host launch (``CANN_API.startNs`` with the task's
@@ -130,6 +131,13 @@ PMU_COLUMNS: dict[str, tuple[str, float]] = {
     "aic_mac_ratio": ("aic_mac_ratio", 1.0),
     "aiv_vec_ratio": ("aiv_vec_ratio", 1.0),
     "aic_mte2_ratio": ("aic_mte2_ratio", 1.0),
+    "aic_scalar_ratio": ("aic_scalar_ratio", 1.0),
+    "aic_mte1_ratio": ("aic_mte1_ratio", 1.0),
+    "aic_fixpipe_ratio": ("aic_fixpipe_ratio", 1.0),
+    "aiv_total_time": ("aiv_time_us", 1.0 / units.NS_PER_US),
+    "aiv_scalar_ratio": ("aiv_scalar_ratio", 1.0),
+    "aiv_mte2_ratio": ("aiv_mte2_ratio", 1.0),
+    "aiv_mte3_ratio": ("aiv_mte3_ratio", 1.0),
     "aic_cube_fops": ("cube_fops", 1.0),
     "aiv_cube_fops": ("cube_fops", 1.0),
     "aic_vector_fops": ("vector_fops", 1.0),

@@ -22,6 +22,7 @@ import pandas as pd
 
 from msdiag import intervals as iv
 from msdiag.inference import latency as lat
+from msdiag.metrics import kernel_types as ktypes
 from msdiag.metrics import phases as ph
 from msdiag.metrics.causes import host_syncs
 from msdiag.metrics.collectives import collectives_table
@@ -119,10 +120,12 @@ class KernelTypes:
     absent: str | None = None
     ranks: int = 1
     launches: int = 0
-    rows: list[dict[str, Any]] = field(default_factory=list)  # type, count, us, share, flops, tflops (per rank)
+    rows: list[dict[str, Any]] = field(default_factory=list)  # type, count, us, share, flops, tflops (per rank), bound
     more_types: int = 0  # types beyond the top
     more_us: float = 0.0  # their compute time, over all ranks
     total_us: float = 1.0  # compute time of every type, over all ranks
+    bound_absent: str | None = None  # why no type has a bound unit (no PipeUtilization columns)
+    saturated: float = ktypes.SATURATED  # a pipe ratio from which the unit is saturated
 
 
 @dataclass
@@ -497,6 +500,18 @@ def _mix(lo: float, hi: float, comp: iv.Intervals, comm: iv.Intervals, width_us:
 # ---- kernel types ---------------------------------------------------------------------------------
 
 
+def kernel_bound(capture: Any) -> dict[str, str]:
+    """Per op type, the AI Core unit bounding it with its ratio ("mte2 0.97"; "vector 0.45, none
+    saturated" below saturation); empty without PipeUtilization columns (metrics/kernel_types.py)."""
+    t = ktypes.type_table(capture, with_flops=False)
+    if not len(t) or t["bound"].isna().all():
+        return {}
+    out = {}
+    for typ, r in t[t["bound"].notna()].iterrows():
+        out[str(typ)] = f"{r['bound']} {r['bound_ratio']:.2f}" + (", none saturated" if isinstance(r["bound_note"], str) else "")
+    return out
+
+
 def kernel_types(capture: Any) -> KernelTypes:
     """The top kernel types by time, per rank, with achieved TFLOP/s where FLOPs are known."""
     k = capture.table("kernels")
@@ -523,6 +538,7 @@ def kernel_types(capture: Any) -> KernelTypes:
     agg = agg.sort_values(["total_us"], ascending=False, kind="stable")
     grand = float(agg["total_us"].sum()) or 1.0
     rest = agg.iloc[TOP_KERNEL_TYPES:]
+    bound = kernel_bound(capture)
     rows = []
     for t, r in agg.head(TOP_KERNEL_TYPES).iterrows():
         known = bool(r["known"])
@@ -534,9 +550,11 @@ def kernel_types(capture: Any) -> KernelTypes:
                 "share": r["total_us"] / grand,
                 "flops": r["flops"] / nranks if known else None,
                 "tflops": r["flops"] / (r["known_us"] * 1e-6) / FLOPS_PER_TFLOPS if known and r["known_us"] > 0 else None,
+                "bound": bound.get(str(t)),
             }
         )
-    return KernelTypes(None, nranks, len(comp), rows, len(rest), float(rest["total_us"].sum()), grand)
+    return KernelTypes(None, nranks, len(comp), rows, len(rest), float(rest["total_us"].sum()), grand,
+                       None if bound else ktypes.no_pipes_reason(capture))
 
 
 # ---- communication --------------------------------------------------------------------------------

@@ -365,11 +365,17 @@ def kernel_types(a: Analysis) -> Chart:
             "share": fmt.pct(r["share"]),
             "flops": "-" if r["flops"] is None else fmt.flop(r["flops"]),
             "tflops": "-" if r["tflops"] is None else f"{r['tflops']:.2f}",
+            "bound": r["bound"] or "-",
         }
         for r in v.rows
     ]
     ch.table_columns = [("type", "op type"), ("count", "launches / rank"), ("time", "time / rank"), ("share", "share"),
-                        ("flops", "FLOPs / rank"), ("tflops", "TFLOP/s")]
+                        ("flops", "FLOPs / rank"), ("tflops", "TFLOP/s"), ("bound", "bound by")]
+    if v.bound_absent:
+        ch.caption += f" Bound by: unknown, {v.bound_absent}."
+    else:
+        ch.caption += (" Bound by: the AI Core unit busiest over the type's kernels (PipeUtilization ratio, duration-weighted);"
+                       f" below {v.saturated:.2f} no unit is saturated: the kernels wait on latency or their launch.")
     vals = np.array([r["us"] for r in v.rows])
     div, unit = _time_unit(float(vals.max()))
 

@@ -278,7 +278,7 @@ def _absent(report: dict[str, Any]) -> list[str]:
     out = []
     absent = [s for s in report["sources"] if s["status"] != "present"]
     if absent:
-        out.append("\nAbsent or unreadable:")
+        out.append("\nAbsent, unreadable or not read:")
         seen: set[tuple[str, str, str]] = set()
         for s in absent:
             key = (s["name"], s["status"], s["reason"] or "")

@@ -1,0 +1,310 @@
+"""Compute kernels by op type, over every rank: launches, time, FLOPs and, where the capture has the
+PipeUtilization PMU columns (aic_metrics PipeUtilization: Level1's default), the AI Core unit that
+bounds each op type. Also the L2 cache rates per op type (l2_cache.csv) and the host API time
+(api_statistic.csv).
+
+How a type's pipe ratios are formed: each ratio is the share of a core's busy time one pipe was
+working (``aic_*`` of the cube core's time, ``aiv_*`` of the vector core's). A kernel contributes to
+the ``aic_*`` ratios only when its cube core ran (``aicore_time_us`` > 0) and to the ``aiv_*`` ones
+only when its vector core ran (``aiv_time_us`` > 0): the profiler writes 0, not N/A, for the side a
+kernel did not use, and those zeros are no measurement. Over a type's kernels each ratio is averaged
+weighted by the kernel's duration. A unit's ratio is the larger of its cube-side and vector-side
+ratios (scalar and MTE2 exist on both cores). ``bound`` names the unit with the largest ratio, always;
+below :data:`SATURATED` no pipe was busy most of the time and ``bound_note`` says so.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Union
+
+import numpy as np
+import pandas as pd
+
+from msdiag.metrics import phases as ph
+from msdiag.metrics.registry import Context, Reads, Value, metric
+from msdiag.model import Capture, RankData
+from msdiag.units import FLOPS_PER_TFLOPS
+
+#: what :func:`type_table` reads: the whole capture, or one rank (both have ``table(name)``)
+Tables = Union[Capture, RankData]
+
+#: PipeUtilization column -> (unit, core side)
+RATIO_COLUMNS: dict[str, tuple[str, str]] = {
+    "aic_mac_ratio": ("cube", "aic"),
+    "aic_scalar_ratio": ("scalar", "aic"),
+    "aic_mte1_ratio": ("mte1", "aic"),
+    "aic_mte2_ratio": ("mte2", "aic"),
+    "aic_fixpipe_ratio": ("fixpipe", "aic"),
+    "aiv_vec_ratio": ("vector", "aiv"),
+    "aiv_scalar_ratio": ("scalar", "aiv"),
+    "aiv_mte2_ratio": ("mte2", "aiv"),
+    "aiv_mte3_ratio": ("mte3", "aiv"),
+}
+#: the units, in the order a tie is broken
+UNITS: tuple[str, ...] = ("cube", "vector", "scalar", "mte1", "mte2", "mte3", "fixpipe")
+#: busy time of each core side (PMU)
+SIDE_TIME: dict[str, str] = {"aic": "aicore_time_us", "aiv": "aiv_time_us"}
+#: a pipe busy at least this share of the core's time is saturated: the type is bound by it. Below,
+#: no unit limits the kernel: it waits on latency (dependencies, synchronisation) or on its launch.
+SATURATED = 0.8
+WEAK_BOUND = "no unit saturated: latency or launch bound"
+NO_PIPES = (
+    "the kernels carry no PipeUtilization PMU columns (profile with aic_metrics=PipeUtilization at Level1 or "
+    "higher: torch_npu's Level1 default; Level0 records none)"
+)
+HOST_OPS = "the ops are host ops on CPU: no AI Core pipelines"
+_KEY = "kernel_types.table"
+
+
+def _compute(capture: Tables) -> pd.DataFrame:
+    k = capture.table("kernels")
+    return k[k["kind"] == "compute"].reset_index(drop=True)
+
+
+def no_pipes_reason(capture: Capture) -> str:
+    """Why the capture's kernels have no bound unit: host ops, the AI Core metrics group it recorded
+    instead, or no PMU columns at all."""
+    comp = _compute(capture)
+    if len(comp) and comp["core"].eq("CPU").fillna(False).all():
+        return HOST_OPS
+    groups = sorted({rd.info.aic_metrics for rd in capture.ranks if rd.info.aic_metrics and rd.info.aic_metrics != "None"})
+    if groups and "PipeUtilization" not in groups:
+        return f"this capture recorded aic_metrics {', '.join(groups)}, not PipeUtilization: {NO_PIPES}"
+    return NO_PIPES
+
+
+def _side_ran(k: pd.DataFrame, side: str) -> pd.Series:
+    """Per kernel, whether its ``side`` core ran: its busy time > 0, or (no busy time recorded) a
+    ratio of that side > 0."""
+    t = k[SIDE_TIME[side]].astype(float) if SIDE_TIME[side] in k.columns else pd.Series(np.nan, index=k.index)
+    cols = [c for c, (_, s) in RATIO_COLUMNS.items() if s == side and c in k.columns]
+    any_ratio = k[cols].astype(float).fillna(0.0).sum(axis=1) > 0 if cols else pd.Series(False, index=k.index)
+    return (t > 0) | (t.isna() & any_ratio)
+
+
+def pipe_ratios(k: pd.DataFrame, by: pd.Series) -> pd.DataFrame:
+    """Duration-weighted mean of each PipeUtilization column per group of ``by`` (NaN where no kernel
+    of the group measured it), over the kernels whose core side ran."""
+    dur = k["dur_us"].astype(float).fillna(0.0)
+    out = {}
+    for side in ("aic", "aiv"):
+        ran = _side_ran(k, side)
+        for c, (_, s) in RATIO_COLUMNS.items():
+            if s != side or c not in k.columns:
+                continue
+            r = k[c].astype(float)
+            w = dur.where(ran & r.notna(), 0.0)
+            num = (w * r.fillna(0.0)).groupby(by, sort=False).sum()
+            den = w.groupby(by, sort=False).sum()
+            out[c] = (num / den.where(den > 0)).astype(float)
+    return pd.DataFrame(out)
+
+
+def unit_ratios(cols: pd.DataFrame) -> pd.DataFrame:
+    """Each unit's ratio: the larger of its cube-side and vector-side column ratios."""
+    out = {}
+    for u in UNITS:
+        mine = [c for c, (unit, _) in RATIO_COLUMNS.items() if unit == u and c in cols.columns]
+        out[u] = cols[mine].max(axis=1, skipna=True) if mine else pd.Series(np.nan, index=cols.index)
+    return pd.DataFrame(out, index=cols.index)
+
+
+def bound_of(units: pd.DataFrame) -> pd.DataFrame:
+    """Per row: ``bound`` (the unit with the largest ratio, first of :data:`UNITS` on a tie; null when
+    no unit was measured), ``bound_ratio`` and ``bound_note`` (:data:`WEAK_BOUND` below saturation)."""
+    vals = units[list(UNITS)].to_numpy(dtype=float)
+    known = ~np.isnan(vals).all(axis=1)
+    idx = np.argmax(np.where(np.isnan(vals), -np.inf, vals), axis=1)
+    best = vals[np.arange(len(vals)), idx] if len(vals) else np.array([])
+    bound = [UNITS[i] if ok else None for i, ok in zip(idx, known)]
+    ratio = [float(b) if ok else None for b, ok in zip(best, known)]
+    note = [WEAK_BOUND if r is not None and r < SATURATED else None for r in ratio]
+    return pd.DataFrame({"bound": bound, "bound_ratio": ratio, "bound_note": note}, index=units.index)
+
+
+def _l2_rates(capture: Tables, comp: pd.DataFrame, types: pd.Series) -> pd.DataFrame:
+    """Mean L2 hit and victim rate per op type: l2_cache.csv rows joined to kernels by rank and op name."""
+    l2 = capture.table("l2_cache")
+    if not len(l2):
+        return pd.DataFrame(columns=["l2_hit_rate", "l2_victim_rate"], dtype=float)
+    names = pd.DataFrame({"rank": comp["rank"], "name": comp["name"], "type": types}).drop_duplicates(["rank", "name"])
+    j = l2.merge(names, on=["rank", "name"], how="inner")
+    g = j.groupby("type", sort=False)[["hit_rate", "victim_rate"]].mean()
+    return g.rename(columns={"hit_rate": "l2_hit_rate", "victim_rate": "l2_victim_rate"}).astype(float)
+
+
+def type_table(capture: Tables, with_flops: bool = True) -> pd.DataFrame:
+    """One row per compute op type over every rank, largest time first: launches, time_us, share,
+    flops (null when no kernel of the type has FLOPs, or ``with_flops`` is off), tflops, the pipe
+    ratios per column and per unit, bound, bound_ratio, bound_note, l2_hit_rate, l2_victim_rate."""
+    comp = _compute(capture)
+    if not len(comp):
+        return pd.DataFrame()
+    types = comp["type"].astype(object).where(comp["type"].notna(), comp["name"].astype(object)).astype(str)
+    f = ph.compute_kernel_flops(capture) if with_flops else None  # type: ignore[arg-type]  # reads table() only
+    flops = pd.Series(np.nan, index=comp.index) if f is None else pd.Series(f.to_numpy(dtype=float), index=comp.index)
+    dur = comp["dur_us"].astype(float)
+    g = pd.DataFrame({"type": types, "dur_us": dur, "flops": flops, "known_us": dur.where(flops.notna(), 0.0)})
+    agg = g.groupby("type", sort=False).agg(
+        launches=("dur_us", "size"), time_us=("dur_us", "sum"), flops=("flops", lambda s: s.sum(min_count=1)),
+        known_us=("known_us", "sum"),
+    )  # fmt: skip
+    total = float(agg["time_us"].sum())
+    agg["share"] = agg["time_us"] / total if total > 0 else np.nan
+    agg["tflops"] = (agg["flops"] / (agg["known_us"].where(agg["known_us"] > 0) * 1e-6) / FLOPS_PER_TFLOPS).astype(float)
+    cols = pipe_ratios(comp, types)
+    units = unit_ratios(cols)
+    out = agg.join(cols).join(units).join(bound_of(units)).join(_l2_rates(capture, comp, types))
+    for c in ("bound", "bound_note"):  # a join leaves NaN where a type has none: None, as bound_of gives
+        out[c] = out[c].astype(object).where(out[c].notna(), None)
+    return out.sort_values("time_us", ascending=False, kind="stable").drop(columns=["known_us"])
+
+
+def cached_table(ctx: Context) -> pd.DataFrame:
+    """:func:`type_table` of the analysis, computed once (metrics and views share it)."""
+    if _KEY not in ctx.cache:
+        ctx.cache[_KEY] = type_table(ctx.capture)
+    return ctx.cache[_KEY]  # type: ignore[no-any-return]
+
+
+def _num(v: Any) -> float | None:
+    return None if v is None or pd.isna(v) else float(v)
+
+
+def _text(v: Any) -> str | None:
+    return None if v is None or (not isinstance(v, str) and pd.isna(v)) else str(v)
+
+
+def rows(table: pd.DataFrame) -> list[dict[str, Any]]:
+    """The JSON ``kernel_types`` rows of a :func:`type_table`."""
+    out = []
+    for t, r in table.iterrows():
+        out.append({
+            "type": str(t),
+            "launches": int(r["launches"]),
+            "time_us": float(r["time_us"]),
+            "share": _num(r["share"]),
+            "flops": _num(r["flops"]),
+            "tflops": _num(r["tflops"]),
+            "bound": _text(r["bound"]),
+            "bound_ratio": _num(r["bound_ratio"]),
+            "bound_note": _text(r["bound_note"]),
+            "ratios": {u: _num(r[u]) for u in UNITS},
+            "ratio_columns": {c: _num(r.get(c)) for c in RATIO_COLUMNS},  # each side's own (aic_* cube, aiv_* vector)
+            "l2_hit_rate": _num(r.get("l2_hit_rate")),
+            "l2_victim_rate": _num(r.get("l2_victim_rate")),
+        })  # fmt: skip
+    return out
+
+
+def absent_reasons(capture: Capture, table: pd.DataFrame) -> dict[str, str]:
+    """Why a figure of ``kernel_types`` is null on every row (said once, not per row)."""
+    out: dict[str, str] = {}
+    if not len(table):
+        return {"kernel_types": "no compute kernels in the capture"}
+    if table["bound"].isna().all():
+        out["bound"] = no_pipes_reason(capture)
+    l2 = capture.table("l2_cache")
+    if not len(l2):
+        out["l2"] = _source_reason(capture, "l2_cache.csv") or "no l2_cache.csv in the capture"
+    elif "l2_hit_rate" not in table or table["l2_hit_rate"].isna().all():
+        out["l2_hit_rate"] = (
+            "l2_cache.csv records no hit rate (N/A; on Atlas A2 / A3 CANN collects it with aic_metrics=L2Cache instead)"
+            if l2["hit_rate"].isna().all() else "no l2_cache.csv row matches a compute kernel's name"
+        )
+    if table["flops"].isna().all():
+        out["flops"] = "no op type has FLOPs (no shapes with a FLOPs formula, no ArithmeticUtilization columns)"
+    return out
+
+
+def _source_reason(capture: Capture, name: str) -> str | None:
+    for s in capture.sources:
+        if s.name == name and s.status != "present" and s.reason:
+            return f"{name} {s.status}: {s.reason}"
+    return None
+
+
+# ---- metrics ---------------------------------------------------------------------------------------
+
+
+def _mte2_bound(table: pd.DataFrame, max_cube: float) -> pd.Series:
+    """Op types bound by a saturated MTE2 (data moved in from global memory) whose cube ratio is below max_cube."""
+    cube = table["cube"].fillna(0.0)
+    return (table["bound"] == "mte2") & table["bound_note"].isna() & (cube < max_cube)
+
+
+def _per_rank_tables(ctx: Context) -> dict[int, pd.DataFrame]:
+    key = _KEY + ".per_rank"
+    if key not in ctx.cache:
+        ctx.cache[key] = {rd.rank: type_table(rd, with_flops=False) for rd in ctx.capture.ranks}
+    return ctx.cache[key]  # type: ignore[no-any-return]
+
+
+def _given_pipes(ctx: Context) -> tuple[pd.DataFrame | None, str | None]:
+    t = cached_table(ctx)
+    if not len(t):
+        return None, "no compute kernels in the capture"
+    if t["bound"].isna().all():
+        return None, no_pipes_reason(ctx.capture)
+    return t, None
+
+
+@metric(
+    "mte2_bound_share",
+    "ratio",
+    f"Share of compute kernel time in op types bound by MTE2 (data moved in from HBM, ratio >= {SATURATED:g}) with a cube ratio below "
+    "kernel-memory-bound.max_cube: memory-bound kernels (PipeUtilization ratios, duration-weighted per op type)",
+    "kernels PipeUtilization ratios (kernel_details.csv aic_*/aiv_*_ratio)",
+    reads=Reads(tables=("kernels",)),
+    params=("kernel-memory-bound.max_cube",),
+    given=_given_pipes,
+)
+def _mte2_share(ctx: Context, t: pd.DataFrame) -> Value:
+    max_cube = ctx.options.param("kernel-memory-bound.max_cube")
+    per: dict[int, float | str | None] = {}
+    for r, rt in _per_rank_tables(ctx).items():
+        if len(rt) and rt["bound"].notna().any():
+            per[int(r)] = float(rt.loc[_mte2_bound(rt, max_cube), "share"].sum())
+    return Value(float(t.loc[_mte2_bound(t, max_cube), "share"].sum()), per)
+
+
+@metric(
+    "mte2_bound_types",
+    "op types",
+    "The op types bound by MTE2 with a low cube ratio, largest compute time first (at most 3): share of compute "
+    "time, MTE2 and cube ratios",
+    "kernels PipeUtilization ratios (kernel_details.csv aic_*/aiv_*_ratio)",
+    reads=Reads(tables=("kernels",)),
+    params=("kernel-memory-bound.max_cube",),
+    given=_given_pipes,
+)
+def _mte2_types(ctx: Context, t: pd.DataFrame) -> Value:
+    sel = t[_mte2_bound(t, ctx.options.param("kernel-memory-bound.max_cube"))].head(3)
+    if not len(sel):
+        return Value(None, reason="no op type is bound by MTE2 with a low cube ratio")
+    parts = [f"{typ} {100 * r['share']:.0f}% (MTE2 {r['mte2']:.2f}, "
+             + ("vector core only)" if pd.isna(r["cube"]) else f"cube {r['cube']:.2f})") for typ, r in sel.iterrows()]
+    return Value(", ".join(parts))
+
+
+@metric(
+    "host_api_top",
+    "API",
+    "The CANN API with the most host time over the capture (api_statistic.csv), with its time and calls, on the "
+    "rank where it took longest",
+    "api_statistic.csv",
+    reads=Reads(tables=("api_stats",)),
+)
+def _api_top(ctx: Context) -> Value:
+    a = ctx.capture.table("api_stats")
+    a = a[a["total_us"].notna()] if len(a) else a
+    if not len(a):
+        why = _source_reason(ctx.capture, "api_statistic.csv") or "no api_statistic.csv in the capture"
+        return Value(None, reason=why)
+    per: dict[int, float | str | None] = {}
+    for r, g in a.groupby("rank"):
+        top = g.loc[g["total_us"].idxmax()]
+        per[int(r)] = f"{top['api']} ({top['level']})"
+    top = a.loc[a["total_us"].idxmax()]
+    calls = "" if pd.isna(top["count"]) else f", {int(top['count'])} calls"
+    return Value(f"{top['api']} ({top['level']}): {top['total_us'] / 1e3:.1f} ms{calls} (rank {int(top['rank'])})", per)
