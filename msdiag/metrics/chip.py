@@ -60,6 +60,7 @@ class ChipGuess:
     clock: Measured | None
     recorded_name: str | None
     fitting: tuple[devices.Chip, ...]
+    host_only: bool = False  # every kernel ran on the host (a MindSpore CPU capture)
 
     @property
     def peak_tflops(self) -> float | None:
@@ -85,6 +86,8 @@ class ChipGuess:
 
     def why_no_peak(self) -> str:
         """Why the capture gives no peak, in a few words."""
+        if self.host_only:
+            return "no accelerator peak for a CPU capture; give --peak-tflops"
         missing = []
         if self.cores is None:
             missing.append("the cube core count (no CANN info.json and no cube kernel with a Block Dim: Level0 records none)")
@@ -163,7 +166,9 @@ def infer(ctx: Context) -> ChipGuess:
     fitting = devices.chips_fitting(None if cores is None else int(cores.value), None if clock is None else clock.value, name)
     if cores is None and clock is None and name is None:
         fitting = []
-    guess = ChipGuess(cores, clock, name, tuple(fitting))
+    k = ctx.capture.table("kernels")
+    host_only = bool(len(k)) and bool((k["core"] == "CPU").fillna(False).all())
+    guess = ChipGuess(cores, clock, name, tuple(fitting), host_only)
     ctx.cache["chip"] = guess
     return guess
 

@@ -167,16 +167,15 @@ CLOCK_TOLERANCE = 0.01
 
 def chips_fitting(cube_cores: int | None, clock_mhz: float | None, recorded_name: str | None = None) -> list[Chip]:
     """The chips of :data:`CHIPS` a capture's measurements fit: same cube core count (when known),
-    same clock within :data:`CLOCK_TOLERANCE` (when known and published), and a name starting
-    with the name the capture recorded (a family such as 'Ascend910B' narrows, never widens)."""
+    same clock within :data:`CLOCK_TOLERANCE` (when known and published: a chip whose clock is not
+    published cannot be ruled out by it), and a name starting with the name the capture recorded
+    (a family such as 'Ascend910B' narrows, never widens)."""
     prefix = _norm(recorded_name) if recorded_name else ""
     out = []
     for c in CHIPS:
         if cube_cores is not None and c.cube_cores != cube_cores:
             continue
         if clock_mhz is not None and c.clock_mhz is not None and abs(c.clock_mhz - clock_mhz) > CLOCK_TOLERANCE * c.clock_mhz:
-            continue
-        if clock_mhz is not None and c.clock_mhz is None and cube_cores is None:
             continue
         if prefix and not _norm(c.name).startswith(prefix):
             continue

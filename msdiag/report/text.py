@@ -53,6 +53,50 @@ def _verdict(report: dict[str, Any]) -> list[str]:
     return out
 
 
+def _why_not(report: dict[str, Any], key: str) -> str:
+    """A metric's reason for being unknown, in a few words: its first clause."""
+    reason = ((report.get("metric_details") or {}).get(key) or {}).get("reason") or "not measured"
+    for sep in (": ", "; ", " ("):
+        reason = reason.split(sep, 1)[0]
+    return reason
+
+
+def _figure(report: dict[str, Any], key: str, unit: str) -> str:
+    v = report["metrics"].get(key)
+    if v is None:
+        return f"unknown ({_why_not(report, key)})"
+    return fmt.value(v, unit) if unit in ("ratio", "TFLOP/s") else f"{fmt.plain(v)} {unit}"
+
+
+def _utilization(report: dict[str, Any]) -> str:
+    m = report["metrics"]
+    if m.get("mfu") is None and m.get("hfu") is None:
+        return f"MFU, HFU unknown ({_why_not(report, 'mfu')})"
+    return f"MFU {_figure(report, 'mfu', 'ratio')}, HFU {_figure(report, 'hfu', 'ratio')}"
+
+
+def efficiency_lines(report: dict[str, Any]) -> list[str]:
+    """The headline's MFU, HFU, achieved TFLOP/s against the peak, and the training throughput (issue 15)."""
+    if not report.get("steps"):
+        return []
+    m = report["metrics"]
+    peak = m.get("peak_tflops")
+    of = ""
+    if peak is not None:
+        chip = m.get("device_name")
+        of = f" of {fmt.value(peak, 'TFLOP/s')} peak" + (f" ({chip})" if chip else "")
+    achieved = m.get("achieved_tflops")
+    out = [f"\n{_utilization(report)}" + (f"; {fmt.value(achieved, 'TFLOP/s')} per device{of}" if achieved is not None else of)]
+    dev = [_figure(report, k, u) for k, u in (("samples_per_s_device", "samples/s"), ("tokens_per_s_device", "tokens/s")) if m.get(k) is not None]
+    job = [_figure(report, k, u) for k, u in (("samples_per_s", "samples/s"), ("tokens_per_s", "tokens/s")) if m.get(k) is not None]
+    if not dev and not job:
+        out.append(f"Throughput unknown ({_why_not(report, 'samples_per_s_device')})")
+    else:
+        job_text = ", ".join(job) if job else f"unknown ({_why_not(report, 'samples_per_s')})"
+        out.append(f"Throughput per device: {', '.join(dev) or 'unknown'}; for the job: {job_text}")
+    return out
+
+
 def why_lines(report: dict[str, Any]) -> list[str]:
     """The "Why the device waits" section: the late captured arrivals and the host causes with their call sites."""
     out = [f"  {p}" for p in fmt.wait_phrases(report.get("metrics") or {})]
@@ -155,7 +199,7 @@ def _absent(report: dict[str, Any]) -> list[str]:
 def render(report: dict[str, Any]) -> str:
     """The text view of a report object."""
     out: list[str] = []
-    for section in (_identity, _verdict, why_lines, _findings, inference_lines, _steps, _ranks, _checks, _absent):
+    for section in (_identity, _verdict, efficiency_lines, why_lines, _findings, inference_lines, _steps, _ranks, _checks, _absent):
         out.extend(section(report))
     for n in report.get("notes", []):
         out.append(f"note: {n}")
