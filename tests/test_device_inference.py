@@ -33,7 +33,8 @@ def _peak(cores: int, mhz: float) -> float:
 
 
 def test_level1_is_a_910b2_from_block_dim_and_freq_counter(analysed: Run) -> None:
-    # kernel_details.csv (both ranks): the 23 AI_CORE kernels have Block Dim 1..24, all with aic_total_cycles > 0
+    # kernel_details.csv (both ranks): the 23 AI_CORE kernels (all with aic_total_cycles > 0, all Conv2D / MatMul
+    # types) have Block Dim 16 (9x), 21, 22 (2x), 24 (11x): the largest carried by >= 10% of them is 24
     # (AI_VECTOR_CORE reaches 256 blocks, not cores); trace_view.json's 'AI Core Freq' counter: args.MHz 1800.
     # Peak = 24 x 1800e6 x 8192 / 1e12 = 353.8944 TFLOP/s; the 910B2 table entry (354) is 0.03% away.
     a = analysed("level1")
@@ -59,6 +60,7 @@ def test_p2p_clock_from_pmu_cycles_and_damaged_rows_left_out(analysed: Run) -> N
     # 24): aic_total_cycles 242151900 / aicore_time 5453.87 us / 24 = 1850.0 MHz (two more such rows: 1850.0).
     # Left out of the core count: ZerosLike / Cast (AI_CORE, Block Dim 48 / 33) count 0 cube cycles (vector work),
     # and a shifted row (MIX_AIC, Block Dim 48, 19.2 "cycles" over 2.4e8 us) whose PMU clock is ~0 MHz.
+    # Rank 1 has no kernel with cube cycles (its AI_CORE Tril launches 1639 blocks on the vector cores).
     # Peak = 24 x 1850e6 x 8192 / 1e12 = 363.7248: 24 cores at 1850 MHz fit 910B1 and 910C (one die), whose
     # table peak is 363.7 (within 2%); both hold 64 GiB.
     a = analysed("p2p")
@@ -100,6 +102,15 @@ def test_level0_has_the_clock_but_no_core_count(analysed: Run) -> None:
     assert _m(a, "aicore_clock_mhz").value == 1800.0
     assert _m(a, "device_name").value == "910B2 or 910B3 or 910B4"
     assert _m(a, "memory_capacity_gb").value is None
+
+
+def test_910a_vector_work_in_waves_is_no_core_count(analysed: Run) -> None:
+    # MindSpore 1.x run_2 (framework_raw / aicore_intermediate): 107 AI_CORE launches, Block Dim 32 on 52 of them,
+    # 60 / 48 / 38 on 2 / 5 / 1 (vector ops on 910A's AI Cores launch more blocks than cores, in waves): 32 cores,
+    # which only 910A has; no clock recorded, so no peak.
+    a = analysed("mindspore-legacy/run_2")
+    assert _m(a, "ai_cores").value == 32 and _m(a, "device_name").value == "910A"
+    assert _m(a, "peak_tflops").value is None and "clock" in (_m(a, "peak_tflops").reason or "")
 
 
 def test_cpu_capture_has_no_accelerator_peak(analysed: Run) -> None:

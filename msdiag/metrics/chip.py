@@ -4,12 +4,13 @@ MFU needs the device's peak, and on Ascend the peak is the cube cores x their cl
 FLOP per cycle (dense FP16/BF16). Both numbers are in the files even when no CANN ``info.json``
 was kept:
 
-- the cube core count: CANN's ``info.json`` ``ai_core_num``; else the largest ``Block Dim`` of the
-  kernels that ran on the cube (``Accelerator Core`` AI_CORE / MIX_AIC): a large matmul tiles one
-  block per core, so over a real step the largest cube Block Dim is the core count (a capture of
-  tiny kernels gives a lower bound). A kernel whose PMU counted no cube cycles ran on the vector
-  cores whatever its label (older CANN labels vector ops AI_CORE), and a Block Dim above
-  :data:`MAX_CUBE_CORES` is blocks run in waves, not cores: neither counts;
+- the cube core count: CANN's ``info.json`` ``ai_core_num``; else the ``Block Dim`` of the kernels
+  that ran on the cube (``Accelerator Core`` AI_CORE / MIX_AIC; the matmul / conv / attention ones
+  when there are any): their tiling launches one block per core, so the largest Block Dim that at
+  least :data:`MIN_LAUNCH_SHARE` of them carry is the core count (a capture of tiny kernels gives a
+  lower bound). A kernel whose PMU counted no cube cycles ran on the vector cores whatever its label
+  (older CANN labels vector ops AI_CORE), and a rare larger Block Dim is blocks run in waves over
+  fewer cores (vector work on 910A's AI Cores): neither counts;
 - the clock: ``info.json`` ``aic_frequency``; else the ``AI Core Freq`` counter (trace_view.json,
   the SQLite export's AICORE_FREQ), its highest sample (the nominal clock; drops are throttling,
   ``aicore_freq_drop``); else the PMU at Level2: ``aic_total_cycles / aicore_time(us) / Block Dim``;
@@ -22,6 +23,7 @@ when several chips fit, only the name (and the memory size, when they differ) is
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,9 +35,10 @@ from msdiag.metrics.registry import Context, Reads, Value, metric
 
 #: Accelerator Core labels of kernels that run on the cube units (MIX_AIC: Block Dim counts cube blocks).
 CUBE_CORE_KINDS = ("AI_CORE", "MIX_AIC")
-#: More cube cores than any Ascend device has (32 on 910A; 24 or 25 per 910B/910C die): a larger Block
-#: Dim is blocks scheduled in waves over fewer cores, not a core count.
-MAX_CUBE_CORES = 64
+#: Op types that only run on the cube: where the capture has them, they alone give the core count.
+CUBE_OP_TYPE = re.compile(r"matmul|conv|flashattention|gemm", re.IGNORECASE)
+#: A Block Dim carried by fewer of the cube kernels' launches than this is blocks run in waves, not cores.
+MIN_LAUNCH_SHARE = 0.10
 #: A kernel's PMU clock (cycles / time / blocks) this far from the capture's median is a damaged row.
 PMU_CLOCK_SPREAD = 0.25
 CONVENTION = "dense FP16/BF16: cube cores x clock x 16*16*16*2 FLOP per cycle, whatever the kernels' dtypes"
@@ -134,10 +137,19 @@ def _from_kernels(ctx: Context) -> tuple[Measured | None, Measured | None]:
         pmu = cube["aic_total_cycles"] / cube["aicore_time_us"] / cube["block_dim"]
         bad = (pmu.notna() & ((pmu - med).abs() > PMU_CLOCK_SPREAD * med)).to_numpy()
         cube = cube[~bad]
-    dims = cube["block_dim"].dropna()
-    dims = dims[dims <= MAX_CUBE_CORES]
-    cores = Measured(float(dims.max()), "largest cube Block Dim") if len(dims) else None
-    return cores, clock
+    return _core_count(cube), clock
+
+
+def _core_count(cube: pd.DataFrame) -> Measured | None:
+    """The largest Block Dim at least MIN_LAUNCH_SHARE of the cube kernels carry (cube op types only, when any)."""
+    ops = cube["type"].astype("string").str.contains(CUBE_OP_TYPE, na=False).to_numpy()
+    pool = cube[ops] if ops.any() else cube
+    counts = pool["block_dim"].dropna().astype("int64").value_counts()
+    common = counts[counts >= MIN_LAUNCH_SHARE * counts.sum()]
+    if not len(common):
+        return None
+    how = "largest cube Block Dim" if ops.any() else "largest Block Dim of AI_CORE kernels, no matmul among them"
+    return Measured(float(common.index.max()), how)
 
 
 def _from_counter(ctx: Context) -> Measured | None:
