@@ -81,12 +81,14 @@ def efficiency_lines(report: dict[str, Any]) -> list[str]:
         return []
     m = report["metrics"]
     peak = m.get("peak_tflops")
-    of = ""
-    if peak is not None:
-        chip = m.get("device_name")
-        of = f" of {fmt.value(peak, 'TFLOP/s')} peak" + (f" ({chip})" if chip else "")
+    chip = f" ({m['device_name']})" if m.get("device_name") else ""
     achieved = m.get("achieved_tflops")
-    out = [f"\n{_utilization(report)}" + (f"; {fmt.value(achieved, 'TFLOP/s')} per device{of}" if achieved is not None else of)]
+    line = f"\n{_utilization(report)}"
+    if achieved is not None:
+        line += f"; {fmt.value(achieved, 'TFLOP/s')} per device" + (f" of {fmt.value(peak, 'TFLOP/s')} peak{chip}" if peak is not None else "")
+    elif peak is not None:
+        line += f"; peak {fmt.value(peak, 'TFLOP/s')}{chip}"
+    out = [line]
     dev = [_figure(report, k, u) for k, u in (("samples_per_s_device", "samples/s"), ("tokens_per_s_device", "tokens/s")) if m.get(k) is not None]
     job = [_figure(report, k, u) for k, u in (("samples_per_s", "samples/s"), ("tokens_per_s", "tokens/s")) if m.get(k) is not None]
     if not dev and not job:
