@@ -450,6 +450,7 @@ class RankInfo:
     ai_core_num: int | None = None
     aic_frequency_mhz: float | None = None
     device_name: str | None = None  # the chip as the profiler names it (SQLite export NPU_INFO, e.g. Ascend910B)
+    device_memory_gb: float | None = None  # the device's memory (GiB) as MindSpore reported it to msdiag capture
     info_json: str | None = None  # path of the CANN device_N/info.json.N read (the MFU peak)
     # framework and profiler settings (profiler_info_N.json)
     framework: str | None = None  # torch_npu | mindspore

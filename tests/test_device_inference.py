@@ -5,6 +5,7 @@ Every expected number is derived by hand from the raw files, as each test's comm
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Callable
 
 import pytest
@@ -212,3 +213,26 @@ def test_manifest_device_info() -> None:
     assert info["name"] == "Ascend910B2" and info["memory_gb"] == 64.0
     assert info["peak_tflops"] == 354.0 and info["peak_source"].startswith("910B2 in msdiag's device table")
     assert device_info([])["from"].startswith("not recorded")
+
+
+def test_capture_sidecar_device_reaches_the_chip(tmp_path: Path) -> None:
+    # msdiag capture's own sample (MindSpore CPU) with the sidecar's `device` as the runtime writes it on Ascend
+    # (mindspore.hal.get_device_properties: name, total_memory): the recorded name narrows the chips and the
+    # recorded memory is the capacity: 65536 MiB = 64 GiB.
+    import json
+    import shutil
+
+    from conftest import SAMPLE_TRACES
+
+    from msdiag.analysis import analyze
+
+    dst = tmp_path / "cap"
+    shutil.copytree(SAMPLE_TRACES / "train_small_cpu", dst)
+    side = next(dst.rglob("msdiag_steps.json"))
+    doc = json.loads(side.read_text())
+    doc["device"] = {"name": "Ascend910B2", "total_memory_bytes": 65536 * 2**20, "from": "mindspore.hal.get_device_properties"}
+    side.write_text(json.dumps(doc))
+    a = analyze(dst, Options(jobs=1))
+    assert [rd.info.device_name for rd in a.capture.ranks] == ["Ascend910B2"]
+    assert _m(a, "memory_capacity_gb").value == 64.0
+    assert _m(a, "device_name").value == "910B2"  # the name alone fits one chip (no cores or clock on CPU)

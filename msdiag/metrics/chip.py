@@ -193,7 +193,11 @@ def inferred_peak(ctx: Context) -> tuple[float | None, str]:
 
 
 def inferred_memory_gb(ctx: Context) -> tuple[float | None, str]:
-    """The device memory of the chips that fit, when they agree, with the chips; else None and why."""
+    """The device memory the capture recorded (msdiag capture), else that of the chips that fit when they
+    agree (with the chips); else None and why."""
+    recorded = sorted({rd.info.device_memory_gb for rd in ctx.capture.ranks if rd.info.device_memory_gb})
+    if recorded:
+        return recorded[-1], "MindSpore's device properties recorded by msdiag capture"
     g = infer(ctx)
     if not g.fitting:
         return None, "the capture does not say which chip it ran on"
