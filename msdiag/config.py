@@ -252,6 +252,7 @@ KEYS: dict[str, _Key] = {
     "ranks_per_node": _Key("ranks_per_node", lambda v, w: _number(v, w, integer=True)),
     "device_memory_gb": _Key("device_memory_gb", _number),
     "host_cores": _Key("host_cores", lambda v, w: _number(v, w, integer=True)),
+    "tokens_per_step": _Key("tokens_per_step", lambda v, w: _number(v, w, integer=True)),
     "model_config": _Key("model_config", lambda v, w: _path(v, w, folder=False)),
     "slo_ttft_ms": _Key("slo_ttft_ms", _number),
     "slo_tpot_ms": _Key("slo_tpot_ms", _number),

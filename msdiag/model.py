@@ -132,6 +132,7 @@ KERNELS = _t(
         ("output_shapes", STR, "output shapes"),
         ("output_dtypes", STR, "output data types"),
         ("aicore_time_us", FLOAT, "AI Core busy time (PMU)"),
+        ("aic_total_cycles", FLOAT, "cube cycles over all its blocks (PMU): / aicore_time_us / block_dim = the clock"),
         ("aic_mac_ratio", FLOAT, "cube (MAC) pipe ratio (PMU, PipeUtilization)"),
         ("aiv_vec_ratio", FLOAT, "vector pipe ratio (PMU, PipeUtilization)"),
         ("aic_mte2_ratio", FLOAT, "MTE2 pipe ratio (PMU, PipeUtilization)"),
@@ -496,6 +497,8 @@ class RankInfo:
     host: str | None = None
     ai_core_num: int | None = None
     aic_frequency_mhz: float | None = None
+    device_name: str | None = None  # the chip as the profiler names it (SQLite export NPU_INFO, e.g. Ascend910B)
+    device_memory_gb: float | None = None  # the device's memory (GiB) as MindSpore reported it to msdiag capture
     info_json: str | None = None  # path of the CANN device_N/info.json.N read (the MFU peak)
     # framework and profiler settings (profiler_info_N.json)
     framework: str | None = None  # torch_npu | mindspore

@@ -111,6 +111,7 @@ class Options:
     ranks_per_node: int | None = None
     device_memory_gb: float | None = None
     host_cores: int | None = None
+    tokens_per_step: int | None = None  # tokens the whole job trains on per step (--tokens-per-step)
     rules_dirs: tuple[str, ...] = ()
     overrides: Mapping[str, str] = field(default_factory=dict)  # --set RULE.PARAM=VALUE
     disable: tuple[str, ...] = ()  # rule ids left out of the diagnosis (--disable, config disable)
@@ -133,6 +134,7 @@ class Options:
             "ranks_per_node": _positive("ranks_per_node", self.ranks_per_node, integer=True),
             "device_memory_gb": _positive("device_memory_gb", self.device_memory_gb, integer=False),
             "host_cores": _positive("host_cores", self.host_cores, integer=True),
+            "tokens_per_step": _positive("tokens_per_step", self.tokens_per_step, integer=True),
             "slo_ttft_ms": _positive("slo_ttft_ms", self.slo_ttft_ms, integer=False),
             "slo_tpot_ms": _positive("slo_tpot_ms", self.slo_tpot_ms, integer=False),
             "bandwidth_norms": parse_bandwidth_norms(self.bandwidth_norms),
@@ -177,4 +179,6 @@ class Options:
             out["goal"] = [f"{n}={v:g}" for n, v in self.goals]
         if self.config:
             out["config"] = self.config
+        if self.tokens_per_step:
+            out["tokens_per_step"] = self.tokens_per_step
         return out

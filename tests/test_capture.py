@@ -368,6 +368,9 @@ def test_data_bound_waits_on_data_and_the_fixed_job_does_not(tmp_path: Path) -> 
     assert r.returncode == 0, r.stderr
     assert m["exit_code"] == 0 and m["device"] == "CPU" and m["world_size"] == 1
     assert m["ranks"][0]["steps_from"] == FETCH
+    # MindSpore exposes no device properties on CPU: recorded as such, never asked (issue 15)
+    assert m["device_info"]["name"] is None and m["device_info"]["from"].startswith("none: MindSpore exposes no device")
+    assert m["ranks"][0]["device_properties"]["from"].startswith("none:")
     assert "step 9/9" in r.stdout  # the job's output, then the report: one JSON line, the last
     report = json.loads(r.stdout.strip().splitlines()[-1])
     assert report["verdict"]["bottleneck"] == "data"

@@ -52,9 +52,9 @@ def test_table_has_every_device_with_sources() -> None:
     }
     for name, tflops in expected.items():
         assert PEAKS[name].tflops == tflops
-    # derived: 910B1 24 cores x 1.8 GHz x 8192 = 353.9; 910B3 20 x 1.8 x 8192 = 294.9;
-    # 910C per die 24 x 1.85 x 8192 = 363.7
-    assert PEAKS["910B1"].tflops == pytest.approx(353.9)
+    # derived: 910B1 24 cores x 1.85 GHz (its platform ini's cube_freq, issue 15) x 8192 = 363.7;
+    # 910B3 20 x 1.8 x 8192 = 294.9; 910C per die 24 x 1.85 x 8192 = 363.7
+    assert PEAKS["910B1"].tflops == pytest.approx(363.7)
     assert PEAKS["910B3"].tflops == pytest.approx(294.9)
     assert PEAKS["910C"].tflops == pytest.approx(363.7)
     assert all(p.source for p in PEAKS.values())
@@ -89,7 +89,10 @@ def test_unknown_device_lists_known_names() -> None:
 def test_resolve_peak_precedence(corpus: Path) -> None:
     info = info_files(corpus)[0]
     assert resolve_peak(300.0, "910B2", info) == (300.0, "given by the user")
+    # --device overrides what the capture records (issue 15: the device is inferred, the flag overrides)
     peak, source = resolve_peak(None, "910B2", info)
+    assert peak == 354.0 and source.startswith("910B2")
+    peak, source = resolve_peak(None, None, info)
     assert peak == pytest.approx(262.144) and str(info) in source
     peak, source = resolve_peak(None, "ascend910b2", None)
     assert peak == 354.0 and source.startswith("910B2")

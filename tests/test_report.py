@@ -114,7 +114,8 @@ def test_corpus_report(corpus_report: tuple[Path, dict]) -> None:
     assert htmllib.escape(data["verdict"]["sentence"], quote=False) in page
     assert "74% of step time" in page  # share 0.7386 (comm-exposed)
     assert "134.25 ms" in page and "p90 136.11 ms" in page  # step_time_us 134246.75, p90 136114.15
-    assert "MFU" in page and "no peak FLOP/s known" in page  # no peak without --device: reason shown
+    # MFU without flags (issue 15): the peak is inferred from the capture, so the tile shows a value and its formula
+    assert data["metrics"]["mfu"] is not None and "MFU" in page and "model FLOPs / (step time x peak)" in page
     assert "torch_npu" in page and "Level1" in page and "2 (0, 1)" in page
     assert "1 per rank (step 50)" in page
     assert "dataset.csv" in page and "torch_npu writes no dataset.csv" in page
@@ -131,7 +132,8 @@ def test_corpus_report(corpus_report: tuple[Path, dict]) -> None:
     assert "MatMulV2" in figs["c-kernels"] and "TFLOP/s" in figs["c-kernels"]
     assert "hcom_allReduce__586_0_1" in figs["c-comm"]
     assert "no link below 0.8 x its standard bandwidth" in figs["c-links"]  # slow_link null: its reason
-    assert "No capacity line: device memory unknown" in figs["c-memory"]
+    # the chip inferred from the capture (24 cube cores x 1800 MHz: 910B2, issue 15) gives the capacity
+    assert "Capacity line: 64 GB per device" in figs["c-memory"]
     # findings with evidence and the fix's snippet in <pre>; metrics with units and reasons
     from markupsafe import escape
 

@@ -124,6 +124,7 @@ def build_manifest(
         "python": os.path.basename(python) if python else None,
         "host": socket.gethostname(),
         "device": first.get("device_target"),
+        "device_info": device_info(ranks),
         "execution_mode": first.get("mode"),
         "world_size": world,
         "parallel": parallel,
@@ -138,6 +139,33 @@ def build_manifest(
     }
 
 
+def device_info(ranks: list[dict[str, Any]]) -> dict[str, Any]:
+    """The job's device as MindSpore described it at capture time (name, memory), and the peak of that
+    name in msdiag's device table (MindSpore exposes no core count, clock or peak): each None with why."""
+    from msdiag.metrics.devices import PEAKS, device_key
+
+    props = next((r["device_properties"] for r in ranks if (r.get("device_properties") or {}).get("name")), None)
+    props = props or next((r.get("device_properties") for r in ranks if r.get("device_properties")), None) or {}
+    name = props.get("name")
+    total = props.get("total_memory_bytes")
+    out: dict[str, Any] = {
+        "name": name,
+        "memory_gb": round(total / 2**30, 2) if total else None,
+        "from": props.get("from") or "not recorded (the job's processes recorded no device properties)",
+        "peak_tflops": None,
+        "peak_source": None,
+    }
+    try:
+        key = device_key(name) if name else None
+    except ValueError:
+        key = None
+    if key is not None:
+        out["peak_tflops"], out["peak_source"] = PEAKS[key].tflops, f"{key} in msdiag's device table: {PEAKS[key].source}"
+    else:
+        out["peak_source"] = f"device {name!r} is not in msdiag's device table" if name else "no device name recorded"
+    return out
+
+
 def _rank_entry(r: dict[str, Any]) -> dict[str, Any]:
     return {
         "rank": r.get("rank"),
@@ -149,6 +177,7 @@ def _rank_entry(r: dict[str, Any]) -> dict[str, Any]:
         "steps_seen": r.get("steps_seen"),
         "captured_steps": r.get("captured_steps"),
         "minddata_sampling_ms": r.get("minddata_sampling_ms"),
+        "device_properties": r.get("device_properties"),
         "notes": r.get("notes", []),
         "problems": r.get("problems", []),
     }

@@ -70,6 +70,7 @@ KERNEL_FLOAT_COLUMNS: dict[str, Alternatives] = {
     "dur_us": KERNEL_DUR,
     "wait_us": ("Wait Time(us)", "Task Wait Time(us)"),
     "aicore_time_us": ("aicore_time(us)",),
+    "aic_total_cycles": ("aic_total_cycles",),  # PMU cube cycles over all blocks: the clock (issue 15)
     "aic_mac_ratio": ("aic_mac_ratio",),
     "aiv_vec_ratio": ("aiv_vec_ratio",),
     "aic_mte2_ratio": ("aic_mte2_ratio",),

@@ -114,6 +114,12 @@ def read_markers_source(path: Path, ctx: Ctx) -> Read:
         out.notes.append(f"{path.name}: the profiler's own ProfilerStep#N markers are used; msdiag's data waits are added")
     else:
         out.info["step_source"] = f"msdiag capture markers ({path.name}): {doc.get('steps_from') or 'source unknown'}"
+    device = doc.get("device")
+    if isinstance(device, dict) and isinstance(device.get("name"), str) and device["name"]:
+        out.info["device_name"] = device["name"]  # MindSpore's device properties at capture time (issue 15)
+    total = device.get("total_memory_bytes") if isinstance(device, dict) else None
+    if isinstance(total, int) and not isinstance(total, bool) and total > 0:
+        out.info["device_memory_gb"] = total / 2**30
     if (doc.get("window") or {}).get("mode") == "time":
         out.notes.append(f"{path.name}: nothing marked steps when the job was captured: msdiag capture recorded a time window")
     out.tables["timeline"] = rows

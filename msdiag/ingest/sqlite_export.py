@@ -898,7 +898,10 @@ def _steps(ctx: Ctx) -> Steps:
 def _r_meta(db: Db, ctx: Ctx) -> Read:
     # names are ids into STRING_IDS: without it every kernel, op and API name is null (issue 20)
     lost = [] if "STRING_IDS" in db.tables else [f"{db.path.name} holds no STRING_IDS table: kernel, op and API names are unknown (null)"]
-    return Read(meta={"db": read_db_meta(db)}, state={"launch": _launch_times(db)}, notes=lost)
+    meta = read_db_meta(db)
+    npu = meta.get("npu") or []
+    info = {"device_name": " / ".join(npu)} if npu else {}
+    return Read(meta={"db": meta}, info=info, state={"launch": _launch_times(db)}, notes=lost)
 
 
 def _r_step_time(db: Db, ctx: Ctx) -> Read:

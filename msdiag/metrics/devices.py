@@ -35,9 +35,9 @@ def _ascend(cores: int, ghz: float) -> float:
 PEAKS: dict[str, Peak] = {
     "910A": Peak(256.0, "Ascend 910 (910A) FP16, secondary reports of Huawei's Hot Chips 2019 talk"),
     "910B1": Peak(
-        round(_ascend(24, 1.8), 1),
-        "derived, uncertain: 24 cube cores (MindStudio msSanitizer chip table, from CANN platform_config) "
-        "x 1.8 GHz (assumed) x 16^3 x 2; mfu.md gives ~354-369",
+        round(_ascend(24, 1.85), 1),
+        "derived: 24 cube cores x 1.85 GHz (CANN platform ini Ascend910B1: cube_core_cnt 24, cube_freq 1850) "
+        "x 16^3 x 2",
     ),
     "910B2": Peak(
         354.0, "verl's device table; equals 24 cube cores x 16^3 x 2 x 1.8 GHz from the 910B2 platform ini"
@@ -117,20 +117,72 @@ def resolve_peak(
 ) -> tuple[float | None, str]:
     """The peak TFLOP/s to divide by, and where it came from (or None and why).
 
-    Precedence: an explicit ``peak_tflops`` (the user knows best), then the capture's own
-    info.json (measured core count and clock), then the named ``device``'s table entry. An
-    unknown device name raises ValueError listing the known names, even when a higher-precedence
-    source exists, so a typo is never silently ignored.
+    Precedence: an explicit ``peak_tflops`` (the user knows best), then the named ``device``'s
+    table entry (an override of what the capture says), then the capture's own info.json
+    (measured core count and clock). An unknown device name raises ValueError listing the known
+    names, even when a higher-precedence source exists, so a typo is never silently ignored.
     """
     key = device_key(device) if device else None
     if peak_tflops is not None:
         if not peak_tflops > 0:
             raise ValueError(f"peak TFLOP/s must be positive, got {peak_tflops}")
         return float(peak_tflops), "given by the user"
-    if info_json is not None:
-        peak = peak_from_info_json(Path(info_json))
-        return peak, f"{info_json}: ai_core_num x aic_frequency x 16*16*16*2"
     if key is not None:
         p = PEAKS[key]
         return p.tflops, f"{key}: {p.source}"
+    if info_json is not None:
+        peak = peak_from_info_json(Path(info_json))
+        return peak, f"{info_json}: ai_core_num x aic_frequency x 16*16*16*2"
     return None, "no peak FLOP/s known: no peak TFLOP/s or device name was given and no CANN info.json was found"
+
+
+class Chip(NamedTuple):
+    """What a chip is made of, to recognise it from a capture: cube (AI Core) and vector core
+    counts per device, the nominal AI Core clock (None: not published) and where the figures
+    come from. The device's memory is :func:`msdiag.metrics.memory.device_memory_gb`'s table."""
+
+    name: str
+    cube_cores: int
+    vector_cores: int
+    clock_mhz: float | None
+    source: str
+
+
+#: Ascend chips by what a capture can measure of them (one profiled device each: a 910C package
+#: holds two dies, each its own device). The vector cores are 2 per cube core on 910B-class chips
+#: (CANN platform ini vector_core_cnt; the AI_VECTOR_CORE kernels run on them); 910A has none.
+CHIPS: tuple[Chip, ...] = (
+    Chip("910A", 32, 0, 1000.0, "CANN info.json of a 910A device: ai_core_num 32, aiv_num 0, aic_frequency 1000"),
+    Chip("910B1", 24, 48, 1850.0, "CANN platform ini Ascend910B1: cube_core_cnt 24, vector_core_cnt 48, cube_freq 1850"),
+    Chip("910B2", 24, 48, 1800.0, "24 cube cores at 1.8 GHz from the 910B2 platform ini (mfu.md, verl's 354 TFLOP/s)"),
+    Chip("910B3", 20, 40, 1800.0, "20 cube cores (MindStudio chip table); 1.8 GHz assumed"),
+    Chip("910B4", 20, 40, None, "20 cube cores (MindStudio chip table); clock not published"),
+    Chip("910C", 24, 48, 1850.0, "per die: 24 cube cores at 1.85 GHz (CANN platform ini ai_core_cnt 24, cube_freq 1850)"),
+)
+
+#: Two clocks within this fraction are the same clock (a counter's 1800 vs a table's 1800.0; PMU
+#: cycles over microseconds round to a few MHz).
+CLOCK_TOLERANCE = 0.01
+
+
+def chips_fitting(cube_cores: int | None, clock_mhz: float | None, recorded_name: str | None = None) -> list[Chip]:
+    """The chips of :data:`CHIPS` a capture's measurements fit: same cube core count (when known),
+    same clock within :data:`CLOCK_TOLERANCE` (when known and published: a chip whose clock is not
+    published cannot be ruled out by it), and a name starting with the name the capture recorded
+    (a family such as 'Ascend910B' narrows, never widens)."""
+    prefix = _norm(recorded_name) if recorded_name else ""
+    out = []
+    for c in CHIPS:
+        if cube_cores is not None and c.cube_cores != cube_cores:
+            continue
+        if clock_mhz is not None and c.clock_mhz is not None and abs(c.clock_mhz - clock_mhz) > CLOCK_TOLERANCE * c.clock_mhz:
+            continue
+        if prefix and not _norm(c.name).startswith(prefix):
+            continue
+        out.append(c)
+    return out
+
+
+def cube_peak_tflops(cube_cores: int, clock_mhz: float) -> float:
+    """Dense FP16/BF16 peak of ``cube_cores`` cube units at ``clock_mhz``: cores x clock x 16*16*16*2 FLOP per cycle."""
+    return cube_cores * clock_mhz * HZ_PER_MHZ * CUBE_FP16_FLOPS_PER_CYCLE / FLOPS_PER_TFLOPS

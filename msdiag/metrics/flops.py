@@ -669,3 +669,43 @@ def host_op_flops(kernels_cpu: pd.DataFrame, host_shapes: pd.DataFrame) -> pd.Se
         )
         result[idx] = kernel_flops(frame)
     return result
+
+
+# ---- the batch a step's inputs hold (training throughput, issue 15) ------------------------------
+
+#: Op types that look up an embedding table: (table [V, h], indices [batch, seq], ...) -> [batch, seq, h].
+EMBEDDING_TYPES = frozenset({"gather", "gatherv2", "gatherv2d", "embedding", "embeddinglookup"})
+_INT_DTYPE = re.compile(r"^(DT_)?U?INT(8|16|32|64)$", re.IGNORECASE)
+#: An image batch: a 4-D feature map with at most this many channels (grey, RGB, RGBA) is the model's input.
+MAX_IMAGE_CHANNELS = 4
+
+
+def embedding_batch(op_type: str, input_shapes: str, input_dtypes: str) -> tuple[int, int] | None:
+    """(batch, sequence length) of an embedding lookup: its indices input, a 2-D integer tensor
+    beside a 2-D table; None for any other kernel."""
+    if op_type.strip().lower() not in EMBEDDING_TYPES:
+        return None
+    shapes = _parse_shapes(input_shapes, {})
+    dtypes = [d.strip() for d in input_dtypes.split(";")]
+    table, idx = _get(shapes, 0), _get(shapes, 1)
+    if table is None or idx is None or len(table) != 2 or len(idx) != 2 or len(dtypes) < 2:
+        return None
+    if not _INT_DTYPE.match(dtypes[1]) or min(idx) <= 0:
+        return None
+    return idx[0], idx[1]
+
+
+def image_batch(input_shapes: str, input_dtypes: str, input_formats: str) -> int | None:
+    """The batch of an image input: a 4-D NCHW / NHWC float feature map of 1-4 channels as a kernel's
+    first input (the first such kernel of a step reads the step's images); None otherwise."""
+    shapes = _parse_shapes(input_shapes, {})
+    fmts = _parse_formats(input_formats)
+    first = _get(shapes, 0)
+    fmt = _fmt(fmts, 0)
+    dtype = input_dtypes.split(";")[0].strip().upper()
+    if first is None or len(first) != 4 or fmt not in ("NCHW", "NHWC") or _INT_DTYPE.match(dtype) or not dtype:
+        return None
+    fm = _feature_map(first, fmt)
+    if fm is None or not 1 <= fm[1] <= MAX_IMAGE_CHANNELS or fm[0] <= 0:
+        return None
+    return fm[0]

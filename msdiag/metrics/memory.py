@@ -157,7 +157,12 @@ def _capacity(ctx: Context) -> tuple[float | None, str | None]:
     device = ctx.options.device
     if device:
         return device_memory_gb(device)
-    return None, "device memory unknown: the capture does not record it; give --device (e.g. 910B2) or device_memory_gb"
+    from msdiag.metrics import chip  # chip reads this module's table: imported here, not at the top
+
+    gb, how = chip.inferred_memory_gb(ctx)  # the chip the capture records (issue 15)
+    if gb is not None:
+        return gb, None
+    return None, f"device memory unknown: {how}; give --device (e.g. 910B2) or device_memory_gb"
 
 
 @metric(

@@ -5,39 +5,34 @@ convention, causal attention counted half), the kernels' recorded shapes (MatMul
 ``flops.kernel_flops``; on CPU the ops' shapes in cpu_framework), or the PMU counters
 (``aic_cube_fops`` + vector fops of the ArithmeticUtilization metrics). MFU divides model FLOPs by
 step time x peak; HFU divides hardware FLOPs (recompute and padding included: the PMU counters or
-all kernels' shapes) by the same. The peak: ``--peak-tflops``, the capture's CANN info.json, or
-``--device``.
+all kernels' shapes) by the same. The peak: ``--peak-tflops``, ``--device``, else the chip the capture
+records (metrics/chip.py: cube cores x clock x 8192, dense FP16/BF16 whatever the kernels' dtypes).
 """
 
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from msdiag.metrics import devices, flops, model_config
+from msdiag.metrics import chip, devices, flops, model_config
 from msdiag.metrics.registry import Context, Value, metric
 
 _RECOMPUTE = re.compile(r"recompute", re.IGNORECASE)
 
 
-def _info_json(ctx: Context) -> Path | None:
-    for rd in ctx.capture.ranks:
-        for p in sorted(Path(rd.path).glob("PROF_*/device_*/info.json.*")):
-            if not p.name.endswith(".done"):
-                return p
-    return None
-
-
 def _peak(ctx: Context) -> tuple[float | None, str]:
+    """The peak per device: --peak-tflops, else --device's table entry, else what the capture records
+    (CANN info.json, or the cube cores and clock read from the kernels and counters: metrics/chip.py)."""
     o = ctx.options
     try:
-        return devices.resolve_peak(o.peak_tflops, o.device, _info_json(ctx))
-    except (ValueError, OSError) as e:
+        if o.peak_tflops is not None or o.device:
+            return devices.resolve_peak(o.peak_tflops, o.device, None)
+    except ValueError as e:
         return None, str(e)
+    return chip.inferred_peak(ctx)
 
 
 def _world_size(ctx: Context) -> tuple[int, str]:
@@ -145,7 +140,7 @@ def _flops_source(ctx: Context) -> Value:
     return Value(f"{f['source']}: {f['convention']}")
 
 
-@metric("peak_tflops", "TFLOP/s", "Peak dense FP16/BF16 TFLOP/s per device used for MFU", "--peak-tflops, CANN info.json, or --device table")
+@metric("peak_tflops", "TFLOP/s", "Peak dense FP16/BF16 TFLOP/s per device used for MFU", "--peak-tflops, --device table, else the capture's cube cores x clock (CANN info.json, Block Dim, AI Core Freq, PMU)", reads=chip.READS)
 def _peak_tflops(ctx: Context) -> Value:
     peak, src = _peak(ctx)
     if peak is None:
@@ -153,7 +148,7 @@ def _peak_tflops(ctx: Context) -> Value:
     return Value(peak)
 
 
-@metric("peak_source", "text", "Where the peak TFLOP/s comes from", "--peak-tflops, CANN info.json, or --device table")
+@metric("peak_source", "text", "Where the peak TFLOP/s comes from", "--peak-tflops, --device table, else the capture's cube cores x clock", reads=chip.READS)
 def _peak_source(ctx: Context) -> Value:
     peak, src = _peak(ctx)
     return Value(src if peak is not None else None, reason=None if peak is not None else src)
@@ -166,7 +161,7 @@ def _utilization(ctx: Context, which: str) -> Value:
         return Value(None, reason=f["reason"])
     peak, src = _peak(ctx)
     if peak is None:
-        return Value(None, reason=f"{src} (give --peak-tflops or --device)")
+        return Value(None, reason=src)
     st = ctx.steps[ctx.steps["total_us"] > 0].groupby("rank")["total_us"].median()
     per: dict[int, float | str | None] = {}
     for r, fl in per_flops.items():

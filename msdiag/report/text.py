@@ -121,6 +121,52 @@ def plan_lines(report: dict[str, Any]) -> list[str]:
     return out
 
 
+def _why_not(report: dict[str, Any], key: str) -> str:
+    """A metric's reason for being unknown, in a few words: its first clause."""
+    reason = ((report.get("metric_details") or {}).get(key) or {}).get("reason") or "not measured"
+    for sep in (": ", "; ", " ("):
+        reason = reason.split(sep, 1)[0]
+    return reason
+
+
+def _figure(report: dict[str, Any], key: str, unit: str) -> str:
+    v = report["metrics"].get(key)
+    if v is None:
+        return f"unknown ({_why_not(report, key)})"
+    return fmt.value(v, unit) if unit in ("ratio", "TFLOP/s") else f"{fmt.plain(v)} {unit}"
+
+
+def _utilization(report: dict[str, Any]) -> str:
+    m = report["metrics"]
+    if m.get("mfu") is None and m.get("hfu") is None:
+        return f"MFU, HFU unknown ({_why_not(report, 'mfu')})"
+    return f"MFU {_figure(report, 'mfu', 'ratio')}, HFU {_figure(report, 'hfu', 'ratio')}"
+
+
+def efficiency_lines(report: dict[str, Any]) -> list[str]:
+    """The headline's MFU, HFU, achieved TFLOP/s against the peak, and the training throughput (issue 15)."""
+    if not report.get("steps"):
+        return []
+    m = report["metrics"]
+    peak = m.get("peak_tflops")
+    chip = f" ({m['device_name']})" if m.get("device_name") else ""
+    achieved = m.get("achieved_tflops")
+    line = f"\n{_utilization(report)}"
+    if achieved is not None:
+        line += f"; {fmt.value(achieved, 'TFLOP/s')} per device" + (f" of {fmt.value(peak, 'TFLOP/s')} peak{chip}" if peak is not None else "")
+    elif peak is not None:
+        line += f"; peak {fmt.value(peak, 'TFLOP/s')}{chip}"
+    out = [line]
+    dev = [_figure(report, k, u) for k, u in (("samples_per_s_device", "samples/s"), ("tokens_per_s_device", "tokens/s")) if m.get(k) is not None]
+    job = [_figure(report, k, u) for k, u in (("samples_per_s", "samples/s"), ("tokens_per_s", "tokens/s")) if m.get(k) is not None]
+    if not dev and not job:
+        out.append(f"Throughput unknown ({_why_not(report, 'samples_per_s_device')})")
+    else:
+        job_text = ", ".join(job) if job else f"unknown ({_why_not(report, 'samples_per_s')})"
+        out.append(f"Throughput per device: {', '.join(dev) or 'unknown'}; for the job: {job_text}")
+    return out
+
+
 def why_lines(report: dict[str, Any]) -> list[str]:
     """The "Why the device waits" section: the late captured arrivals and the host causes with their call sites."""
     out = [f"  {p}" for p in fmt.wait_phrases(report.get("metrics") or {})]
@@ -293,7 +339,7 @@ def _absent(report: dict[str, Any]) -> list[str]:
 def render(report: dict[str, Any], verbose: bool = False) -> str:
     """The text view of a report object (``verbose``: every rule and metric group, with their ids)."""
     out: list[str] = []
-    for section in (goal_lines, _identity, _verdict, plan_lines, why_lines, _findings, inference_lines, _steps, _ranks, _checks, _absent):
+    for section in (goal_lines, _identity, _verdict, efficiency_lines, plan_lines, why_lines, _findings, inference_lines, _steps, _ranks, _checks, _absent):
         out.extend(section(report))
     out.extend(rules_status(report, verbose))
     out.extend(not_measured(report, verbose))

@@ -215,7 +215,7 @@ class Capture:
                 except Exception as e:  # noqa: BLE001
                     self.journal.problem("MindData pipeline files could not be written", e)
             c = self.counter
-            doc = sidecar.markers(rank, self.pid, c.mode, self.settings, w, c.kept(w), c.kept_waits(w))
+            doc = sidecar.markers(rank, self.pid, c.mode, self.settings, w, c.kept(w), c.kept_waits(w), self.info.get("device_properties"))
             sidecar.write_markers(folder, doc)
             w.state = "captured"
             self.sigterm.release()

@@ -148,6 +148,7 @@ def identify(info: Dict[str, Any]) -> None:
     except Exception:  # noqa: BLE001
         pass
     info["world_size"] = int(world) if world else 1
+    info["device_properties"] = device_properties(info["device_target"])
     try:
         info["parallel"] = {
             key: mindspore.get_auto_parallel_context(key)
@@ -155,3 +156,29 @@ def identify(info: Dict[str, Any]) -> None:
         }
     except Exception:  # noqa: BLE001
         pass
+
+
+def device_properties(target: str) -> Dict[str, Any]:
+    """The device as MindSpore describes it, for the manifest and the rank's sidecar (issue 15).
+
+    ``mindspore.hal.get_device_properties`` gives ``name`` and ``total_memory`` (bytes) on Ascend and
+    GPU (Ascend: the current device, once initialised; the job has run its first steps by now); it
+    gives no core count, clock or peak. On CPU MindSpore exposes no properties (and warns when
+    asked), so nothing is asked and the record says so.
+    """
+    if target not in ("Ascend", "GPU"):
+        return {"name": None, "total_memory_bytes": None, "from": f"none: MindSpore exposes no device properties on {target}"}
+    try:
+        import mindspore
+        from mindspore import hal
+
+        props = hal.get_device_properties(int(mindspore.get_context("device_id") or 0), target)
+    except Exception as e:  # noqa: BLE001
+        return {"name": None, "total_memory_bytes": None, "from": f"mindspore.hal.get_device_properties failed ({type(e).__name__})"}
+    total = getattr(props, "total_memory", None)
+    name = getattr(props, "name", None)
+    return {
+        "name": str(name) if name else None,
+        "total_memory_bytes": int(total) if isinstance(total, int) and total > 0 else None,
+        "from": "mindspore.hal.get_device_properties",
+    }

@@ -16,10 +16,13 @@ from .steps import Step, Wait, Window
 
 
 def markers(
-    rank: int, pid: int, mode: Optional[str], settings: Settings, window: Window, steps: List[Step], waits: List[Wait]
+    rank: int, pid: int, mode: Optional[str], settings: Settings, window: Window, steps: List[Step], waits: List[Wait],
+    device: Optional[Dict[str, Any]] = None,
 ) -> Dict[str, Any]:
-    """The sidecar's document: the window and its steps (``steps``) and data waits (``waits``)."""
+    """The sidecar's document: the window and its steps (``steps``) and data waits (``waits``), and the
+    device as MindSpore described it (``device``: name, total_memory_bytes, from; profiler.device_properties)."""
     return {
+        "device": device,
         "format": MARKERS_FORMAT,
         "version": MARKERS_VERSION,
         "rank": rank,
