@@ -224,7 +224,7 @@ def test_reduction_plan_follows_the_declarations() -> None:
     assert p.name_lanes == ("host", "scope")
     assert {lane for lane, _ in p.lane_rows} == {"host"}  # data waits, and issue 14's host causes
     assert p.dropped_lanes == ("overlap",)
-    assert p.tracks == ("AI Core Freq",)
+    assert p.tracks == ("AI Core Freq", "NPU MEM")  # the clock (aicore_freq_drop, chip) and the device footprint (device_memory)
     rid = reduce.reduce_id()
     assert rid == reduce.reduce_id() and rid.startswith(f"reduce-{reduce.REDUCE_VERSION}-")
     assert all(isinstance(r, Reads) and r for r in all_reads().values())
