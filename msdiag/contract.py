@@ -112,6 +112,7 @@ def build(a: Analysis) -> dict[str, Any]:
         "causes": a.cluster.get("causes", []),  # host causes while the device waits, with call sites
         "requests": a.inference.get("requests"),  # request log summary (inference), null without one
         "phases": a.inference.get("phases"),  # prefill / decode steps of an inference capture, null without a capture
+        "training_log": a.training,  # the training log's summary and stability (issue 18), null without one
         "metrics": metrics,
         "metric_details": details,
         "verdict": a.verdict,

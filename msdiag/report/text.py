@@ -10,6 +10,7 @@ from typing import Any
 
 from msdiag import fmt
 from msdiag.report.inference_text import render_lines as inference_lines
+from msdiag.report.training_text import render_lines as training_lines
 
 STEP_ROWS = 40  # step rows printed; --format json has them all
 
@@ -84,7 +85,7 @@ def _steps(report: dict[str, Any]) -> list[str]:
     out = []
     m = report["metrics"]
     steps = report["steps"]
-    if steps or not report.get("requests"):  # a request log alone has no steps
+    if steps or not (report.get("requests") or report.get("training_log")):  # a log alone has no steps
         out.append(
             f"\nStep time: median {fmt.us(m.get('step_time_us'))}, p90 {fmt.us(m.get('step_time_p90_us'))} "
             f"over {m.get('step_count') or 0} rank-step(s)"
@@ -155,7 +156,7 @@ def _absent(report: dict[str, Any]) -> list[str]:
 def render(report: dict[str, Any]) -> str:
     """The text view of a report object."""
     out: list[str] = []
-    for section in (_identity, _verdict, why_lines, _findings, inference_lines, _steps, _ranks, _checks, _absent):
+    for section in (_identity, _verdict, why_lines, _findings, inference_lines, training_lines, _steps, _ranks, _checks, _absent):
         out.extend(section(report))
     for n in report.get("notes", []):
         out.append(f"note: {n}")
