@@ -8,6 +8,13 @@ with a linear warm-up to the same peak it falls. MindSpore's own ``LossMonitor``
     python examples/train_warmup.py                       # no warm-up: diverges
     python examples/train_warmup.py --warmup-steps 100    # the same peak reached over 100 steps: stable
     msdiag analyze train.log                              # the log, saved with `> train.log`
+
+With ``--data-parallel`` under msrun each rank trains on its shard of the data and the gradients are
+averaged over the ranks; msrun writes each rank's output to ``worker_<rank>.log``:
+
+    msrun --worker_num=2 --local_worker_num=2 --master_port=8128 --log_dir=logs --join=True \
+        examples/train_warmup.py --warmup-steps 100 --data-parallel
+    msdiag analyze logs/                                  # the ranks' logs together
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ def main() -> None:
     ap.add_argument("--steps-per-epoch", type=int, default=50)
     ap.add_argument("--epochs", type=int, default=4)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--data-parallel", action="store_true", help="under msrun: shard the data, average gradients over ranks")
     args = ap.parse_args()
 
     import mindspore as ms
@@ -47,13 +55,20 @@ def main() -> None:
 
     ms.set_seed(args.seed)
     ms.set_context(mode=ms.GRAPH_MODE, device_target="CPU")
+    shard: dict[str, int] = {}
+    if args.data_parallel:
+        from mindspore.communication import get_group_size, get_rank, init
+
+        init()
+        ms.set_auto_parallel_context(parallel_mode=ms.ParallelMode.DATA_PARALLEL, gradients_mean=True)
+        shard = {"num_shards": get_group_size(), "shard_id": get_rank()}
     rng = np.random.default_rng(args.seed)
     batch, width = 32, 128
-    n = batch * args.steps_per_epoch
+    n = batch * args.steps_per_epoch * shard.get("num_shards", 1)
     x = rng.standard_normal((n, width)).astype(np.float32)
     w_true = rng.standard_normal((width, 1)).astype(np.float32) / np.sqrt(width)
     y = np.tanh(x @ w_true * 3.0).astype(np.float32)
-    data = ds.NumpySlicesDataset({"x": x, "y": y}, shuffle=False).batch(batch)
+    data = ds.NumpySlicesDataset({"x": x, "y": y}, shuffle=False, **shard).batch(batch)
 
     net = nn.SequentialCell(
         nn.Dense(width, 256), nn.ReLU(), nn.Dense(256, 256), nn.ReLU(), nn.Dense(256, 256), nn.ReLU(), nn.Dense(256, 1)

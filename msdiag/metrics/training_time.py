@@ -119,8 +119,9 @@ def _drift(ctx: Context) -> Value:
     return Value(last / first - 1.0 if first > 0 else None)
 
 
-@metric("rank_loss_spread", "ratio", "How far the ranks' losses disagree: over the steps two or more ranks log, the median of "
-        "(max - min) / |median| of their losses", f"{SOURCE}: several ranks' loss")
+@metric("rank_loss_spread", "ratio", "How far the ranks' losses disagree over the run: each rank's median loss over the steps every "
+        "rank logs, (max - min) / |median| of those medians (per-batch noise of data-parallel ranks cancels out)",
+        f"{SOURCE}: several ranks' loss")
 def _spread(ctx: Context) -> Value:
     log = ctx.train_log
     if log is None:
@@ -128,12 +129,17 @@ def _spread(ctx: Context) -> Value:
     if len(log.ranks) < 2:
         return Value(None, reason="one rank's log: nothing to compare")
     st = log.steps[np.isfinite(log.steps["loss"].to_numpy(dtype=float))]
-    g = st.groupby("step")["loss"].agg(["count", "max", "min", "median"])
-    g = g[(g["count"] >= 2) & (g["median"].abs() > 0)]
-    if not len(g):
-        return Value(None, reason="no step is logged by two ranks")
-    spread = ((g["max"] - g["min"]) / g["median"].abs()).to_numpy(dtype=float)
-    return Value(float(np.median(spread)))
+    n_ranks = st["rank"].nunique()
+    common = st.groupby("step")["rank"].nunique()
+    common = common[common == n_ranks].index
+    if n_ranks < 2 or not len(common):
+        return Value(None, reason="no step is logged by every rank")
+    med = st[st["step"].isin(common)].groupby("rank")["loss"].median()
+    per_rank = {int(r): float(v) for r, v in med.items()}
+    centre = abs(float(np.median(med.to_numpy(dtype=float))))
+    if centre == 0:
+        return Value(None, per_rank, reason="the ranks' median loss is zero")
+    return Value(float((med.max() - med.min()) / centre), per_rank)
 
 
 @metric("throughput_drift_drop", "ratio", "How much slower the last quarter of the logged steps runs than the first: "
