@@ -17,11 +17,11 @@ import numpy as np
 
 def main() -> None:
     import mindspore as ms
+    from mindcv.utils.callbacks import StateMonitor
+    from mindcv.utils.logger import set_logger
     from mindspore import dataset as ds
     from mindspore import nn
     from mindspore.train import Model
-    from mindcv.utils.callbacks import StateMonitor
-    from mindcv.utils.logger import set_logger
 
     ms.set_seed(1)
     ms.set_context(mode=ms.GRAPH_MODE, device_target="CPU")

@@ -19,6 +19,8 @@ from msdiag.model import Capture
 from msdiag.trainlog.reader import FORMAT_LABEL, TrainLog, is_train_log_path, read_train_log
 
 CATEGORY = "stability"
+#: The training-log rules (rules/stability-*.yaml); step-time-jitter shares the category but reads the capture.
+RULE_PREFIX = "stability-"
 SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
 
 
@@ -52,7 +54,10 @@ def stability(findings: list[dict[str, Any]], log: TrainLog | None) -> dict[str,
     without a training log."""
     if log is None:
         return None
-    mine = sorted((f for f in findings if f.get("category") == CATEGORY), key=lambda f: SEVERITY_ORDER.get(f["severity"], 3))
+    mine = sorted(
+        (f for f in findings if f.get("category") == CATEGORY and str(f.get("rule_id")).startswith(RULE_PREFIX)),
+        key=lambda f: SEVERITY_ORDER.get(f["severity"], 3),
+    )
     if not mine:
         n = int(log.steps["step"].nunique())
         return {"status": "stable", "rule_id": None, "severity": None,
