@@ -94,12 +94,17 @@ _MS_TIME = re.compile(r"(?:^|\s|\])(?P<mode>Train |Eval |)epoch time: " + num("e
 _MS_EVAL = re.compile(r"Eval result: epoch (?P<e>\d+), metrics: ")
 
 
+# The loss as LossMonitor prints it: a number, a one-element array ``[2.29]``, or a Tensor's repr
+# ``Tensor(shape=[], dtype=Float32, value= 2.29)`` (older releases printed the network output itself).
+_MS_LOSS = re.compile(r"(?:Tensor\(shape=\[[^\]]*\], dtype=\w+, value=\s*)?\[*\s*(?P<v>" + _FLOAT_RE.pattern + r")\s*\]*\)?", re.I)
+
+
 def _ms_step(m: re.Match[str]) -> Rec:
     raw = m.group("loss").strip()
-    found = _FLOAT_RE.findall(raw.replace("value=", " "))
-    if not found:
+    lm = _MS_LOSS.fullmatch(raw)
+    if lm is None:
         raise BadLine(f"LossMonitor line whose loss is not a number ({raw[:40]!r})")
-    return Rec("step", int(m.group("e")), int(m.group("s")), values={"loss": float(found[-1])})
+    return Rec("step", int(m.group("e")), int(m.group("s")), values={"loss": float(lm.group("v"))})
 
 
 def _ms_time(m: re.Match[str]) -> Rec | None:

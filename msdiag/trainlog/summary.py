@@ -72,7 +72,7 @@ def verdict(findings: list[dict[str, Any]], log: TrainLog) -> dict[str, Any]:
     """The verdict of a training log analyzed alone: its stability finding."""
     s = stability(findings, log) or {}
     return {
-        "bottleneck": "stability" if s.get("rule_id") else "stable",
+        "bottleneck": "stability" if s.get("status") == "unstable" else "stable",  # an info finding: stable, to watch
         "share": None,
         "rule_id": s.get("rule_id"),
         "sentence": s.get("sentence", ""),
