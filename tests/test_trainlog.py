@@ -365,3 +365,30 @@ def test_examples_live_tell_the_pair_apart(tmp_path: Path) -> None:
         a = analyze(log, Options(jobs=1))
         unstable[name] = a.metrics["loss_unstable"].value
     assert unstable == {"none": 1, "warm": 0}
+
+
+def test_nan_stop(log_analysis: Callable[[str], Analysis]) -> None:
+    a = log_analysis("nan_lr10.log")
+    m = {k: v.value for k, v in a.metrics.items()}
+    # steps 1-5 logged (0.786, then 1e21 ...), then "ValueError: In epoch: 1 step: 6, loss is NAN or INF": step 6 NaN
+    assert m["train_log_steps"] == 6 and m["loss_nonfinite_steps"] == 1 and m["loss_unstable"] == 1
+    assert list(a.train_log.events["kind"]) == ["nonfinite"] and list(a.train_log.events["step"]) == [6]
+    assert {f["rule_id"]: f["severity"] for f in a.findings}["stability-loss-unstable"] == "critical"
+
+
+def test_traceback_source_line_is_not_a_step(tmp_path: Path) -> None:
+    # a traceback quotes LossMonitor's own source line (mindspore/train/callback/_loss_monitor.py): no numbers, no step
+    src = '    raise ValueError("In epoch: {} step: {}, loss is NAN or INF, training process cannot continue, "\n'
+    log = read_train_log(_write(tmp_path, "t.log", "epoch: 1 step: 1, loss is 2.5\n" + src))
+    assert list(log.steps["loss"]) == [2.5]
+
+
+def test_named_saves_match_the_slow_steps(tmp_path: Path) -> None:
+    # msdiag JSONL: 20 steps of 10 ms, every 5th 60 ms with a checkpoint event; by construction 4 slow steps of
+    # 50 ms over the median each: 200 ms of the 400 ms logged (16 x 10 + 4 x 60), all named
+    rows = [{"step": i, "loss": 1.0, "step_time_ms": 60.0 if i % 5 == 0 else 10.0, **({"event": "checkpoint"} if i % 5 == 0 else {})}
+            for i in range(1, 21)]  # fmt: skip
+    a = analyze(_write(tmp_path, "t.jsonl", "\n".join(json.dumps(r) for r in rows) + "\n"), Options(jobs=1))
+    m = {k: v.value for k, v in a.metrics.items()}
+    assert m["slow_step_period"] == 5 and m["checkpoint_stall_ms"] == 200.0
+    assert m["checkpoint_stall_share"] == pytest.approx(200.0 / 400.0) and m["checkpoint_stall_named"] == 1.0

@@ -231,8 +231,14 @@ LINE_KINDS: tuple[LineKind, ...] = (
     LineKind("any", "Saving model to", _SAVING_MODEL, lambda m: Rec("checkpoint")),
 )
 
-#: Anchors that mark a line as meant to be a step line of a format: such a line that does not parse is an error.
-STEP_ANCHORS = {"loss is ": "mindspore", "Epoch:[": "mindformers", "], batch: [": "mindcv"}
+#: Anchors that mark a line as meant to be a step line of a format: such a line that does not parse is an error
+#: (LossMonitor's own source line, ``raise ValueError("In epoch: {} step: {}, loss is NAN ...``, quoted in a
+#: traceback, is not one: it has no numbers).
+STEP_ANCHORS = (
+    (re.compile(r"epoch: \d+ step: \d+, loss is"), "mindspore"),
+    (re.compile(r"Epoch:\[\s*\d+/\s*\d+\], step:\["), "mindformers"),
+    (re.compile(r"Epoch: \[\d+/\d+\], batch: \["), "mindcv"),
+)
 
 
 def read_line(line: str) -> tuple[str, Rec] | None:
@@ -246,7 +252,7 @@ def read_line(line: str) -> tuple[str, Rec] | None:
         rec = kind.read(m)
         if rec is not None:
             return kind.fmt, rec
-    for anchor, fmt in STEP_ANCHORS.items():
-        if anchor in line and (fmt != "mindspore" or "epoch: " in line):
+    for anchor, fmt in STEP_ANCHORS:
+        if anchor.search(line):
             raise BadLine(f"looks like a {fmt} step line but does not parse")
     return None
