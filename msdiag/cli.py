@@ -570,6 +570,8 @@ def diff(
             raise InputError("--metric", "names what --fail-on-regression gates: give --fail-on-regression PCT too")
         if kw.get("requests_log"):
             raise InputError("--requests", "would pair one request log with both sides: give each side's request log as BASELINE / CANDIDATE")
+        if kw.get("train_log"):
+            raise InputError("--train-log", "would pair one training log with both sides: give each side's training log as BASELINE / CANDIDATE")
         check_gate_metrics(ids)
         opts = _options(kw)
         if report_path:
