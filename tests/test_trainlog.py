@@ -392,3 +392,12 @@ def test_named_saves_match_the_slow_steps(tmp_path: Path) -> None:
     m = {k: v.value for k, v in a.metrics.items()}
     assert m["slow_step_period"] == 5 and m["checkpoint_stall_ms"] == 200.0
     assert m["checkpoint_stall_share"] == pytest.approx(200.0 / 400.0) and m["checkpoint_stall_named"] == 1.0
+
+
+def test_fifo_is_refused_not_read(tmp_path: Path) -> None:
+    import os
+
+    fifo = tmp_path / "train.log"
+    os.mkfifo(fifo)
+    with pytest.raises(ParseError, match="not a regular file"):
+        read_train_log(fifo)  # opening it to read would block: it is refused from stat alone

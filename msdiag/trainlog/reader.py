@@ -190,6 +190,8 @@ class _Part:
 
 
 def _text(p: Path) -> str:
+    if not p.is_file():  # a FIFO or a device would block or never end: only regular files are read
+        raise ParseError(p, "not a regular file: expected a training log")
     try:
         data = p.read_bytes()
     except OSError as e:
