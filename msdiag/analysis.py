@@ -49,6 +49,8 @@ class Analysis:
     disabled: list[str] = field(default_factory=list)  # rule ids left out by --disable / config disable
     requests: Any = None  # the request log (msdiag.inference.requests.RequestLog), where one was given
     inference: dict[str, Any] = field(default_factory=dict)  # {"requests": summary, "phases": summary}
+    train_log: Any = None  # the training log (msdiag.trainlog.reader.TrainLog), where one was given
+    training: dict[str, Any] | None = None  # the JSON training_log object (trainlog/summary.py), None without a log
     cluster: dict[str, Any] = field(default_factory=dict)  # rank_table, link_heatmap (metrics/cluster.py)
     views: ChartViews | None = None  # what each chart draws (metrics/views.py), computed on first use
     plan: dict[str, Any] = field(default_factory=dict)  # the findings ordered by saving (msdiag/plan.py)
@@ -210,10 +212,7 @@ def _read(path: str | Path, opts: Options) -> tuple[Capture, dict[str, Any], pd.
 
     log, alone = inference.request_log_for(path, opts.requests)  # a request log is a file discovery refuses
     if alone and log is not None:
-        cap, identity = inference.empty_capture(log)
-        steps = STEPS.empty()
-        _mark_warmup(steps)
-        return cap, identity, steps, STEPS.empty(), [], log
+        return _no_capture(*inference.empty_capture(log), log)
     cap = load(path, jobs=opts.jobs, cache=opts.cache, scheduler=opts.scheduler, reduce=reduce_rank, reduce_id=reduce_id())
     identity = describe(cap)
     steps, prof, checks, notes = _steps_for(cap)
@@ -221,16 +220,25 @@ def _read(path: str | Path, opts: Options) -> tuple[Capture, dict[str, Any], pd.
     return cap, identity, steps, prof, checks, log
 
 
+def _no_capture(cap: Capture, identity: dict[str, Any], log: Any) -> tuple[Capture, dict[str, Any], pd.DataFrame, pd.DataFrame, list[dict[str, Any]], Any]:
+    """The _read result of a log analyzed alone: no ranks, no steps."""
+    steps = STEPS.empty()
+    _mark_warmup(steps)
+    return cap, identity, steps, STEPS.empty(), [], log
+
+
 def analyze(path: str | Path, options: Options | None = None) -> Analysis:
     """Read the capture at ``path`` and compute its step breakdown, metrics and diagnosis."""
     from msdiag.inference import summary as inference
     from msdiag.metrics import phases
+    from msdiag.trainlog import summary as training
 
     opts = options or Options()
     _check_options(opts)
     rules, opts = resolve_rules(opts)  # a bad --set or --disable fails before any work
-    cap, identity, steps, prof, checks, log = _read(path, opts)
-    ctx = Context(capture=cap, steps=steps, options=opts, requests=log)
+    tlog, talone = training.train_log_for(path, opts.train_log)  # a training log: alone, or --train-log (issue 18)
+    cap, identity, steps, prof, checks, log = _no_capture(*training.empty_capture(tlog), None) if talone and tlog else _read(path, opts)
+    ctx = Context(capture=cap, steps=steps, options=opts, requests=log, train_log=tlog)
     metrics = compute_all(ctx)
     kind = phases.workload(ctx)
     if kind:
@@ -240,6 +248,8 @@ def analyze(path: str | Path, options: Options | None = None) -> Analysis:
     )
     skipped, checked = checked_rules(rules, opts, findings, skipped, metrics)
     findings = for_framework(findings, identity.get("framework"))  # advice for the framework that ran
+    if talone and tlog is not None:
+        verdict = training.verdict(findings, tlog)  # a training log alone: its stability is the verdict
     on_repaired_data(verdict, cap)
     on_modelled_arrivals(verdict, findings, log)
     on_unmeasured_cause(verdict, metrics)
@@ -276,6 +286,8 @@ def analyze(path: str | Path, options: Options | None = None) -> Analysis:
         views=ChartViews(ctx, metrics, findings, identity.get("workload")),
         plan=plan,
         goals=planning.evaluate_goals(opts.goals, {k: v.value for k, v in metrics.items()}, plan),
+        train_log=tlog,
+        training=training.build(tlog, findings),
     )
 
 

@@ -100,6 +100,9 @@ def analysis_options(f: Callable[..., Any]) -> Callable[..., Any]:
         *_CONFIG_OPTIONS,
         click.option("--requests", "requests_log", type=click.Path(), default=None, metavar="LOG",
                      help="Request timing log (msdiag JSONL/CSV or vLLM benchmark_serving JSON) analyzed with the capture."),
+        click.option("--train-log", "train_log", type=click.Path(), default=None, metavar="TRAIN_LOG",
+                     help="Training log (MindSpore / MindFormers / mindyolo / mindcv lines, msdiag CSV / JSONL, or a folder of "
+                          "msrun worker_N.log) analyzed with the capture: loss spikes, overflow, checkpoint stalls."),
         click.option("--slo-ttft-ms", type=click.FloatRange(min=0, min_open=True), default=None, help="TTFT objective (ms) for goodput."),
         click.option("--slo-tpot-ms", type=click.FloatRange(min=0, min_open=True), default=None, help="TPOT objective (ms) for goodput."),
         click.option("--goal", "goals", multiple=True, metavar="NAME=VALUE", callback=_check_goals,
@@ -179,6 +182,7 @@ def _options(kw: dict[str, Any]) -> Any:
         "disable": tuple(kw.get("disable") or ()),
         "bandwidth_norms": _parse_norms(tuple(kw.get("bandwidth_norms") or ())),
         "requests": kw.get("requests_log"),
+        "train_log": kw.get("train_log"),
         "slo_ttft_ms": kw.get("slo_ttft_ms"),
         "slo_tpot_ms": kw.get("slo_tpot_ms"),
         "goals": tuple(kw.get("goals") or ()),
@@ -650,6 +654,8 @@ def diff(
             raise InputError("--metric", "names what --fail-on-regression gates: give --fail-on-regression PCT too")
         if kw.get("requests_log"):
             raise InputError("--requests", "would pair one request log with both sides: give each side's request log as BASELINE / CANDIDATE")
+        if kw.get("train_log"):
+            raise InputError("--train-log", "would pair one training log with both sides: give each side's training log as BASELINE / CANDIDATE")
         check_gate_metrics(ids)
         opts = _options(kw)
         if report_path:

@@ -140,6 +140,7 @@ def build(a: Analysis) -> dict[str, Any]:
         "phases": a.inference.get("phases"),  # prefill / decode steps of an inference capture, null without a capture
         "kernel_types": kernel_types,  # compute op types over every rank: time, FLOPs, bound AI Core unit
         "kernel_types_absent": kernel_types_absent,  # {figure: why it is null on every row}
+        "training_log": a.training,  # the training log's summary and stability (issue 18), null without one
         "metrics": metrics,
         "metric_details": details,
         "verdict": a.verdict,

@@ -360,6 +360,39 @@ TOKEN_GAPS = _t(
 )
 
 
+TRAIN_STEPS = _t(
+    "train_steps",
+    "One row per logged training step of a training log (msdiag/trainlog/), per rank.",
+    [
+        ("rank", INT, "rank of the log (msrun worker_N.log: N; a single log: 0)"),
+        ("step", INT, "global step, from 1 ((epoch - 1) x steps per epoch + step in epoch when the log counts per epoch)"),
+        ("epoch", INT, "epoch as the log prints it, where it does"),
+        ("loss", FLOAT, "the step's loss as logged (NaN / inf kept: they are findings)"),
+        ("lr", FLOAT, "learning rate, where logged"),
+        ("grad_norm", FLOAT, "global gradient norm, where logged"),
+        ("loss_scale", FLOAT, "loss scale, where logged"),
+        ("overflow", BOOL, "the step overflowed (dynamic loss scaling), where logged"),
+        ("step_time_ms", FLOAT, "the step's wall time, where logged (an epoch's mean per step when only that is logged)"),
+        ("tokens", FLOAT, "tokens of the step, where logged"),
+        ("samples", FLOAT, "samples of the step, where logged"),
+        ("throughput", FLOAT, "throughput as the log prints it (samples/s per device, or tokens/s), where logged"),
+        ("time_s", FLOAT, "the line's timestamp in seconds after the log's first stamped line, where lines carry one"),
+        ("line", INT, "line of the log the step was read from (1-based)"),
+    ],
+)
+
+TRAIN_EVENTS = _t(
+    "train_events",
+    "One row per checkpoint save / evaluation / overflow the training log names, per rank.",
+    [
+        ("rank", INT, "rank of the log"),
+        ("step", INT, "global step the event follows (the last step logged before it)"),
+        ("kind", STR, "checkpoint / eval / overflow / nonfinite"),
+        ("text", STR, "the log line, trimmed to 200 characters"),
+        ("line", INT, "line of the log (1-based)"),
+    ],
+)
+
 TABLES: dict[str, Table] = {
     t.name: t
     for t in (
@@ -380,6 +413,8 @@ TABLES: dict[str, Table] = {
         HOST_SHAPES,
         REQUESTS,
         TOKEN_GAPS,
+        TRAIN_STEPS,
+        TRAIN_EVENTS,
     )
 }
 

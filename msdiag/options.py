@@ -119,6 +119,7 @@ class Options:
     cache: str | None = None  # rank cache folder (ingest/cache.py); None: parse every rank
     scheduler: str | None = None  # Dask scheduler address: ranks are read on its workers
     requests: str | None = None  # a request timing log analyzed with the capture (--requests)
+    train_log: str | None = None  # a training log (or msrun worker-log folder) analyzed with the capture (--train-log)
     slo_ttft_ms: float | None = None
     slo_tpot_ms: float | None = None
     goals: tuple[tuple[str, float], ...] = ()  # --goal NAME=VALUE / config goal (msdiag/plan.py)
@@ -171,6 +172,8 @@ class Options:
             "slo_ttft_ms": self.slo_ttft_ms,
             "slo_tpot_ms": self.slo_tpot_ms,
         }
+        if self.train_log:
+            out["train_log"] = self.train_log
         if self.disable:
             out["disable"] = list(self.disable)
         if self.bandwidth_norms:

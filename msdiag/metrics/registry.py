@@ -17,6 +17,7 @@ from msdiag.options import Options
 
 if TYPE_CHECKING:
     from msdiag.inference.requests import RequestLog
+    from msdiag.trainlog.reader import TrainLog
 
 
 @dataclass
@@ -28,6 +29,7 @@ class Context:
     options: Options = field(default_factory=Options)  # typed, read by attribute (msdiag/options.py)
     cache: dict[str, Any] = field(default_factory=dict)  # shared by the metrics of one analysis
     requests: RequestLog | None = None  # a request timing log (msdiag analyze LOG / --requests LOG)
+    train_log: TrainLog | None = None  # a training log (msdiag analyze TRAIN.log / --train-log TRAIN.log)
 
 
 @dataclass

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 import pandas as pd
@@ -32,6 +32,9 @@ from msdiag.metrics.memory import framework_rows
 from msdiag.metrics.registry import Context, Value
 from msdiag.options import Options
 from msdiag.units import FLOPS_PER_TFLOPS, MIB_PER_GIB, US_PER_MS
+
+if TYPE_CHECKING:  # imported where first used: an import here would reorder the metric registry
+    from msdiag.metrics.training_views import TrainCurves, TrainStepTimes
 
 # ---- limits that keep a large capture readable (they decide the shape of a view) ----------------
 LANE_RANK_LIMIT = 16  # beyond this many ranks the step timeline is a heatmap, not lanes per rank
@@ -780,6 +783,7 @@ class ChartViews:
         self.has_capture = bool(ctx.capture.ranks)
         # the inference charts apply to a request log or to steps told apart as prefill / decode
         self.has_inference = ctx.requests is not None or workload == "inference"
+        self.has_training = ctx.train_log is not None  # a training log: its curves and step times (issue 18)
 
     @cached_property
     def step_counts(self) -> StepCounts | None:
@@ -832,3 +836,15 @@ class ChartViews:
     @cached_property
     def phase_bars(self) -> PhaseBars:
         return phase_bars(self._ctx)
+
+    @cached_property
+    def train_curves(self) -> TrainCurves:
+        from msdiag.metrics.training_views import train_curves
+
+        return train_curves(self._ctx)
+
+    @cached_property
+    def train_step_times(self) -> TrainStepTimes:
+        from msdiag.metrics.training_views import train_step_times
+
+        return train_step_times(self._ctx, dict(self._metrics))

@@ -46,6 +46,8 @@ BOTTLENECK = {
     "batching": ("Static batching", ch.COMM),
     "prefill": ("Prefill", ch.COMPUTE),
     "decode": ("Decode", ch.COMPUTE),
+    "stability": ("Training unstable", ch.ALERT),  # a training log alone (issue 18)
+    "stable": ("Training stable", "#6B9E78"),
 }
 SHARE_OF = {"ttft": "of TTFT", "tpot": "of TPOT"}  # what an inference verdict's share is a share of
 
@@ -106,7 +108,14 @@ def _verdict(report: dict[str, Any]) -> dict[str, Any]:
             f"({fmt.pct(ru.get('share'), 0)} of the step, {ru.get('rule_id')})" if ru else ""
         ),
         "time_per_step": fmt.us(v["time_us_per_step"]) if fmt.finite(v.get("time_us_per_step")) else "",
+        "stability": _stability(report, key),
     }
+
+
+def _stability(report: dict[str, Any], key: str) -> str:
+    """The training log's stability finding, shown beside a profiling verdict (empty when it is the verdict)."""
+    s = (report.get("training_log") or {}).get("stability") or {}
+    return "" if not s or key in ("stability", "stable") else str(s.get("sentence") or "")
 
 
 def _tile(report: dict[str, Any], mid: str, label: str, sub: str = "") -> dict[str, str]:
@@ -125,6 +134,10 @@ def _tiles(report: dict[str, Any]) -> list[dict[str, str]]:
 
         tail = report["requests"].get("tail_note")  # P99 of a dozen requests is set by the two slowest: said on its tile
         return [_tile(report, mid, label, tail if tail and mid.endswith(("_p99_ms", "_p999_ms")) else sub) for mid, label, sub in TILES]
+    if report.get("training_log") and not report["ranks"]:  # a training log alone: its stability figures
+        from msdiag.report.training_charts import TILES as TRAIN_TILES
+
+        return [_tile(report, mid, label, sub) for mid, label, sub in TRAIN_TILES]
     p90 = m.get("step_time_p90_us")
     return [
         _tile(report, "step_time_us", "Step time (median)", f"p90 {fmt.us(p90)}" if fmt.finite(p90) else ""),
@@ -326,10 +339,10 @@ def _plan(a: Analysis, r: dict[str, Any]) -> dict[str, Any] | None:
 def context(a: Analysis, report: dict[str, Any] | None = None) -> dict[str, Any]:
     """Everything the templates read, already formatted."""
     r = report if report is not None else build(a)
-    from msdiag.report import inference_charts
+    from msdiag.report import inference_charts, training_charts
 
-    # a request log alone has no capture: only the inference charts apply
-    charts = (ch.all_charts(a) if ch.views(a).has_capture else []) + inference_charts.all_charts(a)
+    # a request log alone has no capture: only the inference charts apply; a training log adds its own
+    charts = (ch.all_charts(a) if ch.views(a).has_capture else []) + inference_charts.all_charts(a) + training_charts.all_charts(a)
     findings = _findings(r)
     by_sev = [(sev, [f for f in findings if f["severity"] == sev]) for sev in SEVERITIES]
     others = [f for f in findings if f["severity"] not in SEVERITIES]

@@ -13,6 +13,7 @@ from msdiag import fmt
 from msdiag.report import groups
 from msdiag.report.inference_text import render_lines as inference_lines
 from msdiag.report.partial import partial_lines
+from msdiag.report.training_text import render_lines as training_lines
 
 STEP_ROWS = 40  # step rows printed; --format json has them all
 
@@ -250,7 +251,7 @@ def _steps(report: dict[str, Any]) -> list[str]:
     out = []
     m = report["metrics"]
     steps = report["steps"]
-    if steps or not report.get("requests"):  # a request log alone has no steps
+    if steps or not (report.get("requests") or report.get("training_log")):  # a log alone has no steps
         out.append(
             f"\nStep time: median {fmt.us(m.get('step_time_us'))}, p90 {fmt.us(m.get('step_time_p90_us'))} "
             f"over {m.get('step_count') or 0} rank-step(s)"
@@ -339,7 +340,7 @@ def _absent(report: dict[str, Any]) -> list[str]:
 def render(report: dict[str, Any], verbose: bool = False) -> str:
     """The text view of a report object (``verbose``: every rule and metric group, with their ids)."""
     out: list[str] = []
-    for section in (goal_lines, _identity, _verdict, efficiency_lines, plan_lines, why_lines, _findings, inference_lines, _steps, _ranks, _checks, _absent):
+    for section in (goal_lines, _identity, _verdict, efficiency_lines, plan_lines, why_lines, _findings, inference_lines, training_lines, _steps, _ranks, _checks, _absent):
         out.extend(section(report))
     out.extend(rules_status(report, verbose))
     out.extend(not_measured(report, verbose))
