@@ -24,6 +24,7 @@ from msdiag.options import Options
 from msdiag.plan import GOALS
 from msdiag.rules.causes import CAUSES
 from msdiag.rules.loader import load_rules
+from msdiag.trainlog.reader import RECORD_FIELDS
 
 # Field names of the input formats the README documents (not msdiag's names): the request log's own
 # fields and vLLM's benchmark result keys (inference/requests.py), the profiler's export_type option,
@@ -34,7 +35,13 @@ INPUT_FIELDS = {
     "arrival_s", "first_token_s", "finish_s", "token_times_s", "request_id", "batch_size",
     "input_lens", "output_lens", "start_times", "export_type", "parallel_group_info", "python_function",
     "baseline_diff", "request_rate", "max_concurrency", "memory_record", "npu_module_mem",
-}
+    # CANN info.json's chip fields and kernel_details' ArithmeticUtilization columns (metrics/chip.py, README levels)
+    "ai_core_num", "aic_frequency", "aic_cube_fops", "aic_vector_fops",
+    # MindSpore / MindFormers settings the README's advice names
+    "clip_grad_norm", "max_grad_norm", "save_checkpoint_steps", "scale_sense", "profile_memory", "device_properties",
+    # the capture manifest's device record (capture/manifest.py)
+    "device_info",
+} | set(RECORD_FIELDS)  # the training log's CSV / JSONL columns (trainlog/reader.py)
 # keys of the JSON report that appear only when they apply: a finding's `not_available` (a corroborating
 # metric missing, rules/engine.py); a goal's status; the decode-batch projection's keys (plan.py, only when
 # inference-oversized-decode-batch fires)
