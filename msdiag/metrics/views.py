@@ -734,6 +734,11 @@ class ChartViews:
         # the inference charts apply to a request log or to steps told apart as prefill / decode
         self.has_inference = ctx.requests is not None or workload == "inference"
 
+    @property
+    def context(self) -> Context:
+        """The analysis context the views are built from (read by the timeline export, msdiag/export.py)."""
+        return self._ctx
+
     @cached_property
     def step_counts(self) -> StepCounts | None:
         return step_counts(self._ctx.steps)

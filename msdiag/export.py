@@ -1,0 +1,359 @@
+"""The capture's timeline as a Chrome trace (`msdiag report ... --trace FILE.json`), with msdiag's annotations.
+
+The Trace Event Format is a JSON object whose ``traceEvents`` list holds complete events (``"ph": "X"``:
+``ts`` and ``dur`` in microseconds), instant events (``"ph": "i"``, scope ``"s"`` ``t`` / ``p`` / ``g``) and
+metadata events (``"ph": "M"``: ``process_name``, ``thread_name``, ``process_sort_index``, ...); Perfetto UI,
+chrome://tracing and MindStudio Insight open it. Times are the profiler's own (epoch microseconds), so an event
+lies where the profiler put it and can be found in the capture's own ``trace_view.json``.
+
+What is written:
+
+- one process per rank (``pid`` = the rank id, named ``rank N``), one thread per track of the rank's timeline
+  (device streams, communication groups, the step marker, host threads); a rank without a device timeline gets
+  its kernel table (one thread per stream, or the host ops of a CPU capture);
+- msdiag's tracks, processes named ``msdiag: ...`` sorted first: ``msdiag: steps`` (each analysed step of each
+  rank, its breakdown in ``args``), ``msdiag: causes`` (host synchronisations, GC, checkpoints, compilation and
+  data waits inside the steps, and each collective's late arrival: an interval from the first rank's arrival to
+  the last arriver's, and an instant at its arrival), ``msdiag: findings`` (the verdict and each finding as an
+  interval over the median step, the message, evidence and suggested actions in ``args``).
+
+Only the steps analysed are written, and at most :data:`MAX_EVENTS` timeline events: whole steps, the median
+step first. What was left out (events outside the steps, steps beyond the cap, host events the analysis did not
+keep) is said in ``otherData.msdiag.left_out`` and in a global instant event ``msdiag: not in this trace``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from msdiag import __version__
+from msdiag.errors import InputError
+from msdiag.metrics.breakdown import DATA_WAIT_PATTERN
+from msdiag.metrics.causes import rank_activity
+from msdiag.metrics.collectives import collectives_table
+from msdiag.metrics.views import median_step
+from msdiag.units import US_PER_MS
+
+if TYPE_CHECKING:
+    from msdiag.analysis import Analysis
+    from msdiag.metrics.registry import Context
+    from msdiag.model import RankData
+
+__all__ = ["MAX_EVENTS", "chrome_trace", "write_trace"]
+
+#: At most this many timeline events are written (about 150 bytes each): whole steps, the median step first.
+MAX_EVENTS = 200_000
+#: The timeline lanes written, in thread order (the ``overlap`` and ``scope`` lanes are the profiler's own
+#: derived views: the analysis does not keep them).
+LANES = ("step", "device", "hccl", "host")
+#: The step breakdown's parts shown in a step's args, in ms.
+BREAKDOWN = (
+    "total_us", "computing_us", "communication_us", "communication_exposed_us", "overlapped_us", "free_us",
+    "bubble_us", "preparing_us", "data_wait_us",
+)  # fmt: skip
+HOST_NOTE = (
+    "host events: only those the analysis keeps (dataset waits, host-device synchronisations, GC, checkpoints, "
+    "compilation, Python frames; of the other host events one instance per name)"
+)
+
+
+@dataclass
+class _Trace:
+    """The events being written and what was left out."""
+
+    events: list[dict[str, Any]] = field(default_factory=list)
+    left_out: list[str] = field(default_factory=list)
+
+    def meta(self, pid: int, kind: str, tid: int | None = None, **args: Any) -> None:
+        ev: dict[str, Any] = {"ph": "M", "pid": pid, "name": kind, "args": args}
+        if tid is not None:
+            ev["tid"] = tid
+        self.events.append(ev)
+
+    def span(self, pid: int, tid: int, name: str, ts: float, dur: float, cat: str, **args: Any) -> None:
+        ev: dict[str, Any] = {"ph": "X", "pid": pid, "tid": tid, "name": name, "cat": cat, "ts": ts, "dur": max(dur, 0.0)}
+        if args:
+            ev["args"] = _clean(args)
+        self.events.append(ev)
+
+    def instant(self, pid: int, tid: int, name: str, ts: float, cat: str, scope: str = "t", **args: Any) -> None:
+        self.events.append({"ph": "i", "s": scope, "pid": pid, "tid": tid, "name": name, "cat": cat, "ts": ts,
+                            "args": _clean(args)})  # fmt: skip
+
+
+def _clean(v: Any) -> Any:
+    """JSON-safe: numpy scalars to Python, NaN / NA to null (the format is strict JSON)."""
+    if isinstance(v, dict):
+        return {str(k): _clean(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple, np.ndarray)):
+        return [_clean(x) for x in v]
+    if isinstance(v, (np.integer, np.bool_)):
+        return v.item()
+    if isinstance(v, (float, np.floating)):
+        return float(v) if np.isfinite(v) else None
+    if v is None or v is pd.NA or v is pd.NaT:
+        return None
+    return v
+
+
+# ---- the ranks' timelines ----------------------------------------------------------------------
+
+
+def _rank_rows(rd: RankData) -> pd.DataFrame:
+    """The rank's events: lane, track, name, start_us, dur_us (the timeline; the kernel table without one)."""
+    tl = rd.tables.get("timeline")
+    rows = tl[tl["lane"].isin(LANES)] if tl is not None and len(tl) else pd.DataFrame()
+    if not len(rows) or not rows["lane"].eq("device").any():
+        k = rd.tables.get("kernels")
+        if k is not None and len(k):
+            stream = pd.to_numeric(k["stream"], errors="coerce")
+            track = ["Stream " + str(int(s)) if pd.notna(s) else "ops" for s in stream]
+            dev = pd.DataFrame({"lane": "device", "track": track, "name": k["name"].astype(str),
+                                "start_us": k["start_us"], "dur_us": k["dur_us"]})  # fmt: skip
+            rows = pd.concat([rows[dev.columns], dev], ignore_index=True) if len(rows) else dev
+    if not len(rows):
+        return pd.DataFrame(columns=["lane", "track", "name", "start_us", "dur_us"])
+    rows = rows[["lane", "track", "name", "start_us", "dur_us"]]
+    return rows[pd.to_numeric(rows["start_us"], errors="coerce").notna().to_numpy(bool)]
+
+
+def _windows(steps: pd.DataFrame, rank: int) -> pd.DataFrame:
+    """The rank's analysed steps with a known window, by start: step, start_us, end_us, key (step id or -1)."""
+    s = steps[(steps["rank"] == rank).to_numpy(bool) & steps["start_us"].notna().to_numpy(bool)
+              & steps["end_us"].notna().to_numpy(bool)]  # fmt: skip
+    s = s.sort_values("start_us", kind="stable")
+    key = pd.to_numeric(s["step"], errors="coerce").fillna(-1).astype(int).to_numpy()
+    return pd.DataFrame({"start_us": s["start_us"].to_numpy(float), "end_us": s["end_us"].to_numpy(float), "key": key})
+
+
+def _in_steps(rows: pd.DataFrame, win: pd.DataFrame) -> np.ndarray:
+    """The step key of each row: the last step window the row overlaps (the host's step marker and the host work
+    before the step's first device task included), -2 outside every window."""
+    start = rows["start_us"].to_numpy(float)
+    if not len(win):
+        return np.full(len(rows), -2)
+    end = start + pd.to_numeric(rows["dur_us"], errors="coerce").fillna(0.0).to_numpy(float)
+    lo, hi = win["start_us"].to_numpy(float), win["end_us"].to_numpy(float)
+    i = np.searchsorted(lo, end, side="right") - 1  # the last window that begins before the row ends
+    ok = i >= 0
+    i = np.clip(i, 0, None)
+    inside = ok & (start <= hi[i]) & (end >= lo[i])
+    return np.where(inside, win["key"].to_numpy()[i], -2)
+
+
+def _step_order(keys: pd.Series, median: Any) -> list[int]:
+    """The step keys in the order they are written until the cap: the median step first, then by step."""
+    counts = keys.value_counts()
+    order = sorted(int(k) for k in counts.index if k != -2)
+    m = -1 if median is None or pd.isna(median) else int(median)
+    return ([m] if m in order else []) + [k for k in order if k != m]
+
+
+def _capture_events(t: _Trace, a: Analysis) -> set[int]:
+    """Every rank's timeline events of the steps written (at most MAX_EVENTS); returns the step keys written."""
+    median, _ = median_step(a.steps)
+    parts = []
+    for rd in a.capture.ranks:
+        rows = _rank_rows(rd).assign(rank=int(rd.rank))
+        rows["key"] = _in_steps(rows, _windows(a.steps, int(rd.rank)))
+        parts.append(rows)
+    if not parts:
+        return set()
+    rows = pd.concat(parts, ignore_index=True)
+    outside = int((rows["key"] == -2).sum())
+    if outside:
+        t.left_out.append(f"{outside} timeline event(s) outside the steps analysed")
+    counts = rows["key"].value_counts()
+    written: list[int] = []
+    total = 0
+    for k in _step_order(rows["key"], median):
+        if total + int(counts[k]) > MAX_EVENTS and written:
+            break
+        written.append(k)
+        total += int(counts[k])
+    rest = [k for k in _step_order(rows["key"], median) if k not in written]
+    if rest:
+        n = int(counts[rest].sum())
+        t.left_out.append(f"{len(rest)} step(s) ({n} events) beyond the cap of {MAX_EVENTS} events")
+    keep = rows[rows["key"].isin(written)]
+    if len(keep) > MAX_EVENTS:  # the median step alone is larger than the cap: its first events
+        t.left_out.append(f"{len(keep) - MAX_EVENTS} event(s) of the median step beyond the cap of {MAX_EVENTS}")
+        keep = keep.sort_values("start_us", kind="stable").iloc[:MAX_EVENTS]
+    if (keep["lane"] == "host").any():
+        t.left_out.append(HOST_NOTE)
+    _emit_ranks(t, keep, a)
+    return set(written)
+
+
+def _emit_ranks(t: _Trace, rows: pd.DataFrame, a: Analysis) -> None:
+    """One process per rank, one thread per track (lanes in LANES order), one X event per row."""
+    for rd in a.capture.ranks:
+        r = int(rd.rank)
+        label = f"rank {r}" + (f" (device {rd.info.device_id})" if rd.info.device_id is not None else "")
+        t.meta(r, "process_name", name=label)
+        t.meta(r, "process_sort_index", sort_index=r)
+        mine = rows[rows["rank"] == r]
+        tracks = sorted({(LANES.index(str(lane)), str(track)) for lane, track in zip(mine["lane"], mine["track"])})
+        tid_of = {track: i for i, (_, track) in enumerate(tracks)}
+        for track, tid in tid_of.items():
+            t.meta(r, "thread_name", tid, name=track)
+            t.meta(r, "thread_sort_index", tid, sort_index=tid)
+        dur = pd.to_numeric(mine["dur_us"], errors="coerce").fillna(0.0).to_numpy(float)
+        for lane, track, name, ts, d in zip(mine["lane"], mine["track"], mine["name"], mine["start_us"], dur):
+            t.events.append({"ph": "X", "pid": r, "tid": tid_of[str(track)], "name": str(name), "cat": str(lane),
+                             "ts": float(ts), "dur": max(float(d), 0.0)})  # fmt: skip
+
+
+# ---- msdiag's tracks ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Pids:
+    """msdiag's processes, numbered after the highest rank."""
+
+    steps: int
+    causes: int
+    findings: int
+
+
+def _pids(a: Analysis) -> _Pids:
+    base = max((int(rd.rank) for rd in a.capture.ranks), default=-1) + 1
+    return _Pids(steps=base, causes=base + 1, findings=base + 2)
+
+
+def _step_track(t: _Trace, a: Analysis, pid: int, written: set[int]) -> None:
+    """``msdiag: steps``: per rank, each step written, its breakdown (ms) in args."""
+    t.meta(pid, "process_name", name="msdiag: steps")
+    t.meta(pid, "process_sort_index", sort_index=-3)
+    s = a.steps[a.steps["start_us"].notna().to_numpy(bool) & a.steps["end_us"].notna().to_numpy(bool)]
+    for r in sorted({int(x) for x in s["rank"]}):
+        t.meta(pid, "thread_name", r, name=f"rank {r}")
+    for row in s.to_dict("records"):
+        key = -1 if pd.isna(row["step"]) else int(row["step"])
+        if key not in written:
+            continue
+        warm = bool(row.get("warmup")) if not pd.isna(row.get("warmup")) else False
+        name = ("the capture" if key == -1 else f"step {key}") + (" (warm-up)" if warm else "")
+        args = {c.replace("_us", "_ms"): (None if pd.isna(row[c]) else float(row[c]) / US_PER_MS) for c in BREAKDOWN}
+        args["source"] = row.get("source")
+        t.span(pid, int(row["rank"]), name, float(row["start_us"]), float(row["end_us"]) - float(row["start_us"]),
+               "msdiag.step", **args)  # fmt: skip
+
+
+def _cause_track(t: _Trace, a: Analysis, ctx: Context, pid: int, written: set[int]) -> None:
+    """``msdiag: causes``: per rank, the host causes inside the steps written and the late arrivals."""
+    t.meta(pid, "process_name", name="msdiag: causes")
+    t.meta(pid, "process_sort_index", sort_index=-2)
+    for rd in a.capture.ranks:
+        r = int(rd.rank)
+        t.meta(pid, "thread_name", r, name=f"rank {r}")
+        act = rank_activity(ctx, r)
+        for cause, step, s, e, site in zip(act["cause"], act["step"], act["start_us"], act["end_us"], act["site"]):
+            if (-1 if pd.isna(step) else int(step)) in written:
+                t.span(pid, r, str(cause), float(s), float(e) - float(s), "msdiag.cause", step=step, call_site=site)
+        tl = rd.tables.get("timeline")
+        if tl is not None and len(tl):
+            host = tl[(tl["lane"] == "host").to_numpy(bool)]
+            waits = host[host["name"].astype(str).str.contains(DATA_WAIT_PATTERN, regex=True).to_numpy(bool)]
+            keys = _in_steps(waits, _windows(a.steps, r))
+            for name, s, d, k in zip(waits["name"], waits["start_us"], waits["dur_us"], keys):
+                if int(k) in written:
+                    t.span(pid, r, "data-wait", float(s), 0.0 if pd.isna(d) else float(d), "msdiag.cause", event=str(name))
+    _late_arrivals(t, ctx, pid, written)
+
+
+def _late_arrivals(t: _Trace, ctx: Context, pid: int, written: set[int]) -> None:
+    """Each collective with a last arriver: the wait from the first rank's arrival to the last arriver's."""
+    table = collectives_table(ctx)
+    if not len(table):
+        return
+    rows = table[table["last_arriver"].notna().to_numpy(bool)]
+    for step, op, ranks, offsets, last, late, first in zip(
+        rows["step"], rows["op"], rows["ranks"], rows["arrival_offset_ms"], rows["last_arriver"], rows["late_ms"],
+        rows["first_us"],
+    ):
+        if (-1 if pd.isna(step) else int(step)) not in written or int(last) not in list(ranks):
+            continue
+        r = int(last)
+        arrival = float(first) + float(offsets[list(ranks).index(r)]) * US_PER_MS
+        name = f"late arrival: rank {r} at {op}"
+        args = {"op": op, "step": step, "late_ms": late, "ranks": list(ranks), "arrival_offset_ms": list(offsets)}
+        t.span(pid, r, name, float(first), arrival - float(first), "msdiag.late", **args)
+        t.instant(pid, r, name, arrival, "msdiag.late", **args)
+
+
+def _median_window(a: Analysis) -> tuple[float, float] | None:
+    """The median step's window over the ranks (earliest start, latest end), else the steps' whole window."""
+    _, rows = median_step(a.steps)
+    if not len(rows):
+        return None
+    return float(rows["start_us"].min()), float(rows["end_us"].max())
+
+
+def _finding_track(t: _Trace, a: Analysis, pid: int) -> None:
+    """``msdiag: findings``: the verdict (thread 0) and each finding (a thread each) over the median step."""
+    win = _median_window(a)
+    if win is None:
+        if a.findings:
+            t.left_out.append("findings: no step window to place them on")
+        return
+    lo, hi = win
+    t.meta(pid, "process_name", name="msdiag: findings")
+    t.meta(pid, "process_sort_index", sort_index=-1)
+    v = a.verdict or {}
+    t.meta(pid, "thread_name", 0, name="verdict")
+    share = v.get("share")
+    head = str(v.get("bottleneck", "no verdict")).upper() + (f" {100 * share:.1f}%" if share is not None else "")
+    cause = v.get("cause") or {}
+    t.span(pid, 0, f"verdict: {head}", lo, hi - lo, "msdiag.verdict", sentence=v.get("sentence"),
+           rule_id=v.get("rule_id"), cause=cause.get("sentence"), evidence=v.get("evidence"))  # fmt: skip
+    for i, f in enumerate(a.findings, start=1):
+        t.meta(pid, "thread_name", i, name=f"{f.get('severity')}: {f.get('rule_id')}")
+        t.meta(pid, "thread_sort_index", i, sort_index=i)
+        actions = [s.get("action") for s in f.get("suggestions") or []]
+        t.span(pid, i, f"{f.get('severity')}: {f.get('name') or f.get('rule_id')}", lo, hi - lo, "msdiag.finding",
+               rule_id=f.get("rule_id"), message=f.get("message"), evidence=f.get("evidence"), suggestions=actions)
+        t.instant(pid, i, str(f.get("rule_id")), lo, "msdiag.finding", message=f.get("message"))
+
+
+# ---- the whole trace ---------------------------------------------------------------------------
+
+
+def chrome_trace(a: Analysis) -> dict[str, Any]:
+    """The analysis' capture as a Chrome trace object: the ranks' timelines of the steps analysed, msdiag's tracks."""
+    if not a.capture.ranks:
+        raise InputError(a.capture.path, "has no timeline to export (no profiler capture: a request log alone); "
+                         "--trace needs a capture")  # fmt: skip
+    if a.views is None:
+        raise InputError(a.capture.path, "the analysis has no context to export")
+    ctx = a.views.context
+    t = _Trace()
+    written = _capture_events(t, a)
+    pids = _pids(a)
+    _step_track(t, a, pids.steps, written)
+    _cause_track(t, a, ctx, pids.causes, written)
+    _finding_track(t, a, pids.findings)
+    firsts = [e["ts"] for e in t.events if "ts" in e]
+    if t.left_out and firsts:
+        t.instant(pids.steps, 0, "msdiag: not in this trace", min(firsts), "msdiag.note", scope="g",
+                  left_out=t.left_out)  # fmt: skip
+    other = {"msdiag": {"version": __version__, "path": str(a.capture.path), "ranks": [int(rd.rank) for rd in a.capture.ranks],
+                        "steps_written": sorted(k for k in written if k >= 0), "left_out": t.left_out}}  # fmt: skip
+    return {"traceEvents": t.events, "displayTimeUnit": "ms", "otherData": _clean(other)}
+
+
+def write_trace(a: Analysis, out: Path) -> int:
+    """Write the trace as compact JSON (strict: no NaN); returns the number of events written."""
+    trace = chrome_trace(a)
+    text = json.dumps(trace, separators=(",", ":"), allow_nan=False, default=str)
+    try:
+        out.write_text(text, encoding="utf-8")
+    except OSError as e:
+        raise InputError(str(out), f"cannot write the trace: {e.strerror or e}") from None
+    return len(trace["traceEvents"])
