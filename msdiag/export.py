@@ -37,7 +37,6 @@ from msdiag.errors import InputError
 from msdiag.metrics.breakdown import DATA_WAIT_PATTERN
 from msdiag.metrics.causes import rank_activity
 from msdiag.metrics.collectives import collectives_table
-from msdiag.metrics.views import median_step
 from msdiag.units import US_PER_MS
 
 if TYPE_CHECKING:
@@ -51,7 +50,7 @@ __all__ = ["MAX_EVENTS", "chrome_trace", "write_trace"]
 MAX_EVENTS = 200_000
 #: The timeline lanes written, in thread order (the ``overlap`` and ``scope`` lanes are the profiler's own
 #: derived views: the analysis does not keep them).
-LANES = ("step", "device", "hccl", "host")
+LANES = ("step", "device", "kernels", "hccl", "host")
 #: The step breakdown's parts shown in a step's args, in ms.
 BREAKDOWN = (
     "total_us", "computing_us", "communication_us", "communication_exposed_us", "overlapped_us", "free_us",
@@ -109,12 +108,13 @@ def _rank_rows(rd: RankData) -> pd.DataFrame:
     """The rank's events: lane, track, name, start_us, dur_us (the timeline; the kernel table without one)."""
     tl = rd.tables.get("timeline")
     rows = tl[tl["lane"].isin(LANES)] if tl is not None and len(tl) else pd.DataFrame()
+    # the kernel table (Ascend kernel_details, a CPU capture's host ops) when the timeline has no device lane
     if not len(rows) or not rows["lane"].eq("device").any():
         k = rd.tables.get("kernels")
         if k is not None and len(k):
             stream = pd.to_numeric(k["stream"], errors="coerce")
             track = ["Stream " + str(int(s)) if pd.notna(s) else "ops" for s in stream]
-            dev = pd.DataFrame({"lane": "device", "track": track, "name": k["name"].astype(str),
+            dev = pd.DataFrame({"lane": "kernels", "track": track, "name": k["name"].astype(str),
                                 "start_us": k["start_us"], "dur_us": k["dur_us"]})  # fmt: skip
             rows = pd.concat([rows[dev.columns], dev], ignore_index=True) if len(rows) else dev
     if not len(rows):
@@ -123,13 +123,44 @@ def _rank_rows(rd: RankData) -> pd.DataFrame:
     return rows[pd.to_numeric(rows["start_us"], errors="coerce").notna().to_numpy(bool)]
 
 
-def _windows(steps: pd.DataFrame, rank: int) -> pd.DataFrame:
-    """The rank's analysed steps with a known window, by start: step, start_us, end_us, key (step id or -1)."""
-    s = steps[(steps["rank"] == rank).to_numpy(bool) & steps["start_us"].notna().to_numpy(bool)
-              & steps["end_us"].notna().to_numpy(bool)]  # fmt: skip
-    s = s.sort_values("start_us", kind="stable")
-    key = pd.to_numeric(s["step"], errors="coerce").fillna(-1).astype(int).to_numpy()
-    return pd.DataFrame({"start_us": s["start_us"].to_numpy(float), "end_us": s["end_us"].to_numpy(float), "key": key})
+#: Window of the steps that carry none (rows of step_trace_time.csv): the span of the rank's kernels of the step.
+KERNEL_SPAN = (
+    "the span of the rank's kernels of this step (the step's row comes from step_trace_time.csv, which records no times)"
+)
+
+
+def _rank_windows(steps: pd.DataFrame, rd: RankData) -> pd.DataFrame:
+    """The rank's analysed step rows with a window, by start, with ``key`` (step id, -1 for the whole capture) and
+    ``window`` (how the window was found): the step breakdown's window, else the span of the rank's kernels of
+    that step id."""
+    s = steps[(steps["rank"] == rd.rank).to_numpy(bool)].copy()
+    s["key"] = pd.to_numeric(s["step"], errors="coerce").fillna(-1).astype(int).to_numpy()
+    s["start_us"] = pd.to_numeric(s["start_us"], errors="coerce").astype(float)
+    s["end_us"] = pd.to_numeric(s["end_us"], errors="coerce").astype(float)
+    s["window"] = None
+    missing = (s["start_us"].isna() | s["end_us"].isna()).to_numpy(bool)
+    k = rd.tables.get("kernels")
+    if missing.any() and k is not None and len(k):
+        start = pd.to_numeric(k["start_us"], errors="coerce").astype(float)
+        span = pd.DataFrame({
+            "key": pd.to_numeric(k["step"], errors="coerce").fillna(-1).astype(int).to_numpy(),
+            "lo": start.to_numpy(), "hi": (start + pd.to_numeric(k["dur_us"], errors="coerce").astype(float).fillna(0.0)).to_numpy(),
+        }).groupby("key").agg(lo=("lo", "min"), hi=("hi", "max"))  # fmt: skip
+        s.loc[missing, "start_us"] = s.loc[missing, "key"].map(span["lo"]).to_numpy(float)
+        s.loc[missing, "end_us"] = s.loc[missing, "key"].map(span["hi"]).to_numpy(float)
+        s.loc[missing, "window"] = KERNEL_SPAN
+    s = s[s["start_us"].notna().to_numpy(bool) & s["end_us"].notna().to_numpy(bool)]
+    return s.sort_values("start_us", kind="stable").reset_index(drop=True)
+
+
+def _median_key(wins: dict[int, pd.DataFrame]) -> int | None:
+    """The representative step (as views.median_step): the one whose median step time over the ranks is the
+    median; None without steps."""
+    rows = pd.concat(list(wins.values()), ignore_index=True) if wins else pd.DataFrame()
+    if not len(rows):
+        return None
+    by = rows.groupby("key")["total_us"].median().sort_values(kind="stable")
+    return int(by.index[(len(by) - 1) // 2])
 
 
 def _in_steps(rows: pd.DataFrame, win: pd.DataFrame) -> np.ndarray:
@@ -147,21 +178,19 @@ def _in_steps(rows: pd.DataFrame, win: pd.DataFrame) -> np.ndarray:
     return np.where(inside, win["key"].to_numpy()[i], -2)
 
 
-def _step_order(keys: pd.Series, median: Any) -> list[int]:
+def _step_order(keys: pd.Series, median: int | None) -> list[int]:
     """The step keys in the order they are written until the cap: the median step first, then by step."""
-    counts = keys.value_counts()
-    order = sorted(int(k) for k in counts.index if k != -2)
-    m = -1 if median is None or pd.isna(median) else int(median)
-    return ([m] if m in order else []) + [k for k in order if k != m]
+    order = sorted(int(k) for k in keys.unique() if k != -2)
+    return ([median] if median in order else []) + [k for k in order if k != median]
 
 
-def _capture_events(t: _Trace, a: Analysis) -> set[int]:
+def _capture_events(t: _Trace, a: Analysis, wins: dict[int, pd.DataFrame]) -> set[int]:
     """Every rank's timeline events of the steps written (at most MAX_EVENTS); returns the step keys written."""
-    median, _ = median_step(a.steps)
+    median = _median_key(wins)
     parts = []
     for rd in a.capture.ranks:
         rows = _rank_rows(rd).assign(rank=int(rd.rank))
-        rows["key"] = _in_steps(rows, _windows(a.steps, int(rd.rank)))
+        rows["key"] = _in_steps(rows, wins[int(rd.rank)])
         parts.append(rows)
     if not parts:
         return set()
@@ -227,78 +256,139 @@ def _pids(a: Analysis) -> _Pids:
     return _Pids(steps=base, causes=base + 1, findings=base + 2)
 
 
-def _step_track(t: _Trace, a: Analysis, pid: int, written: set[int]) -> None:
+def _step_track(t: _Trace, wins: dict[int, pd.DataFrame], pid: int, written: set[int]) -> None:
     """``msdiag: steps``: per rank, each step written, its breakdown (ms) in args."""
     t.meta(pid, "process_name", name="msdiag: steps")
     t.meta(pid, "process_sort_index", sort_index=-3)
-    s = a.steps[a.steps["start_us"].notna().to_numpy(bool) & a.steps["end_us"].notna().to_numpy(bool)]
-    for r in sorted({int(x) for x in s["rank"]}):
+    for r, rows in sorted(wins.items()):
         t.meta(pid, "thread_name", r, name=f"rank {r}")
-    for row in s.to_dict("records"):
-        key = -1 if pd.isna(row["step"]) else int(row["step"])
-        if key not in written:
-            continue
-        warm = bool(row.get("warmup")) if not pd.isna(row.get("warmup")) else False
-        name = ("the capture" if key == -1 else f"step {key}") + (" (warm-up)" if warm else "")
-        args = {c.replace("_us", "_ms"): (None if pd.isna(row[c]) else float(row[c]) / US_PER_MS) for c in BREAKDOWN}
-        args["source"] = row.get("source")
-        t.span(pid, int(row["rank"]), name, float(row["start_us"]), float(row["end_us"]) - float(row["start_us"]),
-               "msdiag.step", **args)  # fmt: skip
+        for row in rows[rows["key"].isin(written).to_numpy(bool)].to_dict("records"):
+            warm = row.get("warmup")
+            warm = warm is not None and not pd.isna(warm) and bool(warm)
+            name = ("the capture" if row["key"] == -1 else f"step {row['key']}") + (" (warm-up)" if warm else "")
+            args = {c.replace("_us", "_ms"): (None if pd.isna(row[c]) else float(row[c]) / US_PER_MS) for c in BREAKDOWN}
+            args["source"] = row.get("source")
+            if row["window"]:
+                args["window"] = row["window"]
+            t.span(pid, r, name, row["start_us"], row["end_us"] - row["start_us"], "msdiag.step", **args)
 
 
-def _cause_track(t: _Trace, a: Analysis, ctx: Context, pid: int, written: set[int]) -> None:
-    """``msdiag: causes``: per rank, the host causes inside the steps written and the late arrivals."""
-    t.meta(pid, "process_name", name="msdiag: causes")
-    t.meta(pid, "process_sort_index", sort_index=-2)
+@dataclass(frozen=True)
+class _Mark:
+    """One interval of msdiag's causes track: the rank it is on, its kind (the thread), name, window and args."""
+
+    rank: int
+    kind: str
+    name: str
+    ts: float
+    dur: float
+    args: dict[str, Any]
+
+
+def _host_causes(a: Analysis, ctx: Context, wins: dict[int, pd.DataFrame], written: set[int]) -> list[_Mark]:
+    """Per rank, the host causes inside the steps written (metrics/causes.py) and the dataset waits (the step
+    breakdown's pattern)."""
+    out = []
     for rd in a.capture.ranks:
         r = int(rd.rank)
-        t.meta(pid, "thread_name", r, name=f"rank {r}")
         act = rank_activity(ctx, r)
         for cause, step, s, e, site in zip(act["cause"], act["step"], act["start_us"], act["end_us"], act["site"]):
             if (-1 if pd.isna(step) else int(step)) in written:
-                t.span(pid, r, str(cause), float(s), float(e) - float(s), "msdiag.cause", step=step, call_site=site)
+                out.append(_Mark(r, str(cause), str(cause), float(s), float(e) - float(s), {"step": step, "call_site": site}))
         tl = rd.tables.get("timeline")
-        if tl is not None and len(tl):
-            host = tl[(tl["lane"] == "host").to_numpy(bool)]
-            waits = host[host["name"].astype(str).str.contains(DATA_WAIT_PATTERN, regex=True).to_numpy(bool)]
-            keys = _in_steps(waits, _windows(a.steps, r))
-            for name, s, d, k in zip(waits["name"], waits["start_us"], waits["dur_us"], keys):
-                if int(k) in written:
-                    t.span(pid, r, "data-wait", float(s), 0.0 if pd.isna(d) else float(d), "msdiag.cause", event=str(name))
-    _late_arrivals(t, ctx, pid, written)
+        if tl is None or not len(tl):
+            continue
+        host = tl[(tl["lane"] == "host").to_numpy(bool)]
+        waits = host[host["name"].astype(str).str.contains(DATA_WAIT_PATTERN, regex=True).to_numpy(bool)]
+        keys = _in_steps(waits, wins[r])
+        for name, s, d, k in zip(waits["name"], waits["start_us"], waits["dur_us"], keys):
+            if int(k) in written:
+                out.append(_Mark(r, "data-wait", "data-wait", float(s), 0.0 if pd.isna(d) else float(d), {"event": str(name)}))
+    return out
 
 
-def _late_arrivals(t: _Trace, ctx: Context, pid: int, written: set[int]) -> None:
-    """Each collective with a last arriver: the wait from the first rank's arrival to the last arriver's."""
+def _late_arrivals(ctx: Context, written: set[int]) -> list[_Mark]:
+    """Each collective with a last arriver: the wait from the first rank's arrival to the last arriver's, on the
+    last arriver's track (the collectives of metrics/collectives.py)."""
     table = collectives_table(ctx)
     if not len(table):
-        return
+        return []
     rows = table[table["last_arriver"].notna().to_numpy(bool)]
+    out = []
     for step, op, ranks, offsets, last, late, first in zip(
-        rows["step"], rows["op"], rows["ranks"], rows["arrival_offset_ms"], rows["last_arriver"], rows["late_ms"],
+        rows["step"],
+        rows["op"],
+        rows["ranks"],
+        rows["arrival_offset_ms"],
+        rows["last_arriver"],
+        rows["late_ms"],
         rows["first_us"],
     ):
-        if (-1 if pd.isna(step) else int(step)) not in written or int(last) not in list(ranks):
+        ranks = list(ranks)
+        if (-1 if pd.isna(step) else int(step)) not in written or int(last) not in ranks:
             continue
         r = int(last)
-        arrival = float(first) + float(offsets[list(ranks).index(r)]) * US_PER_MS
-        name = f"late arrival: rank {r} at {op}"
-        args = {"op": op, "step": step, "late_ms": late, "ranks": list(ranks), "arrival_offset_ms": list(offsets)}
-        t.span(pid, r, name, float(first), arrival - float(first), "msdiag.late", **args)
-        t.instant(pid, r, name, arrival, "msdiag.late", **args)
+        arrival = float(first) + float(offsets[ranks.index(r)]) * US_PER_MS
+        args = {"op": op, "step": step, "late_ms": late, "ranks": ranks, "arrival_offset_ms": list(offsets)}
+        out.append(_Mark(r, "late arrival", f"late arrival: rank {r} at {op}", float(first), arrival - float(first), args))
+    return out
 
 
-def _median_window(a: Analysis) -> tuple[float, float] | None:
-    """The median step's window over the ranks (earliest start, latest end), else the steps' whole window."""
-    _, rows = median_step(a.steps)
-    if not len(rows):
+def _lanes(marks: list[_Mark]) -> list[int]:
+    """A lane per mark such that the marks of one lane do not overlap (greedy, by start): a thread of the trace
+    holds only nested or disjoint complete events."""
+    order = sorted(range(len(marks)), key=lambda i: (marks[i].ts, -marks[i].dur))
+    ends: list[float] = []
+    lane = [0] * len(marks)
+    for i in order:
+        m = marks[i]
+        free = next((k for k, e in enumerate(ends) if e <= m.ts), None)
+        if free is None:
+            ends.append(m.ts + m.dur)
+            free = len(ends) - 1
+        else:
+            ends[free] = m.ts + m.dur
+        lane[i] = free
+    return lane
+
+
+def _cause_track(t: _Trace, a: Analysis, wins: dict[int, pd.DataFrame], pid: int, written: set[int]) -> None:
+    """``msdiag: causes``: a thread per rank and kind of cause (more where its intervals overlap)."""
+    t.meta(pid, "process_name", name="msdiag: causes")
+    t.meta(pid, "process_sort_index", sort_index=-2)
+    assert a.views is not None  # checked by chrome_trace
+    ctx = a.views.context
+    marks = _host_causes(a, ctx, wins, written) + _late_arrivals(ctx, written)
+    groups: dict[tuple[int, str], list[_Mark]] = {}
+    for m in marks:
+        groups.setdefault((m.rank, m.kind), []).append(m)
+    tid = 0
+    for (rank, kind), group in sorted(groups.items()):
+        lanes = _lanes(group)
+        for lane in range(max(lanes) + 1):
+            t.meta(pid, "thread_name", tid + lane, name=f"rank {rank} {kind}" + (f" ({lane + 1})" if lane else ""))
+            t.meta(pid, "thread_sort_index", tid + lane, sort_index=tid + lane)
+        for m, lane in zip(group, lanes):
+            cat = "msdiag.late" if kind == "late arrival" else "msdiag.cause"
+            t.span(pid, tid + lane, m.name, m.ts, m.dur, cat, **m.args)
+            if kind == "late arrival":
+                t.instant(pid, tid + lane, m.name, m.ts + m.dur, cat, **m.args)
+        tid += max(lanes) + 1
+
+
+def _median_window(wins: dict[int, pd.DataFrame]) -> tuple[float, float] | None:
+    """The median step's window over the ranks (earliest start, latest end); None without steps."""
+    key = _median_key(wins)
+    rows = [w[w["key"] == key] for w in wins.values()]
+    rows = [r for r in rows if len(r)]
+    if key is None or not rows:
         return None
-    return float(rows["start_us"].min()), float(rows["end_us"].max())
+    return min(float(r["start_us"].min()) for r in rows), max(float(r["end_us"].max()) for r in rows)
 
 
-def _finding_track(t: _Trace, a: Analysis, pid: int) -> None:
+def _finding_track(t: _Trace, a: Analysis, wins: dict[int, pd.DataFrame], pid: int) -> None:
     """``msdiag: findings``: the verdict (thread 0) and each finding (a thread each) over the median step."""
-    win = _median_window(a)
+    win = _median_window(wins)
     if win is None:
         if a.findings:
             t.left_out.append("findings: no step window to place them on")
@@ -317,8 +407,18 @@ def _finding_track(t: _Trace, a: Analysis, pid: int) -> None:
         t.meta(pid, "thread_name", i, name=f"{f.get('severity')}: {f.get('rule_id')}")
         t.meta(pid, "thread_sort_index", i, sort_index=i)
         actions = [s.get("action") for s in f.get("suggestions") or []]
-        t.span(pid, i, f"{f.get('severity')}: {f.get('name') or f.get('rule_id')}", lo, hi - lo, "msdiag.finding",
-               rule_id=f.get("rule_id"), message=f.get("message"), evidence=f.get("evidence"), suggestions=actions)
+        t.span(
+            pid,
+            i,
+            f"{f.get('severity')}: {f.get('name') or f.get('rule_id')}",
+            lo,
+            hi - lo,
+            "msdiag.finding",
+            rule_id=f.get("rule_id"),
+            message=f.get("message"),
+            evidence=f.get("evidence"),
+            suggestions=actions,
+        )
         t.instant(pid, i, str(f.get("rule_id")), lo, "msdiag.finding", message=f.get("message"))
 
 
@@ -332,13 +432,13 @@ def chrome_trace(a: Analysis) -> dict[str, Any]:
                          "--trace needs a capture")  # fmt: skip
     if a.views is None:
         raise InputError(a.capture.path, "the analysis has no context to export")
-    ctx = a.views.context
+    wins = {int(rd.rank): _rank_windows(a.steps, rd) for rd in a.capture.ranks}
     t = _Trace()
-    written = _capture_events(t, a)
+    written = _capture_events(t, a, wins)
     pids = _pids(a)
-    _step_track(t, a, pids.steps, written)
-    _cause_track(t, a, ctx, pids.causes, written)
-    _finding_track(t, a, pids.findings)
+    _step_track(t, wins, pids.steps, written)
+    _cause_track(t, a, wins, pids.causes, written)
+    _finding_track(t, a, wins, pids.findings)
     firsts = [e["ts"] for e in t.events if "ts" in e]
     if t.left_out and firsts:
         t.instant(pids.steps, 0, "msdiag: not in this trace", min(firsts), "msdiag.note", scope="g",

@@ -1,0 +1,158 @@
+"""`msdiag report ... --trace FILE.json`: the capture's timeline as a Chrome trace (msdiag/export.py).
+
+Expected figures come from the raw files of the corpus, read by hand (python's json module on the profiler's own
+trace_view.json), never from msdiag's output.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+from click.testing import CliRunner
+from conftest import SAMPLE_TRACES
+
+from msdiag import export
+from msdiag.cli import main
+from msdiag.errors import InputError
+
+LEVEL1 = "ascend/torchnpu-2rank-level1"
+SAMPLE = SAMPLE_TRACES / "train_small_cpu"
+REQUEST_LOG = SAMPLE_TRACES / "serve_load" / "requests_rate50.jsonl"
+#: float64 resolution of an epoch-microsecond timestamp (~1.7e15 us): the canonical tables hold start_us as float64
+TS_RESOLUTION_US = 0.25
+
+
+def names(trace: dict[str, Any], kind: str) -> dict[tuple[int, Any], str]:
+    """(pid, tid) -> thread name (kind "thread_name"), or (pid, None) -> process name (kind "process_name")."""
+    return {
+        (e["pid"], e.get("tid") if kind == "thread_name" else None): e["args"]["name"]
+        for e in trace["traceEvents"] if e["ph"] == "M" and e["name"] == kind
+    }  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def level1_trace(analysed: Callable[[str], Any]) -> dict[str, Any]:
+    """The level1 capture's trace, through strict JSON and back (what a viewer reads)."""
+    return json.loads(json.dumps(export.chrome_trace(analysed(LEVEL1)), allow_nan=False))
+
+
+def test_trace_is_the_event_format(level1_trace: dict[str, Any]) -> None:
+    events = level1_trace["traceEvents"]
+    assert {e["ph"] for e in events} == {"X", "i", "M"}
+    for e in events:
+        assert isinstance(e["pid"], int) and isinstance(e["name"], str)
+        if e["ph"] == "X":
+            assert isinstance(e["ts"], float) and isinstance(e["dur"], float) and e["dur"] >= 0
+            assert isinstance(e["tid"], int)
+        if e["ph"] == "i":
+            assert e["s"] in ("t", "p", "g")
+    assert level1_trace["displayTimeUnit"] == "ms"
+    assert level1_trace["otherData"]["msdiag"]["ranks"] == [0, 1]
+
+
+def test_a_kernel_is_where_the_profiler_put_it(level1_trace: dict[str, Any]) -> None:
+    """rank0_ascend_pt/ASCEND_PROFILER_OUTPUT/trace_view.json holds Conv2D1 once: {"pid": 3170820512 ("Ascend
+    Hardware"), "tid": 2 ("Stream 2"), "ts": "1736408883704903.918", "dur": 313.88628125} (kernel_details.csv row 4:
+    step 50, stream 2, start 1736408883704903.918, 313.886 us); and hcom_allReduce__586_0_1 once on HCCL's
+    "Group 0 Communication" thread: ts "1736408883732241.564", dur 79089.52021875."""
+    threads = names(level1_trace, "thread_name")
+    procs = names(level1_trace, "process_name")
+    want = {
+        "Conv2D1": ("Stream 2", 1736408883704903.918, 313.88628125),
+        "hcom_allReduce__586_0_1": ("Group 0 Communication", 1736408883732241.564, 79089.52021875),
+    }
+    for name, (thread, ts, dur) in want.items():
+        found = [e for e in level1_trace["traceEvents"] if e["ph"] == "X" and e["name"] == name and e["pid"] == 0]
+        assert len(found) == 1, name
+        e = found[0]
+        assert procs[(0, None)] == "rank 0" and threads[(0, e["tid"])] == thread
+        assert abs(e["ts"] - ts) <= TS_RESOLUTION_US
+        assert e["dur"] == pytest.approx(dur, rel=1e-9)
+
+
+def test_msdiag_tracks_and_every_finding(level1_trace: dict[str, Any], analysed: Callable[[str], Any]) -> None:
+    a = analysed(LEVEL1)
+    procs = {name: pid for (pid, _), name in names(level1_trace, "process_name").items()}
+    assert {"msdiag: steps", "msdiag: causes", "msdiag: findings", "rank 0", "rank 1"} <= set(procs)
+    events = [e for e in level1_trace["traceEvents"] if e["ph"] == "X"]
+    # the steps: step 50 on both ranks (kernel_details.csv's Step Id is 50 on every row of both ranks)
+    steps = [e for e in events if e["pid"] == procs["msdiag: steps"]]
+    assert sorted((e["tid"], e["name"]) for e in steps) == [(0, "step 50"), (1, "step 50")]
+    assert all(e["args"]["total_ms"] > 0 for e in steps)
+    # every finding is an interval, its message in args; the verdict heads the track
+    marked = {e["args"]["rule_id"]: e for e in events if e["pid"] == procs["msdiag: findings"] and e["cat"] == "msdiag.finding"}
+    assert set(marked) == {f["rule_id"] for f in a.findings} and len(marked) == len(a.findings) > 0
+    for f in a.findings:
+        assert marked[f["rule_id"]]["args"]["message"] == f["message"] and marked[f["rule_id"]]["dur"] > 0
+    verdict = [e for e in events if e["cat"] == "msdiag.verdict"]
+    assert len(verdict) == 1 and verdict[0]["name"].startswith("verdict: COMMUNICATION")
+    # causes: the host syncs of the analysis (metrics/causes.py) and the collectives' late arrivals
+    causes = [e for e in events if e["pid"] == procs["msdiag: causes"]]
+    assert {e["name"] for e in causes} >= {"host-sync"}
+    assert any(e["name"].startswith("late arrival: rank ") for e in causes)
+
+
+def test_msdiag_threads_hold_nested_or_disjoint_events(level1_trace: dict[str, Any]) -> None:
+    """A viewer nests the complete events of a thread: two that overlap without one holding the other break it."""
+    ours = {pid for (pid, _), name in names(level1_trace, "process_name").items() if name.startswith("msdiag: ")}
+    by_thread: dict[tuple[int, int], list[tuple[float, float]]] = {}
+    for e in level1_trace["traceEvents"]:
+        if e["ph"] == "X" and e["pid"] in ours:
+            by_thread.setdefault((e["pid"], e["tid"]), []).append((e["ts"], e["ts"] + e["dur"]))
+    for spans in by_thread.values():
+        spans.sort(key=lambda s: (s[0], -s[1]))
+        for (s0, e0), (s1, e1) in zip(spans, spans[1:]):
+            assert s1 >= e0 or e1 <= e0, (s0, e0, s1, e1)
+
+
+def test_only_the_steps_analysed_and_the_cap(analysed: Callable[[str], Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """mindspore-cpu/msrun_dp2_pynative: 2 ranks, several steps (the repeating host-op iterations: a CPU capture
+    has no step markers). Every step the analysis found is written; with a cap below one step's events only the
+    median step is, and the trace says what was left out."""
+    a = analysed("cpu-dp2")
+    full = export.chrome_trace(a)
+    found = sorted({int(s) for s in a.steps["step"].dropna()})
+    assert len(found) > 1 and full["otherData"]["msdiag"]["steps_written"] == found
+    monkeypatch.setattr(export, "MAX_EVENTS", 50)
+    capped = export.chrome_trace(a)
+    meta = capped["otherData"]["msdiag"]
+    assert len(meta["steps_written"]) == 1
+    timeline = [e for e in capped["traceEvents"] if e["ph"] == "X" and not e["cat"].startswith("msdiag")]
+    assert len(timeline) == 50
+    assert any("beyond the cap of 50 events" in x for x in meta["left_out"])
+    note = [e for e in capped["traceEvents"] if e["name"] == "msdiag: not in this trace"]
+    assert len(note) == 1 and note[0]["s"] == "g" and note[0]["args"]["left_out"] == meta["left_out"]
+
+
+def test_a_request_log_has_no_timeline(analysed: Callable[[str], Any]) -> None:
+    with pytest.raises(InputError, match="no timeline to export"):
+        export.chrome_trace(analysed(str(REQUEST_LOG)))
+
+
+def run(*args: str) -> tuple[int, str]:
+    r = CliRunner().invoke(main, list(args))
+    return r.exit_code, r.stderr
+
+
+def test_cli_trace_alone_and_refusals(corpus: Path, tmp_path: Path) -> None:
+    out = tmp_path / "t.json"
+    code, err = run("report", str(SAMPLE), "--trace", str(out), "--jobs", "1", "--no-cache")
+    assert code == 0, err
+    assert err.strip() == f"msdiag: wrote {out.resolve()}"
+    trace = json.loads(out.read_text(encoding="utf-8"))
+    assert "msdiag: findings" in names(trace, "process_name").values()
+    # nothing asked for, a path inside the capture, the same file twice, an input file: exit 2, one line, no work
+    code, err = run("report", str(SAMPLE))
+    assert code == 2 and "nothing to write" in err
+    code, err = run("report", str(corpus / LEVEL1), "--trace", str(corpus / LEVEL1 / "t.json"))
+    assert code == 2 and "inside the capture folder" in err
+    code, err = run("report", str(SAMPLE), "-o", str(out), "--trace", str(out))
+    assert code == 2 and "both the HTML report" in err
+    log = tmp_path / "requests.jsonl"
+    log.write_bytes(REQUEST_LOG.read_bytes())
+    code, err = run("report", str(log), "--trace", str(log))
+    assert code == 2 and "never overwrites an input" in err and len(err.strip().splitlines()) == 1
+    assert log.read_bytes() == REQUEST_LOG.read_bytes()
