@@ -210,7 +210,9 @@ def _read(path: str | Path, opts: Options) -> tuple[Capture, dict[str, Any], pd.
         steps = STEPS.empty()
         _mark_warmup(steps)
         return cap, identity, steps, STEPS.empty(), [], log
-    cap = load(path, jobs=opts.jobs, cache=opts.cache, scheduler=opts.scheduler, reduce=reduce_rank, reduce_id=reduce_id())
+    # --trace exports the timeline: the ranks are kept whole (metrics/reduce.py drops what no metric reads)
+    reduce, rid = (None, None) if opts.whole_timeline else (reduce_rank, reduce_id())
+    cap = load(path, jobs=opts.jobs, cache=opts.cache, scheduler=opts.scheduler, reduce=reduce, reduce_id=rid)
     identity = describe(cap)
     steps, prof, checks, notes = _steps_for(cap)
     cap.notes.extend(notes)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -310,7 +311,10 @@ def report(path: str, output: str | None, trace_path: str | None, fail_on: str |
             raise InputError(path, "nothing to write: give -o REPORT.html, --trace TRACE.json, or both")
         outputs = _check_outputs(path, kw, [o for o in (output, trace_path) if o is not None])
         saved = _load_baseline(baseline_name) if baseline_name else None
-        a = _analyze(path, _options(kw), kw["strict"])
+        opts = _options(kw)
+        if trace_path is not None:  # the trace shows every timeline row: the ranks are not reduced
+            opts = replace(opts, whole_timeline=True)
+        a = _analyze(path, opts, kw["strict"])
         for o in outputs:
             _check_output(o, [Path(rd.path) for rd in a.capture.ranks])
         data = build(a)

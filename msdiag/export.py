@@ -214,7 +214,7 @@ def _capture_events(t: _Trace, a: Analysis, wins: dict[int, pd.DataFrame]) -> se
     if len(keep) > MAX_EVENTS:  # the median step alone is larger than the cap: its first events
         t.left_out.append(f"{len(keep) - MAX_EVENTS} event(s) of the median step beyond the cap of {MAX_EVENTS}")
         keep = keep.sort_values("start_us", kind="stable").iloc[:MAX_EVENTS]
-    if (keep["lane"] == "host").any():
+    if (keep["lane"] == "host").any() and not a.options.whole_timeline:
         t.left_out.append(HOST_NOTE)
     _emit_ranks(t, keep, a)
     return set(written)

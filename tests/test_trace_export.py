@@ -144,6 +144,9 @@ def test_cli_trace_alone_and_refusals(corpus: Path, tmp_path: Path) -> None:
     assert err.strip() == f"msdiag: wrote {out.resolve()}"
     trace = json.loads(out.read_text(encoding="utf-8"))
     assert "msdiag: findings" in names(trace, "process_name").values()
+    # the command keeps the ranks whole for the trace: no host event was dropped by the analysis' reduction
+    assert not any(x.startswith("host events: only") for x in trace["otherData"]["msdiag"]["left_out"])
+    assert any(e["ph"] == "X" and e["cat"] == "host" for e in trace["traceEvents"])
     # nothing asked for, a path inside the capture, the same file twice, an input file: exit 2, one line, no work
     code, err = run("report", str(SAMPLE))
     assert code == 2 and "nothing to write" in err
