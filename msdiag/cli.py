@@ -308,7 +308,7 @@ def report(path: str, output: str | None, trace_path: str | None, fail_on: str |
     written = []
     try:
         if output is None and trace_path is None:
-            raise InputError(path, "nothing to write: give -o REPORT.html, --trace TRACE.json, or both")
+            raise InputError(path, "nothing to write: give -o/--output REPORT.html, --trace TRACE.json, or both")
         outputs = _check_outputs(path, kw, [o for o in (output, trace_path) if o is not None])
         saved = _load_baseline(baseline_name) if baseline_name else None
         opts = _options(kw)
@@ -320,6 +320,9 @@ def report(path: str, output: str | None, trace_path: str | None, fail_on: str |
         data = build(a)
         if saved is not None:
             data["baseline_diff"] = _against_baseline(saved, a, data, path)
+        from msdiag.export import chrome_trace, write_trace
+
+        trace = chrome_trace(a) if trace_path is not None else None  # refused (no timeline) before anything is written
         if output is not None:
             from msdiag.report.html import render
 
@@ -329,10 +332,8 @@ def report(path: str, output: str | None, trace_path: str | None, fail_on: str |
             except OSError as e:
                 raise InputError(output, f"cannot write the report: {e.strerror or e}") from None
             written.append(Path(output))
-        if trace_path is not None:
-            from msdiag.export import write_trace
-
-            write_trace(a, Path(trace_path))
+        if trace is not None and trace_path is not None:
+            write_trace(trace, Path(trace_path))
             written.append(Path(trace_path))
     except MsdiagError as e:
         _fail(e, kw["debug"])

@@ -448,9 +448,8 @@ def chrome_trace(a: Analysis) -> dict[str, Any]:
     return {"traceEvents": t.events, "displayTimeUnit": "ms", "otherData": _clean(other)}
 
 
-def write_trace(a: Analysis, out: Path) -> int:
-    """Write the trace as compact JSON (strict: no NaN); returns the number of events written."""
-    trace = chrome_trace(a)
+def write_trace(trace: dict[str, Any], out: Path) -> int:
+    """Write a trace (chrome_trace's) as compact JSON (strict: no NaN); returns the number of events written."""
     text = json.dumps(trace, separators=(",", ":"), allow_nan=False, default=str)
     try:
         out.write_text(text, encoding="utf-8")

@@ -159,3 +159,8 @@ def test_cli_trace_alone_and_refusals(corpus: Path, tmp_path: Path) -> None:
     code, err = run("report", str(log), "--trace", str(log))
     assert code == 2 and "never overwrites an input" in err and len(err.strip().splitlines()) == 1
     assert log.read_bytes() == REQUEST_LOG.read_bytes()
+    # a request log alone has no timeline: exit 2 before anything is written, the HTML neither
+    html, trace_out = tmp_path / "r.html", tmp_path / "log.json"
+    code, err = run("report", str(log), "-o", str(html), "--trace", str(trace_out), "--jobs", "1", "--no-cache")
+    assert code == 2 and "no timeline to export" in err and len(err.strip().splitlines()) == 1
+    assert not html.exists() and not trace_out.exists()
