@@ -17,6 +17,9 @@ What is written:
   the last arriver's, and an instant at its arrival), ``msdiag: findings`` (the verdict and each finding as an
   interval over the median step, the message, evidence and suggested actions in ``args``).
 
+A request log alone gives process ``requests`` (each request from arrival to its last token, holding ``TTFT`` and
+``decode``) and the findings over the log's window.
+
 Only the steps analysed are written, and at most :data:`MAX_EVENTS` timeline events: whole steps, the median
 step first. What was left out (events outside the steps, steps beyond the cap, host events the analysis did not
 keep) is said in ``otherData.msdiag.left_out`` and in a global instant event ``msdiag: not in this trace``.
@@ -37,7 +40,7 @@ from msdiag.errors import InputError
 from msdiag.metrics.breakdown import DATA_WAIT_PATTERN
 from msdiag.metrics.causes import rank_activity
 from msdiag.metrics.collectives import collectives_table
-from msdiag.units import US_PER_MS
+from msdiag.units import US_PER_MS, US_PER_S
 
 if TYPE_CHECKING:
     from msdiag.analysis import Analysis
@@ -386,9 +389,9 @@ def _median_window(wins: dict[int, pd.DataFrame]) -> tuple[float, float] | None:
     return min(float(r["start_us"].min()) for r in rows), max(float(r["end_us"].max()) for r in rows)
 
 
-def _finding_track(t: _Trace, a: Analysis, wins: dict[int, pd.DataFrame], pid: int) -> None:
-    """``msdiag: findings``: the verdict (thread 0) and each finding (a thread each) over the median step."""
-    win = _median_window(wins)
+def _finding_track(t: _Trace, a: Analysis, win: tuple[float, float] | None, pid: int) -> None:
+    """``msdiag: findings``: the verdict (thread 0) and each finding (a thread each) over ``win`` (the median
+    step; a request log's whole window)."""
     if win is None:
         if a.findings:
             t.left_out.append("findings: no step window to place them on")
@@ -425,11 +428,55 @@ def _finding_track(t: _Trace, a: Analysis, wins: dict[int, pd.DataFrame], pid: i
 # ---- the whole trace ---------------------------------------------------------------------------
 
 
+def _request_track(t: _Trace, log: Any, pid: int) -> tuple[float, float]:
+    """A request log alone: process ``requests``, each request an interval from arrival to its last token holding
+    ``TTFT`` (arrival to first token: queueing and prefill) and ``decode``; requests that overlap in time go to
+    separate threads. At most MAX_EVENTS / 3 requests, by arrival. Returns the log's window (us)."""
+    r = log.requests.sort_values("arrival_s", kind="stable")
+    keep = r.iloc[: MAX_EVENTS // 3]
+    if len(keep) < len(r):
+        t.left_out.append(f"{len(r) - len(keep)} request(s) beyond the cap of {MAX_EVENTS // 3} requests")
+    marks = [
+        _Mark(0, "request", f"request {rid}", float(a0) * US_PER_S, (float(f) - float(a0)) * US_PER_S,
+              {"first_us": float(ft) * US_PER_S, "prompt_tokens": pt, "output_tokens": ot, "ttft_ms": ttft,
+               "tpot_ms": tpot, "e2e_ms": e2e, "batch_size": bs})
+        for rid, a0, ft, f, pt, ot, ttft, tpot, e2e, bs in zip(
+            keep["request_id"], keep["arrival_s"], keep["first_token_s"], keep["finish_s"], keep["prompt_tokens"],
+            keep["output_tokens"], keep["ttft_ms"], keep["tpot_ms"], keep["e2e_ms"], keep["batch_size"])
+    ]  # fmt: skip
+    t.meta(pid, "process_name", name="requests")
+    lanes = _lanes(marks)
+    for lane in range(max(lanes, default=-1) + 1):
+        t.meta(pid, "thread_name", lane, name=f"requests ({lane + 1})")
+    for m, lane in zip(marks, lanes):
+        first = m.args["first_us"]
+        t.span(pid, lane, m.name, m.ts, m.dur, "request", **m.args)
+        t.span(pid, lane, "TTFT", m.ts, first - m.ts, "request.ttft")
+        t.span(pid, lane, "decode", first, m.ts + m.dur - first, "request.decode")
+    return float(r["arrival_s"].min()) * US_PER_S, float(r["finish_s"].max()) * US_PER_S
+
+
+def _log_trace(a: Analysis) -> dict[str, Any]:
+    """The trace of a request log alone: its requests on a timeline (the log's own clock) and the findings."""
+    log = a.requests
+    if log is None or not log.has_arrivals or not log.requests[["first_token_s", "finish_s"]].notna().all().all():
+        why = "it records no arrival times" if log is not None and len(log.requests) else "it holds no request"
+        raise InputError(a.capture.path, f"has no timeline to export: a request log alone, and {why}")
+    t = _Trace()
+    win = _request_track(t, log, 0)
+    _finding_track(t, a, win, 1)
+    if t.left_out:
+        t.instant(0, 0, "msdiag: not in this trace", win[0], "msdiag.note", scope="g", left_out=t.left_out)
+    other = {"msdiag": {"version": __version__, "path": str(a.capture.path), "ranks": [], "steps_written": [],
+                        "requests_written": min(len(log.requests), MAX_EVENTS // 3), "left_out": t.left_out}}  # fmt: skip
+    return {"traceEvents": t.events, "displayTimeUnit": "ms", "otherData": _clean(other)}
+
+
 def chrome_trace(a: Analysis) -> dict[str, Any]:
-    """The analysis' capture as a Chrome trace object: the ranks' timelines of the steps analysed, msdiag's tracks."""
+    """The analysis' capture as a Chrome trace object: the ranks' timelines of the steps analysed, msdiag's tracks
+    (a request log alone: its requests and the findings)."""
     if not a.capture.ranks:
-        raise InputError(a.capture.path, "has no timeline to export (no profiler capture: a request log alone); "
-                         "--trace needs a capture")  # fmt: skip
+        return _log_trace(a)
     if a.views is None:
         raise InputError(a.capture.path, "the analysis has no context to export")
     wins = {int(rd.rank): _rank_windows(a.steps, rd) for rd in a.capture.ranks}
@@ -438,7 +485,7 @@ def chrome_trace(a: Analysis) -> dict[str, Any]:
     pids = _pids(a)
     _step_track(t, wins, pids.steps, written)
     _cause_track(t, a, wins, pids.causes, written)
-    _finding_track(t, a, wins, pids.findings)
+    _finding_track(t, a, _median_window(wins), pids.findings)
     firsts = [e["ts"] for e in t.events if "ts" in e]
     if t.left_out and firsts:
         t.instant(pids.steps, 0, "msdiag: not in this trace", min(firsts), "msdiag.note", scope="g",

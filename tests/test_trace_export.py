@@ -16,7 +16,6 @@ from conftest import SAMPLE_TRACES
 
 from msdiag import export
 from msdiag.cli import main
-from msdiag.errors import InputError
 
 LEVEL1 = "ascend/torchnpu-2rank-level1"
 SAMPLE = SAMPLE_TRACES / "train_small_cpu"
@@ -127,9 +126,23 @@ def test_only_the_steps_analysed_and_the_cap(analysed: Callable[[str], Any], mon
     assert len(note) == 1 and note[0]["s"] == "g" and note[0]["args"]["left_out"] == meta["left_out"]
 
 
-def test_a_request_log_has_no_timeline(analysed: Callable[[str], Any]) -> None:
-    with pytest.raises(InputError, match="no timeline to export"):
-        export.chrome_trace(analysed(str(REQUEST_LOG)))
+def test_a_request_log_alone_is_its_requests(analysed: Callable[[str], Any]) -> None:
+    """sample_traces/serve_load/requests_rate50.jsonl, 12 requests; its first record: r0, arrival_s 0.0,
+    first_token_s 0.459491, finish_s 2.241934 (seconds on the log's clock) -> an interval of 2,241,934 us at 0
+    holding TTFT (459,491 us) and decode (1,782,443 us)."""
+    a = analysed(str(REQUEST_LOG))
+    trace = json.loads(json.dumps(export.chrome_trace(a), allow_nan=False))
+    events = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    assert sum(e["cat"] == "request" for e in events) == 12
+    r0 = next(e for e in events if e["name"] == "request r0")
+    assert (r0["ts"], r0["dur"]) == (0.0, pytest.approx(2241934.0))
+    inner = {e["cat"]: e for e in events if e["pid"] == r0["pid"] and e["tid"] == r0["tid"] and e["ts"] < r0["dur"]}
+    assert inner["request.ttft"]["ts"] == 0.0 and inner["request.ttft"]["dur"] == pytest.approx(459491.0)
+    assert inner["request.decode"]["ts"] == pytest.approx(459491.0)
+    assert inner["request.decode"]["dur"] == pytest.approx(2241934.0 - 459491.0)
+    marked = {e["args"]["rule_id"] for e in events if e["cat"] == "msdiag.finding"}
+    assert marked == {f["rule_id"] for f in a.findings} and marked
+    assert "msdiag: findings" in names(trace, "process_name").values()
 
 
 def run(*args: str) -> tuple[int, str]:
@@ -159,8 +172,3 @@ def test_cli_trace_alone_and_refusals(corpus: Path, tmp_path: Path) -> None:
     code, err = run("report", str(log), "--trace", str(log))
     assert code == 2 and "never overwrites an input" in err and len(err.strip().splitlines()) == 1
     assert log.read_bytes() == REQUEST_LOG.read_bytes()
-    # a request log alone has no timeline: exit 2 before anything is written, the HTML neither
-    html, trace_out = tmp_path / "r.html", tmp_path / "log.json"
-    code, err = run("report", str(log), "-o", str(html), "--trace", str(trace_out), "--jobs", "1", "--no-cache")
-    assert code == 2 and "no timeline to export" in err and len(err.strip().splitlines()) == 1
-    assert not html.exists() and not trace_out.exists()
