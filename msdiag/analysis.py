@@ -213,7 +213,9 @@ def _read(path: str | Path, opts: Options) -> tuple[Capture, dict[str, Any], pd.
     log, alone = inference.request_log_for(path, opts.requests)  # a request log is a file discovery refuses
     if alone and log is not None:
         return _no_capture(*inference.empty_capture(log), log)
-    cap = load(path, jobs=opts.jobs, cache=opts.cache, scheduler=opts.scheduler, reduce=reduce_rank, reduce_id=reduce_id())
+    # --trace exports the timeline: the ranks are kept whole (metrics/reduce.py drops what no metric reads)
+    reduce, rid = (None, None) if opts.whole_timeline else (reduce_rank, reduce_id())
+    cap = load(path, jobs=opts.jobs, cache=opts.cache, scheduler=opts.scheduler, reduce=reduce, reduce_id=rid)
     identity = describe(cap)
     steps, prof, checks, notes = _steps_for(cap)
     cap.notes.extend(notes)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -321,37 +322,72 @@ def _check_output(output: str, folders: list[Path]) -> Path:
 
 @main.command()
 @click.argument("path", type=click.Path())
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="The HTML file to write (outside the capture folder).")
+@click.option("-o", "--output", default=None, type=click.Path(dir_okay=False), help="The HTML file to write (outside the capture folder).")
+@click.option("--trace", "trace_path", default=None, type=click.Path(dir_okay=False),
+              help="Also (or only) write the timeline of the steps analysed, every rank, with msdiag's tracks, as a Chrome trace JSON (Perfetto UI, MindStudio Insight).")
 @click.option("--fail-on", type=click.Choice(["warning", "critical"]), default=None, help="Exit 1 when a finding of this severity or worse exists.")
 @click.option("--baseline", "baseline_name", default=None, metavar="NAME", help="Add the comparison with a saved baseline (msdiag baseline save).")
 @analysis_options
-def report(path: str, output: str, fail_on: str | None, baseline_name: str | None, **kw: Any) -> None:
-    """Write one self-contained HTML report of a capture (opens offline: inline CSS and SVG charts)."""
+def report(path: str, output: str | None, trace_path: str | None, fail_on: str | None, baseline_name: str | None, **kw: Any) -> None:
+    """Write one self-contained HTML report of a capture (opens offline: inline CSS and SVG charts), and / or
+    its timeline as a Chrome trace (--trace)."""
     from msdiag.contract import build
     from msdiag.errors import InputError
 
+    written = []
     try:
-        p = Path(path)
-        # a rank's ASCEND_PROFILER_OUTPUT/ belongs to the rank folder above it
-        _check_output(output, [p, p.parent] if p.name == "ASCEND_PROFILER_OUTPUT" else [p])
+        if output is None and trace_path is None:
+            raise InputError(path, "nothing to write: give -o/--output REPORT.html, --trace TRACE.json, or both")
+        outputs = _check_outputs(path, kw, [o for o in (output, trace_path) if o is not None])
         saved = _load_baseline(baseline_name) if baseline_name else None
-        a = _analyze(path, _options(kw), kw["strict"])
-        out = _check_output(output, [Path(rd.path) for rd in a.capture.ranks])
+        opts = _options(kw)
+        if trace_path is not None:  # the trace shows every timeline row: the ranks are not reduced
+            opts = replace(opts, whole_timeline=True)
+        a = _analyze(path, opts, kw["strict"])
+        for o in outputs:
+            _check_output(o, [Path(rd.path) for rd in a.capture.ranks])
         data = build(a)
         if saved is not None:
             data["baseline_diff"] = _against_baseline(saved, a, data, path)
-        from msdiag.report.html import render
+        from msdiag.export import chrome_trace, write_trace
 
-        page = render(a, data)
-        try:
-            out.write_text(page, encoding="utf-8")
-        except OSError as e:
-            raise InputError(output, f"cannot write the report: {e.strerror or e}") from None
+        trace = chrome_trace(a) if trace_path is not None else None  # refused (no timeline) before anything is written
+        if output is not None:
+            from msdiag.report.html import render
+
+            page = render(a, data)
+            try:
+                Path(output).write_text(page, encoding="utf-8")
+            except OSError as e:
+                raise InputError(output, f"cannot write the report: {e.strerror or e}") from None
+            written.append(Path(output))
+        if trace is not None and trace_path is not None:
+            write_trace(trace, Path(trace_path))
+            written.append(Path(trace_path))
     except MsdiagError as e:
         _fail(e, kw["debug"])
         return
-    click.echo(f"msdiag: wrote {out.resolve()}", err=True)
+    for out in written:
+        click.echo(f"msdiag: wrote {out.resolve()}", err=True)
     sys.exit(max(_exit_for(data, fail_on), _goal_exit(data, kw["fail_on_goal"])))
+
+
+def _check_outputs(path: str, kw: dict[str, Any], outputs: list[str]) -> list[str]:
+    """The files `msdiag report` writes, checked before any work: outside the capture, not an input file (the
+    capture or request log given, --requests, --model-config), not one file twice."""
+    from msdiag.errors import InputError
+
+    p = Path(path)
+    # a rank's ASCEND_PROFILER_OUTPUT/ belongs to the rank folder above it
+    folders = [p, p.parent] if p.name == "ASCEND_PROFILER_OUTPUT" else [p]
+    inputs = [Path(x) for x in (path, kw.get("requests_log"), kw.get("model_config")) if x]
+    for o in outputs:
+        _check_output(o, folders)
+        if any(i.is_file() and Path(o).resolve() == i.resolve() for i in inputs):
+            raise InputError(o, "is an input of this analysis; msdiag never overwrites an input: choose another path")
+    if len(outputs) == 2 and Path(outputs[0]).resolve() == Path(outputs[1]).resolve():
+        raise InputError(outputs[1], "is both the HTML report (-o) and the trace (--trace): give two files")
+    return outputs
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})

@@ -124,6 +124,7 @@ class Options:
     slo_tpot_ms: float | None = None
     goals: tuple[tuple[str, float], ...] = ()  # --goal NAME=VALUE / config goal (msdiag/plan.py)
     config: str | None = None  # the project config file the options came from (msdiag/config.py)
+    whole_timeline: bool = False  # keep every rank's whole timeline, unreduced (msdiag report --trace, msdiag/export.py)
     #: every rule's parameters after overrides, by rule id (filled by the analysis from the loaded rules)
     rule_params: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
 

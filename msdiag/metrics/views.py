@@ -785,6 +785,11 @@ class ChartViews:
         self.has_inference = ctx.requests is not None or workload == "inference"
         self.has_training = ctx.train_log is not None  # a training log: its curves and step times (issue 18)
 
+    @property
+    def context(self) -> Context:
+        """The analysis context the views are built from (read by the timeline export, msdiag/export.py)."""
+        return self._ctx
+
     @cached_property
     def step_counts(self) -> StepCounts | None:
         return step_counts(self._ctx.steps)
