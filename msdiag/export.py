@@ -472,7 +472,8 @@ def _request_track(t: _Trace, log: Any, pid: int) -> tuple[float, float]:
             keep["request_id"], keep["arrival_s"], keep["first_token_s"], keep["finish_s"], keep["prompt_tokens"],
             keep["output_tokens"], keep["ttft_ms"], keep["tpot_ms"], keep["e2e_ms"], keep["batch_size"])
     ]  # fmt: skip
-    t.meta(pid, "process_name", name="requests")
+    modelled = log.arrivals == "modelled"  # benchmark results without start_times (inference/requests.py)
+    t.meta(pid, "process_name", name="requests (arrivals modelled from the request rate)" if modelled else "requests")
     lanes = _lanes(marks)
     for lane in range(max(lanes, default=-1) + 1):
         t.meta(pid, "thread_name", lane, name=f"requests ({lane + 1})")
