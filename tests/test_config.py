@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import json
 from pathlib import Path
+from typing import Callable
 
 import pytest
 from click.testing import CliRunner
@@ -78,9 +79,9 @@ def test_every_metric_threshold_is_a_rule_parameter() -> None:
             assert name in rules[rid].params, key
 
 
-def test_set_moves_the_metric_and_the_rule_together(corpus: Path) -> None:
+def test_set_moves_the_metric_and_the_rule_together(corpus: Path, analysed_json: Callable[[str], dict]) -> None:
     path = corpus / LEVEL1
-    code, rep, _ = _analyze(path)
+    rep = analysed_json(LEVEL1)  # without --set: the session's analysis, as analyze --format json prints it
     assert rep["metrics"]["slow_link"] is None  # 0.841 is above the default cut 0.8
     assert "below 0.8 x" in rep["metric_details"]["slow_link"]["reason"]
     # cut at 0.85: rank 1's 1-7 HCCS (0.841) is now slow, rank 0's (0.854) still is not the slowest;

@@ -19,7 +19,17 @@ from conftest import REPO
 from msdiag import stats
 from msdiag.analysis import Analysis
 from msdiag.cli import main
-from msdiag.diff import HIGHER_IS_BETTER, LOWER_IS_BETTER, NEUTRAL, IncomparableError, compare, direction, snapshot
+from msdiag.diff import (
+    HIGHER_IS_BETTER,
+    LOWER_IS_BETTER,
+    NEUTRAL,
+    IncomparableError,
+    check_gate_metrics,
+    compare,
+    direction,
+    snapshot,
+)
+from msdiag.errors import InputError
 
 CPU = "mindspore-cpu"
 PYNATIVE = f"{CPU}/legacy_Profiler_pynative_mem"
@@ -218,12 +228,19 @@ def test_gate_on_a_metric_without_per_step_samples(snap: Snap) -> None:
         ("no_such_metric", "unknown metric"),
         ("kernel_count", "cannot be gated"),  # neutral: neither direction is better
         ("slow_rank", "not a number"),
-        ("mfu", "has no value in either capture"),  # no peak FLOP/s known on CPU
     ],
 )
 def test_gate_refuses_metrics_it_cannot_judge(corpus: Path, metric: str, says: str) -> None:
+    """Refused before any capture is read (diff.check_gate_metrics): exit 2 with the reason."""
     rc, _, err = run("diff", str(corpus / GRAPH), str(corpus / PYNATIVE), "--fail-on-regression", "5", "--metric", metric, "--jobs", "1")
     assert rc == 2 and says in err
+
+
+def test_gate_refuses_a_metric_without_a_value(snap: Snap) -> None:
+    """Refused once both captures are read (the command exits 2 on this InputError, as on those above)."""
+    check_gate_metrics(("mfu",))  # a registered number with a direction: only its values can refuse it
+    with pytest.raises(InputError, match="has no value in either capture"):  # no peak FLOP/s known on CPU
+        compare(snap(GRAPH), snap(PYNATIVE), GRAPH, PYNATIVE, fail_on_regression=5, gate_metrics=("mfu",))
 
 
 def test_metric_needs_the_threshold(corpus: Path) -> None:
@@ -382,11 +399,13 @@ HAS_MINDSPORE = importlib.util.find_spec("mindspore") is not None
 @pytest.mark.skipif(not HAS_MINDSPORE, reason="MindSpore is not importable here: install msdiag[capture] to run the capture tests")
 def test_data_bound_job_before_and_after_its_fix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MSDIAG_HOME", str(tmp_path / "home"))
-    job = [sys.executable, str(REPO / "examples" / "data_bound.py"), "--steps", "9"]
+    # --load-ms 10: 640 ms of (sleeping) loading per batch, which load does not stretch, against 30-300 ms of compute:
+    # every step before the fix is slower than every step after it, on an idle machine or a loaded one
+    job = [sys.executable, str(REPO / "examples" / "data_bound.py"), "--steps", "9", "--load-ms", "10"]
     for name, extra in (("before", []), ("after", ["--fixed"])):
         r = subprocess.run(
             [sys.executable, "-m", "msdiag.cli", "capture", "--out", str(tmp_path / name), "--jobs", "1", "--", *job, *extra],
-            cwd=tmp_path, capture_output=True, text=True, timeout=300,
+            cwd=tmp_path, capture_output=True, text=True, timeout=600,
         )
         assert r.returncode == 0, r.stderr
     rc, _, err = run("baseline", "save", "before-fix", str(tmp_path / "before"), "--jobs", "1")

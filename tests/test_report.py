@@ -106,6 +106,16 @@ def corpus_report(corpus: Path, analysed: Callable[[str], Any], tmp_path_factory
     return out, shared_json(analysed, LEVEL1)
 
 
+def rendered(analysed: Callable[[str], Any], name: str) -> str:
+    """The HTML page of the session's shared analysis of a capture, rendered in process: what ``msdiag report``
+    writes for it (the command itself runs in corpus_report and the tests of its options and errors)."""
+    from msdiag.contract import build
+    from msdiag.report import html
+
+    a = analysed(name)
+    return html.render(a, build(a))
+
+
 def test_corpus_report(corpus_report: tuple[Path, dict]) -> None:
     page = corpus_report[0].read_text(encoding="utf-8")
     data = corpus_report[1]
@@ -151,8 +161,8 @@ def test_corpus_report(corpus_report: tuple[Path, dict]) -> None:
     assert_unique_ids(page)
 
 
-def test_sample_cpu_report(analysed: Callable[[str], Any], tmp_path: Path) -> None:
-    page = report(SAMPLE, tmp_path / "cpu.html")
+def test_sample_cpu_report(analysed: Callable[[str], Any]) -> None:
+    page = rendered(analysed, "sample")
     data = shared_json(analysed, "sample")  # the sample is re-captured now and then: figures come from its analysis
     figs = figures(page)
     drawn = {k for k, v in figs.items() if "<svg" in v}
@@ -334,21 +344,39 @@ def _many_ranks(corpus: Path, dst: Path, n: int) -> Path:
     return dst
 
 
-def test_many_ranks(corpus: Path, tmp_path: Path) -> None:
-    from msdiag.metrics import views
-
-    n = views.LANE_RANK_LIMIT + 2
+def _check_many_ranks(corpus: Path, tmp_path: Path, n: int) -> str:
+    """The report of ``n`` ranks, more than the timeline draws as lanes and the page lists one by one."""
     cap = _many_ranks(corpus, tmp_path / "cap", n)
     page = report(cap, tmp_path / "r.html")
     figs = figures(page)
     assert f"{n} ranks: one row per rank" in figs["c-timeline"]  # a heatmap, not 3 lanes per rank
-    assert "rank 17  compute" not in figs["c-timeline"]
+    assert f"rank {n - 1}  compute" not in figs["c-timeline"]
     assert "<svg" in figs["c-data"] and "Batch (id 1)" in figs["c-data"]
     assert f"({n} rank(s)" in figs["c-kernels"]
     assert f"over {n} ranks" in page  # per-rank metric values collapsed to min / median / max
-    assert f"{n} (0-{n - 1})" in page
     assert_self_contained(page)
     assert_unique_ids(page)
+    return page
+
+
+@pytest.mark.slow
+def test_many_ranks(corpus: Path, tmp_path: Path) -> None:
+    """At the real limits: 18 ranks, two more than the timeline's lanes (16)."""
+    from msdiag.metrics import views
+
+    n = views.LANE_RANK_LIMIT + 2
+    assert f"{n} (0-{n - 1})" in _check_many_ranks(corpus, tmp_path, n)  # more than 6 ranks: their span
+
+
+def test_many_ranks_at_lowered_limits(corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same checks at limits lowered to 2 ranks (lanes, per-rank lists, memory lines): 4 ranks take the
+    many-ranks paths of every chart and table, at a quarter of the reading test_many_ranks does."""
+    from msdiag.metrics import views
+    from msdiag.report import charts, html
+
+    for module, name in ((views, "LANE_RANK_LIMIT"), (html, "PER_RANK_LIST_LIMIT"), (charts, "MEMORY_LINE_LIMIT")):
+        monkeypatch.setattr(module, name, 2)
+    assert "4 (0, 1, 2, 3)" in _check_many_ranks(corpus, tmp_path, 4)  # up to 6 ranks: each one named
 
 
 # ---- in a real browser -----------------------------------------------------------------------
