@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from conftest import REPO
 
 from msdiag import stats
-from msdiag.analysis import Analysis
+from msdiag.analysis import Analysis, Options, analyze
 from msdiag.cli import main
 from msdiag.diff import (
     HIGHER_IS_BETTER,
@@ -303,10 +303,12 @@ def test_request_logs_compare_on_their_metrics_and_refuse_a_training_capture(cor
     assert d["step_time"] is None and any("neither side has step rows" in n for n in d["notes"])
     g = d["gate"]["metrics"][0]
     assert g["relative_change"] == pytest.approx(0.5) and g["noise_estimate"] is False and g["failed"]
-    # the default gate (step time) has nothing to judge here: refused with the reason
-    rc, _, err = run("diff", str(a), str(b), "--fail-on-regression", "5")
-    assert rc == 2 and "'step_time_us' has no value in either capture" in err
-    # an inference request log against a training capture
+    # the default gate (step time) has nothing to judge here: refused with the reason (the command exits 2 on
+    # this InputError, as test_gate_refuses_metrics_it_cannot_judge shows)
+    sa, sb = (snapshot(analyze(p, Options(jobs=1))) for p in (a, b))
+    with pytest.raises(InputError, match="'step_time_us' has no value in either capture"):
+        compare(sa, sb, "a", "b", fail_on_regression=5)
+    # an inference request log against a training capture: the command exits 2 with the reason
     rc, _, err = run("diff", str(a), str(corpus / GRAPH), "--jobs", "1")
     assert rc == 2 and "is inference and" in err and "is training" in err
 

@@ -510,8 +510,7 @@ def job8_analysis(job8: Path, analysed: Callable[[str], Any]) -> object:
 
 def test_slow_link_reaches_the_heatmap_as_data(job8_analysis: object, tmp_path: Path) -> None:
     """The slow link is structured in the view (no parsing of the metric's text) and outlined in the heatmap."""
-    from msdiag.contract import build
-    from msdiag.report import charts, html
+    from msdiag.report import charts
 
     a: Any = job8_analysis
     links = a.views.links
@@ -528,8 +527,17 @@ def test_slow_link_reaches_the_heatmap_as_data(job8_analysis: object, tmp_path: 
     fig = charts.comm_links(a)
     assert "Outlined in red: the slow link 2-3 HCCS." in fig.caption
     assert charts.ALERT.lower() in fig.svg.lower()  # the outline, in the alert colour
-    page = html.render(a, build(a))
-    assert "Outlined in red: the slow link 2-3 HCCS." in page
+
+
+@pytest.mark.slow
+def test_slow_link_reaches_the_page(job8_analysis: object) -> None:
+    """The caption above reaches the 8-rank page (the quick loop sees figure captions reach the page in
+    test_corpus_report's c-links figure)."""
+    from msdiag.contract import build
+    from msdiag.report import html
+
+    a: Any = job8_analysis
+    assert "Outlined in red: the slow link 2-3 HCCS." in html.render(a, build(a))
 
 
 def test_links_of_a_capture_without_groups(corpus: Path, tmp_path: Path) -> None:
