@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -18,6 +19,9 @@ from msdiag.options import Options
 # hypothesis's own "ci" profile (no deadline, derandomized: the same examples every run); elsewhere examples stay
 # random, without the deadline.
 settings.register_profile("msdiag", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# The quick loop (pytest -m "not slow", outside CI) tries 25 examples per property instead of 100: each property
+# still meets its edge cases (hypothesis tries the simplest values first), the full run tries the rest.
+settings.register_profile("msdiag-quick", parent=settings.get_profile("msdiag"), max_examples=25)
 settings.load_profile("ci" if os.environ.get("CI") else "msdiag")
 
 # MSDIAG_REPO: the checkout, when the tests run from a copy against an installed wheel (CI)
@@ -73,6 +77,26 @@ def analysed() -> Callable[[str], Analysis]:
 
 
 @pytest.fixture(scope="session")
+def analysed_json(analysed: Callable[[str], Analysis]) -> Callable[[str], dict[str, Any]]:
+    """``analysed_json(name)``: the JSON report object of ``analysed(name)``, as ``msdiag analyze --format json
+    --jobs 1`` prints it (through JSON and back), made once per session. Tests that check figures of the report
+    read it here; a few end-to-end tests per command run the command itself. Read it, never change it (a test
+    that edits one edits a deep copy)."""
+    import json
+
+    from msdiag.contract import build
+
+    done: dict[str, dict[str, Any]] = {}
+
+    def get(name: str) -> dict[str, Any]:
+        if name not in done:
+            done[name] = json.loads(json.dumps(build(analysed(name)), ensure_ascii=False))
+        return done[name]
+
+    return get
+
+
+@pytest.fixture(scope="session")
 def job8(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """bench/cluster.py's synthetic 8-rank job built from the corpus (torchnpu-2rank-level1, rank 1) once per
     session: 8 ranks x 3 steps, rank 5's compute 3x longer, link 2-3's transit 2.5x (tests/test_cluster.py)."""
@@ -97,7 +121,34 @@ def _user_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
         yield
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _parsed_rules_once() -> Iterator[None]:
+    """Every analysis loads the 35 rule files, and YAML parsing in pure Python is most of the time a small
+    capture's analysis takes: in the test session a rule file is parsed once per distinct text. The key is the
+    path and the file's full text, read again each time (so a test that writes or changes a rule file gets its
+    own parse and its own errors); a hit returns a deep copy, so no caller sees another's dicts. Errors are not
+    cached: a bad file raises its RuleError every time, exactly as without the cache."""
+    import copy
+
+    from msdiag.rules import loader
+
+    parse = loader._read_yaml
+    parsed: dict[tuple[str, str], object] = {}
+
+    def read_yaml(path: Path) -> object:
+        key = (str(path), loader._read_text(path))
+        if key not in parsed:
+            parsed[key] = parse(path)
+        return copy.deepcopy(parsed[key])
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(loader, "_read_yaml", read_yaml)
+        yield
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    if not os.environ.get("CI") and "not slow" in (config.option.markexpr or ""):
+        settings.load_profile("msdiag-quick")
     config.addinivalue_line("markers", "mindspore: needs MindSpore installed (capture tests)")
     config.addinivalue_line("markers", "slow: starts subprocesses, MindSpore jobs, a browser or a Dask cluster, or builds inputs of 100+ MB (pytest -m 'not slow')")
     config.addinivalue_line("markers", "dask: starts a local Dask cluster (skipped without Dask: pip install 'msdiag[cluster]')")

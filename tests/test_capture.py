@@ -188,7 +188,7 @@ def _env(**over: str) -> dict[str, str]:
     return env
 
 
-def _msdiag(args: list[str], cwd: Path, timeout: float = 240, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+def _msdiag(args: list[str], cwd: Path, timeout: float = 600, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "msdiag.cli", *args], cwd=cwd, env=env or _env(), stdin=subprocess.DEVNULL, capture_output=True,
         text=True, timeout=timeout,
@@ -337,7 +337,7 @@ def test_a_folder_name_with_a_newline_cannot_forge_an_error_line(tmp_path: Path)
 # ---- real captures with MindSpore on CPU ------------------------------------------------------
 
 
-def _capture(tmp_path: Path, name: str, job: list[str], *opts: str, timeout: float = 240) -> tuple[subprocess.CompletedProcess, Path, dict]:
+def _capture(tmp_path: Path, name: str, job: list[str], *opts: str, timeout: float = 600) -> tuple[subprocess.CompletedProcess, Path, dict]:
     out = tmp_path / name
     r = _msdiag(["capture", "--out", str(out), "--jobs", "1", *opts, "--", *job], tmp_path, timeout)
     manifest = json.loads((out / "manifest.json").read_text()) if (out / "manifest.json").exists() else {}
@@ -363,7 +363,9 @@ def _window_from_markers(a: Any, manifest: dict, steps: list[int] = WINDOW) -> N
 @pytest.mark.slow
 @needs_mindspore
 def test_data_bound_waits_on_data_and_the_fixed_job_does_not(tmp_path: Path) -> None:
-    job = [sys.executable, str(EXAMPLES / "data_bound.py"), "--steps", "9"]
+    # --load-ms 10: 64 x 10 ms of sleeping per batch, wall time that a loaded machine does not stretch, against
+    # ~30 ms of compute (idle) that it does: data stays most of the step even at 10x slower compute (640 / 940)
+    job = [sys.executable, str(EXAMPLES / "data_bound.py"), "--steps", "9", "--load-ms", "10"]
     r, out, m = _capture(tmp_path, "bound", job, "--format", "json")
     assert r.returncode == 0, r.stderr
     assert m["exit_code"] == 0 and m["device"] == "CPU" and m["world_size"] == 1
@@ -382,12 +384,12 @@ def test_data_bound_waits_on_data_and_the_fixed_job_does_not(tmp_path: Path) -> 
     pipe = a.capture.ranks[0].table("data_pipeline")
     assert {"Map", "Batch", "Generator"} <= set(pipe["op_type"].dropna())
 
-    r, out, m = _capture(tmp_path, "fixed", [sys.executable, str(EXAMPLES / "data_bound.py"), "--steps", "9", "--fixed"])
+    r, out, m = _capture(tmp_path, "fixed", [*job, "--fixed"])
     assert r.returncode == 0, r.stderr
     fixed = _analysis(out).metrics["data_wait_share"].value
-    # data_bound: about 64 x 2 ms of loading per batch against ~30 ms of compute -> most of the step
-    # waits; fixed: the batch is ready -> a few %
-    assert bound > 0.5 and fixed < 0.2 and bound > 4 * fixed
+    # data_bound: 640 ms of loading per batch against 30-300 ms of compute -> most of the step waits;
+    # fixed: one 10 ms read per batch on up to 4 workers, 16 batches ahead -> the batch is ready, a few %
+    assert bound > 0.5 and fixed < 0.2
 
 
 @pytest.mark.mindspore
@@ -403,7 +405,9 @@ def test_compute_bound(tmp_path: Path) -> None:
     a = _analysis(out)
     _window_from_markers(a, m)
     assert a.verdict["bottleneck"] in ("compute", "balanced")
-    assert a.metrics["computing_share"].value > 0.7  # big MatMuls fill the step (~95% on an idle machine)
+    # big MatMuls fill the step (~95% on an idle machine); a loaded machine stretches the gaps between ops too,
+    # so the bound is that compute is most of the step, not how much
+    assert a.metrics["computing_share"].value > 0.5
     assert a.metrics["data_wait_share"].value < 0.05
 
 
@@ -422,7 +426,7 @@ def test_dp2_msrun_two_ranks_with_host_allreduce_and_stop_after(tmp_path: Path) 
         pytest.skip("msrun is not installed beside this Python")
     job = [str(msrun), "--worker_num=2", "--local_worker_num=2", f"--master_port={_free_port()}", "--join=True",
            str(EXAMPLES / "dp2_msrun.py"), "--steps", "20"]
-    r, out, m = _capture(tmp_path, "dp2", job, "--stop-after", timeout=300)
+    r, out, m = _capture(tmp_path, "dp2", job, "--stop-after")
     # --stop-after: both ranks stop at step 9 once steps 4-8 are written; msdiag exits 0
     assert r.returncode == 0, r.stderr
     assert m["stopped_by_msdiag"] is True and m["exit_code"] == 0, (m, r.stderr)
@@ -497,12 +501,22 @@ def test_failed_job_exit_code_and_partial_capture(tmp_path: Path) -> None:
     assert "the window opens at step 4" in r.stderr and "nothing was captured" in r.stderr
 
 
+def _wait_for_step_6(p: subprocess.Popen) -> None:
+    """Read the job's output until it prints step 6 (inside the window 4-8), however long a loaded machine takes:
+    the signal is sent only then, never on a timer. A job that ends without it fails here, saying so."""
+    assert p.stdout is not None
+    for line in p.stdout:  # the job's own output, line by line
+        if line.startswith("step 6 "):
+            return
+    p.wait()
+    pytest.fail(f"the job ended (exit {p.returncode}) before printing step 6: {p.stderr.read()[-2000:] if p.stderr else ''}")
+
+
 @pytest.mark.mindspore
 @pytest.mark.slow
 @needs_mindspore
 def test_ctrl_c_is_forwarded_and_the_capture_kept(tmp_path: Path) -> None:
     import signal
-    import time
 
     job = tmp_path / "slow.py"
     job.write_text(textwrap.dedent(JOB_EXITS).replace('flush=True)', 'flush=True); __import__("time").sleep(0.3)'))
@@ -511,13 +525,10 @@ def test_ctrl_c_is_forwarded_and_the_capture_kept(tmp_path: Path) -> None:
            sys.executable, str(job), "0"]
     # stdin too is not a terminal: msdiag is not a terminal's foreground job, so it forwards SIGINT
     p = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
     assert p.stdout is not None
-    for line in p.stdout:  # the job's own output, line by line
-        if line.startswith("step 6 ") or time.monotonic() > deadline:
-            break
+    _wait_for_step_6(p)
     p.send_signal(signal.SIGINT)  # not a terminal: msdiag forwards it to the job
-    out, err = p.communicate(timeout=120)
+    out, err = p.communicate(timeout=600)
     # MindSpore ends a job on SIGINT with SIGTERM (its own handler), as it does without msdiag:
     # exit 128 + 15. The runtime closes the window on that SIGTERM first: steps 4-6 are kept.
     assert p.returncode == 143, err
@@ -560,7 +571,6 @@ print("stopped after step", step, flush=True)
 @needs_mindspore
 def test_one_sigint_to_the_process_group_reaches_the_job_once(tmp_path: Path) -> None:
     import signal
-    import time
 
     job = tmp_path / "counts_sigint.py"
     job.write_text(textwrap.dedent(JOB_COUNTS_SIGINT))
@@ -570,13 +580,10 @@ def test_one_sigint_to_the_process_group_reaches_the_job_once(tmp_path: Path) ->
     # msdiag leads a process group of its own (as a shell's job would), without a terminal
     p = subprocess.Popen(cmd, cwd=tmp_path, env=_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, start_new_session=True)
-    deadline = time.monotonic() + 120
     assert p.stdout is not None
-    for line in p.stdout:
-        if line.startswith("step 6 ") or time.monotonic() > deadline:
-            break
+    _wait_for_step_6(p)
     os.killpg(p.pid, signal.SIGINT)  # e.g. `kill -INT -PGID`: msdiag and everything in its group
-    out, err = p.communicate(timeout=120)
+    out, err = p.communicate(timeout=600)
     # before: the job got the group's SIGINT and msdiag's forward, two calls of its handler
     assert calls.read_text().splitlines() == ["SIGINT"], err
     assert p.returncode == 0, err

@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any, Callable
 
 import pytest
 from click.testing import CliRunner
@@ -18,6 +19,8 @@ from conftest import SAMPLE_TRACES
 from msdiag.cli import main
 
 SAMPLE = SAMPLE_TRACES / "train_small_cpu"
+# analysed_json (tests/conftest.py): the JSON report object of a capture's shared analysis, as analyze prints it
+AnalysedJson = Callable[[str], dict[str, Any]]
 
 
 def run(*args: str) -> tuple[int, str, str]:
@@ -37,8 +40,8 @@ def _step_trace(path: Path) -> dict[int, dict[str, float]]:
 
 
 @pytest.mark.parametrize("folder", ["torchnpu-2rank-level0", "torchnpu-2rank-level1"])
-def test_steps_agree_with_step_trace_time(corpus: Path, folder: str) -> None:
-    rep = analyze_json(corpus / "ascend" / folder)
+def test_steps_agree_with_step_trace_time(corpus: Path, analysed_json: AnalysedJson, folder: str) -> None:
+    rep = analysed_json(f"ascend/{folder}")
     assert [r["rank"] for r in rep["ranks"]] == [0, 1]
     for rank in (0, 1):
         expected = _step_trace(corpus / "ascend" / folder / f"rank{rank}_ascend_pt/ASCEND_PROFILER_OUTPUT/step_trace_time.csv")
@@ -59,8 +62,8 @@ def test_steps_agree_with_step_trace_time(corpus: Path, folder: str) -> None:
     assert rep["checks"] and all(c["ok"] for c in rep["checks"])
 
 
-def test_kernel_counts_match_csv_rows(corpus: Path) -> None:
-    rep = analyze_json(corpus / "ascend/torchnpu-2rank-level1")
+def test_kernel_counts_match_csv_rows(corpus: Path, analysed_json: AnalysedJson) -> None:
+    rep = analysed_json("ascend/torchnpu-2rank-level1")
     for r in rep["ranks"]:
         with open(corpus / f"ascend/torchnpu-2rank-level1/rank{r['rank']}_ascend_pt/ASCEND_PROFILER_OUTPUT/kernel_details.csv", newline="") as f:
             rows = sum(1 for _ in csv.DictReader(f))
@@ -68,8 +71,8 @@ def test_kernel_counts_match_csv_rows(corpus: Path) -> None:
         assert r["kernels_from"] == "kernel_details.csv"
 
 
-def test_communication_totals_match_communication_json(corpus: Path) -> None:
-    rep = analyze_json(corpus / "ascend/torchnpu-2rank-level1")
+def test_communication_totals_match_communication_json(corpus: Path, analysed_json: AnalysedJson) -> None:
+    rep = analysed_json("ascend/torchnpu-2rank-level1")
     for r in rep["ranks"]:
         data = json.loads((corpus / f"ascend/torchnpu-2rank-level1/rank{r['rank']}_ascend_pt/ASCEND_PROFILER_OUTPUT/communication.json").read_text())
         total_ms = sum(
@@ -83,6 +86,7 @@ def test_communication_totals_match_communication_json(corpus: Path) -> None:
 
 
 def test_json_contract_keys_and_types(corpus: Path) -> None:
+    """End to end: the command's own JSON output (the tests above read the same object built in process)."""
     rep = analyze_json(corpus / "ascend/torchnpu-2rank-level0")
     for key in ("schema_version", "ranks", "steps", "metrics", "metric_details", "verdict", "findings", "sources"):
         assert key in rep
@@ -95,8 +99,8 @@ def test_json_contract_keys_and_types(corpus: Path) -> None:
     assert comm and all(s["status"] == "absent" and "Level0" in s["reason"] for s in comm)
 
 
-def test_cpu_capture_counts_host_collectives_as_communication(corpus: Path) -> None:
-    rep = analyze_json(corpus / "mindspore-cpu/msrun_dp2_pynative")
+def test_cpu_capture_counts_host_collectives_as_communication(corpus: Path, analysed_json: AnalysedJson) -> None:
+    rep = analysed_json("mindspore-cpu/msrun_dp2_pynative")
     assert sorted({s["rank"] for s in rep["steps"]}) == [0, 1]
     for rank in (0, 1):
         tv = next((corpus / "mindspore-cpu/msrun_dp2_pynative").glob(f"*/FRAMEWORK/cpu_framework_{rank}.txt")).parents[1]
@@ -109,8 +113,8 @@ def test_cpu_capture_counts_host_collectives_as_communication(corpus: Path) -> N
         assert comm == pytest.approx(sum(ar), rel=1e-3)
 
 
-def test_sample_trace_analyzes(repo: Path) -> None:
-    rep = analyze_json(SAMPLE)
+def test_sample_trace_analyzes(analysed_json: AnalysedJson) -> None:
+    rep = analysed_json("sample")
     assert rep["capture"]["family"] == "mindspore_cpu"
     assert rep["ranks"][0]["kernels"] > 100
     assert rep["metrics"]["step_time_us"] > 0

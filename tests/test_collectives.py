@@ -6,11 +6,11 @@ Every expected figure is read by hand from the raw files named in each test's co
 
 from __future__ import annotations
 
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 
-from msdiag.analysis import Analysis, analyze
+from msdiag.analysis import Analysis
 from msdiag.contract import build
 
 LEVEL0 = "ascend/torchnpu-2rank-level0"
@@ -22,8 +22,9 @@ LEGACY_HCCL = "mindspore-legacy/hccl-one-allreduce"
 
 
 @pytest.fixture(scope="module")
-def analyses(corpus: Path) -> dict[str, Analysis]:
-    return {c: analyze(corpus / c) for c in (LEVEL0, LEVEL1, LEVEL1_DB, P2P, CPU_MSRUN, LEGACY_HCCL)}
+def analyses(analysed: Callable[[str], Analysis]) -> dict[str, Analysis]:
+    """The session's shared analyses of the captures (tests/conftest.py): read only."""
+    return {c: analysed(c) for c in (LEVEL0, LEVEL1, LEVEL1_DB, P2P, CPU_MSRUN, LEGACY_HCCL)}
 
 
 def _m(a: Analysis, mid: str) -> object:

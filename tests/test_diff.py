@@ -17,9 +17,19 @@ from click.testing import CliRunner
 from conftest import REPO
 
 from msdiag import stats
-from msdiag.analysis import Analysis
+from msdiag.analysis import Analysis, Options, analyze
 from msdiag.cli import main
-from msdiag.diff import HIGHER_IS_BETTER, LOWER_IS_BETTER, NEUTRAL, IncomparableError, compare, direction, snapshot
+from msdiag.diff import (
+    HIGHER_IS_BETTER,
+    LOWER_IS_BETTER,
+    NEUTRAL,
+    IncomparableError,
+    check_gate_metrics,
+    compare,
+    direction,
+    snapshot,
+)
+from msdiag.errors import InputError
 
 CPU = "mindspore-cpu"
 PYNATIVE = f"{CPU}/legacy_Profiler_pynative_mem"
@@ -194,9 +204,10 @@ def test_fail_on_regression_when_the_slower_capture_is_the_candidate(corpus: Pat
     assert g["worse_by"] == pytest.approx(122281.0 / 21174.5 - 1)  # +477%
     # above the regression, but under the threshold: passes
     diff_of(snap, GRAPH, PYNATIVE, fail_on=900, code=0)
-    # the command: exit 1, and the text output says FAILED
-    rc, out, _ = run("diff", str(corpus / GRAPH), str(corpus / PYNATIVE), "--fail-on-regression", "10", "--jobs", "1")
-    assert rc == 1 and "Gate (--fail-on-regression 10%): FAILED" in out
+    # the text output says FAILED (the command's exit 1 on a failed gate: test_request_logs_compare_...)
+    from msdiag.report.diff_text import render
+
+    assert "Gate (--fail-on-regression 10%): FAILED" in render(d)
 
 
 def test_gate_on_a_metric_without_per_step_samples(snap: Snap) -> None:
@@ -218,12 +229,19 @@ def test_gate_on_a_metric_without_per_step_samples(snap: Snap) -> None:
         ("no_such_metric", "unknown metric"),
         ("kernel_count", "cannot be gated"),  # neutral: neither direction is better
         ("slow_rank", "not a number"),
-        ("mfu", "has no value in either capture"),  # no peak FLOP/s known on CPU
     ],
 )
 def test_gate_refuses_metrics_it_cannot_judge(corpus: Path, metric: str, says: str) -> None:
+    """Refused before any capture is read (diff.check_gate_metrics): exit 2 with the reason."""
     rc, _, err = run("diff", str(corpus / GRAPH), str(corpus / PYNATIVE), "--fail-on-regression", "5", "--metric", metric, "--jobs", "1")
     assert rc == 2 and says in err
+
+
+def test_gate_refuses_a_metric_without_a_value(snap: Snap) -> None:
+    """Refused once both captures are read (the command exits 2 on this InputError, as on those above)."""
+    check_gate_metrics(("mfu",))  # a registered number with a direction: only its values can refuse it
+    with pytest.raises(InputError, match="has no value in either capture"):  # no peak FLOP/s known on CPU
+        compare(snap(GRAPH), snap(PYNATIVE), GRAPH, PYNATIVE, fail_on_regression=5, gate_metrics=("mfu",))
 
 
 def test_metric_needs_the_threshold(corpus: Path) -> None:
@@ -244,9 +262,10 @@ def test_different_rank_counts_compare_on_what_they_share(snap: Snap) -> None:
 
 
 def test_incomparable_captures_are_refused_with_the_reason(corpus: Path, snap: Snap) -> None:
-    # parallel_strategy: a MindSpore 1.x folder with a strategy file and no step data
-    rc, _, err = run("diff", str(corpus / "mindspore-legacy/parallel_strategy"), str(corpus / GRAPH), "--jobs", "1")
-    assert rc == 2 and "no step with a measured duration" in err and "step times cannot be compared" in err
+    # parallel_strategy: a MindSpore 1.x folder with a strategy file and no step data (the command exits 2 on an
+    # IncomparableError: the last check below, and test_request_logs_compare_...)
+    with pytest.raises(IncomparableError, match="no step with a measured duration .* step times cannot be compared"):
+        compare(snap("mindspore-legacy/parallel_strategy"), snap(GRAPH), "strategy", "graph")
     # one training capture, one of another workload (an inference request log says so in its identity)
     other = json.loads(json.dumps(snap(GRAPH)))
     other["report"]["capture"]["workload"] = "inference"
@@ -284,10 +303,12 @@ def test_request_logs_compare_on_their_metrics_and_refuse_a_training_capture(cor
     assert d["step_time"] is None and any("neither side has step rows" in n for n in d["notes"])
     g = d["gate"]["metrics"][0]
     assert g["relative_change"] == pytest.approx(0.5) and g["noise_estimate"] is False and g["failed"]
-    # the default gate (step time) has nothing to judge here: refused with the reason
-    rc, _, err = run("diff", str(a), str(b), "--fail-on-regression", "5")
-    assert rc == 2 and "'step_time_us' has no value in either capture" in err
-    # an inference request log against a training capture
+    # the default gate (step time) has nothing to judge here: refused with the reason (the command exits 2 on
+    # this InputError, as test_gate_refuses_metrics_it_cannot_judge shows)
+    sa, sb = (snapshot(analyze(p, Options(jobs=1))) for p in (a, b))
+    with pytest.raises(InputError, match="'step_time_us' has no value in either capture"):
+        compare(sa, sb, "a", "b", fail_on_regression=5)
+    # an inference request log against a training capture: the command exits 2 with the reason
     rc, _, err = run("diff", str(a), str(corpus / GRAPH), "--jobs", "1")
     assert rc == 2 and "is inference and" in err and "is training" in err
 
@@ -382,11 +403,13 @@ HAS_MINDSPORE = importlib.util.find_spec("mindspore") is not None
 @pytest.mark.skipif(not HAS_MINDSPORE, reason="MindSpore is not importable here: install msdiag[capture] to run the capture tests")
 def test_data_bound_job_before_and_after_its_fix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MSDIAG_HOME", str(tmp_path / "home"))
-    job = [sys.executable, str(REPO / "examples" / "data_bound.py"), "--steps", "9"]
+    # --load-ms 10: 640 ms of (sleeping) loading per batch, which load does not stretch, against 30-300 ms of compute:
+    # every step before the fix is slower than every step after it, on an idle machine or a loaded one
+    job = [sys.executable, str(REPO / "examples" / "data_bound.py"), "--steps", "9", "--load-ms", "10"]
     for name, extra in (("before", []), ("after", ["--fixed"])):
         r = subprocess.run(
             [sys.executable, "-m", "msdiag.cli", "capture", "--out", str(tmp_path / name), "--jobs", "1", "--", *job, *extra],
-            cwd=tmp_path, capture_output=True, text=True, timeout=300,
+            cwd=tmp_path, capture_output=True, text=True, timeout=600,
         )
         assert r.returncode == 0, r.stderr
     rc, _, err = run("baseline", "save", "before-fix", str(tmp_path / "before"), "--jobs", "1")

@@ -102,8 +102,21 @@ def corpus_report(corpus: Path, analysed: Callable[[str], Any], tmp_path_factory
     """The corpus capture's report (written once for the module by the command) and its JSON report object
     (of the session's shared analysis, what ``analyze --format json --jobs 1`` prints)."""
     out = tmp_path_factory.mktemp("corpus-report") / "report.html"
-    report(corpus / LEVEL1, out)
+    # with --fail-on critical (test_fail_on reads the exit code): the page is the same with or without it
+    code, _, err = run("report", str(corpus / LEVEL1), "-o", str(out), "--jobs", "1", "--fail-on", "critical")
+    assert code == 1, err  # comm-exposed is critical on this capture
+    assert err.strip() == f"msdiag: wrote {out.resolve()}"
     return out, shared_json(analysed, LEVEL1)
+
+
+def rendered(analysed: Callable[[str], Any], name: str) -> str:
+    """The HTML page of the session's shared analysis of a capture, rendered in process: what ``msdiag report``
+    writes for it (the command itself runs in corpus_report and the tests of its options and errors)."""
+    from msdiag.contract import build
+    from msdiag.report import html
+
+    a = analysed(name)
+    return html.render(a, build(a))
 
 
 def test_corpus_report(corpus_report: tuple[Path, dict]) -> None:
@@ -153,8 +166,8 @@ def test_corpus_report(corpus_report: tuple[Path, dict]) -> None:
     assert_unique_ids(page)
 
 
-def test_sample_cpu_report(analysed: Callable[[str], Any], tmp_path: Path) -> None:
-    page = report(SAMPLE, tmp_path / "cpu.html")
+def test_sample_cpu_report(analysed: Callable[[str], Any]) -> None:
+    page = rendered(analysed, "sample")
     data = shared_json(analysed, "sample")  # the sample is re-captured now and then: figures come from its analysis
     figs = figures(page)
     drawn = {k for k, v in figs.items() if "<svg" in v}
@@ -290,11 +303,10 @@ def test_refuses_output_inside_capture(tmp_path: Path) -> None:
     assert sorted(p.relative_to(cap) for p in cap.rglob("*")) == before
 
 
-def test_fail_on(corpus: Path, tmp_path: Path) -> None:
-    out = tmp_path / "r.html"
-    code, _, err = run("report", str(corpus / LEVEL1), "-o", str(out), "--fail-on", "critical", "--jobs", "1")
-    assert code == 1, err  # comm-exposed is critical on this capture
-    assert out.is_file()
+def test_fail_on(corpus_report: tuple[Path, dict]) -> None:
+    """corpus_report ran ``report --fail-on critical``: exit 1 (asserted there), and the page is written all the same."""
+    assert corpus_report[0].is_file() and corpus_report[0].read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
+    assert any(f["severity"] == "critical" for f in corpus_report[1]["findings"])
 
 
 def test_analysis_options_reach_the_report(corpus: Path, tmp_path: Path) -> None:
@@ -336,21 +348,39 @@ def _many_ranks(corpus: Path, dst: Path, n: int) -> Path:
     return dst
 
 
-def test_many_ranks(corpus: Path, tmp_path: Path) -> None:
-    from msdiag.metrics import views
-
-    n = views.LANE_RANK_LIMIT + 2
+def _check_many_ranks(corpus: Path, tmp_path: Path, n: int) -> str:
+    """The report of ``n`` ranks, more than the timeline draws as lanes and the page lists one by one."""
     cap = _many_ranks(corpus, tmp_path / "cap", n)
     page = report(cap, tmp_path / "r.html")
     figs = figures(page)
     assert f"{n} ranks: one row per rank" in figs["c-timeline"]  # a heatmap, not 3 lanes per rank
-    assert "rank 17  compute" not in figs["c-timeline"]
+    assert f"rank {n - 1}  compute" not in figs["c-timeline"]
     assert "<svg" in figs["c-data"] and "Batch (id 1)" in figs["c-data"]
     assert f"({n} rank(s)" in figs["c-kernels"]
     assert f"over {n} ranks" in page  # per-rank metric values collapsed to min / median / max
-    assert f"{n} (0-{n - 1})" in page
     assert_self_contained(page)
     assert_unique_ids(page)
+    return page
+
+
+@pytest.mark.slow
+def test_many_ranks(corpus: Path, tmp_path: Path) -> None:
+    """At the real limits: 18 ranks, two more than the timeline's lanes (16)."""
+    from msdiag.metrics import views
+
+    n = views.LANE_RANK_LIMIT + 2
+    assert f"{n} (0-{n - 1})" in _check_many_ranks(corpus, tmp_path, n)  # more than 6 ranks: their span
+
+
+def test_many_ranks_at_lowered_limits(corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same checks at limits lowered to 2 ranks (lanes, per-rank lists, memory lines): 3 ranks take the
+    many-ranks paths of every chart and table, at a sixth of the reading test_many_ranks does."""
+    from msdiag.metrics import views
+    from msdiag.report import charts, html
+
+    for module, name in ((views, "LANE_RANK_LIMIT"), (html, "PER_RANK_LIST_LIMIT"), (charts, "MEMORY_LINE_LIMIT")):
+        monkeypatch.setattr(module, name, 2)
+    assert "3 (0, 1, 2)" in _check_many_ranks(corpus, tmp_path, 3)  # up to 6 ranks: each one named
 
 
 # ---- in a real browser -----------------------------------------------------------------------
@@ -482,8 +512,7 @@ def job8_analysis(job8: Path, analysed: Callable[[str], Any]) -> object:
 
 def test_slow_link_reaches_the_heatmap_as_data(job8_analysis: object, tmp_path: Path) -> None:
     """The slow link is structured in the view (no parsing of the metric's text) and outlined in the heatmap."""
-    from msdiag.contract import build
-    from msdiag.report import charts, html
+    from msdiag.report import charts
 
     a: Any = job8_analysis
     links = a.views.links
@@ -500,8 +529,17 @@ def test_slow_link_reaches_the_heatmap_as_data(job8_analysis: object, tmp_path: 
     fig = charts.comm_links(a)
     assert "Outlined in red: the slow link 2-3 HCCS." in fig.caption
     assert charts.ALERT.lower() in fig.svg.lower()  # the outline, in the alert colour
-    page = html.render(a, build(a))
-    assert "Outlined in red: the slow link 2-3 HCCS." in page
+
+
+@pytest.mark.slow
+def test_slow_link_reaches_the_page(job8_analysis: object) -> None:
+    """The caption above reaches the 8-rank page (the quick loop sees figure captions reach the page in
+    test_corpus_report's c-links figure)."""
+    from msdiag.contract import build
+    from msdiag.report import html
+
+    a: Any = job8_analysis
+    assert "Outlined in red: the slow link 2-3 HCCS." in html.render(a, build(a))
 
 
 def test_links_of_a_capture_without_groups(corpus: Path, tmp_path: Path) -> None:

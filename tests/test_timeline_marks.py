@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from msdiag.analysis import Analysis
 from msdiag.report import charts
@@ -65,6 +66,16 @@ def test_no_marks_without_collectives_or_syncs(analysed: Callable[[str], Analysi
     assert "host-device synchronisation" not in ch.svg
 
 
+def test_level1_timeline_is_the_same_drawn_twice(analysed: Callable[[str], Analysis]) -> None:
+    """The quick loop's half of the determinism check below: in one process the marked timeline is drawn to the
+    same bytes each time (the slow test adds two processes with different hash seeds, through the whole page)."""
+    a = analysed(LEVEL1)
+    first = charts.step_timeline(a).svg
+    assert "late arriver of a collective" in first
+    assert charts.step_timeline(a).svg == first
+
+
+@pytest.mark.slow
 def test_level1_report_is_deterministic(tmp_path: Path, corpus: Path) -> None:
     """Same input, same bytes with the marks drawn: two processes with different hash seeds."""
     outs = []

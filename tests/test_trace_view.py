@@ -329,6 +329,7 @@ def test_loose_values_unknown_phases_and_missing_fields(tmp_path: Path) -> None:
 
 
 _text = st.text(alphabet=st.sampled_from(list('ab{}[],: "\\\t\n')), max_size=12)
+# 60 examples (fewer in the quick loop's profile, tests/conftest.py): each one writes and reads a file twice
 _event = st.fixed_dictionaries(
     {"ph": st.sampled_from(["X", "C", "s", "f", "i"]), "name": _text, "pid": st.sampled_from([1, 9, "p"]),
      "tid": st.sampled_from([0, 7]), "ts": st.floats(0, 1e6, allow_nan=False), "dur": st.floats(0, 100),
@@ -336,7 +337,7 @@ _event = st.fixed_dictionaries(
 )
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(max_examples=min(60, settings().max_examples), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(events=st.lists(_event, max_size=40), chunk=st.integers(1, 400))
 def test_fast_split_never_changes_results(tmp_path: Path, events: list[Any], chunk: int) -> None:
     p = _write(tmp_path, events + META, "prop.json")
