@@ -116,6 +116,7 @@ def build(a: Analysis) -> dict[str, Any]:
             "source": reg[mid].source,
             "reason": v.reason,
             "per_rank": {str(r): finite_or_none(x) for r, x in v.per_rank.items()},
+            "per_rank_unit": reg[mid].per_rank_unit or reg[mid].unit,
         }
         for mid, v in a.metrics.items()
     }

@@ -550,3 +550,22 @@ def test_links_of_a_capture_without_groups(corpus: Path, tmp_path: Path) -> None
     assert "<svg" in fig and "no group recorded" in fig
     # link 0 -> 4 on PCIE moved 98.3 MB at 14.37 GB/s = 0.72 x PCIE's 20 GB/s standard, under 0.8: slow_link
     assert "Outlined in red: the slow link 0-4 PCIE." in fig
+
+
+def test_per_rank_values_in_their_own_unit(analysed: Callable[[str], Any]) -> None:
+    """An imbalance is a ratio, its per-rank values are times: the metrics table prints them as times.
+
+    level1's compute_imbalance per rank is each rank's device computing time in us (metrics/balance.py); the
+    row must show those as durations (fmt.us), never as percentages of a ratio."""
+    from msdiag import fmt
+    from msdiag.contract import build
+    from msdiag.report.html import _metrics
+
+    report = build(analysed("level1"))
+    det = report["metric_details"]["compute_imbalance"]
+    assert det["unit"] == "ratio" and det["per_rank_unit"] == "us"
+    row = next(r for r in _metrics(report) if r["id"] == "compute_imbalance")
+    per = sorted((int(r), v) for r, v in det["per_rank"].items())
+    assert len(per) == 2 and all(v > 1000 for _, v in per)  # two ranks, milliseconds of compute each
+    assert row["per_rank"] == " · ".join(f"{r}: {fmt.us(v)}" for r, v in per)
+    assert "%" not in row["per_rank"] and row["value"].endswith("%")

@@ -58,6 +58,7 @@ def _as_per_rank(d: dict[int, float]) -> dict[int, float | None]:
     "ratio",
     "(max - min) / mean over ranks of the device computing time, summed over the steps all ranks have",
     "steps.computing_us",
+    per_rank_unit="us",  # each rank's computing time
 )
 def _compute_imbalance(ctx: Context) -> Value:
     per = per_rank_computing_us(ctx)
@@ -74,6 +75,7 @@ def _compute_imbalance(ctx: Context) -> Value:
     "ratio",
     "(max - min) / mean over ranks of each rank's median step time",
     "steps.total_us",
+    per_rank_unit="us",  # each rank's median step time
 )
 def _step_time_imbalance(ctx: Context) -> Value:
     s = _timed(ctx)

@@ -72,6 +72,8 @@ class Metric:
     reads: Reads = Reads()
     #: rule parameters ("rule-id.param") the metric cuts at: read from ctx.options.param, never a copy
     params: tuple[str, ...] = ()
+    #: the unit of the per-rank values when it is not the metric's (an imbalance ratio over ranks' times in us)
+    per_rank_unit: str | None = None
 
 
 METRICS: dict[str, Metric] = {}
@@ -91,17 +93,19 @@ def metric(
     reads: Reads = Reads(),
     params: tuple[str, ...] = (),
     given: Given | None = None,
+    per_rank_unit: str | None = None,
 ) -> Callable[[Callable[..., Value]], Callable[..., Value]]:
     """Register a metric function under ``id`` (ids are unique), with what it reads and the rule params it uses.
 
     ``given``: a helper several metrics share, returning ``(data, None)`` or ``(None, reason)``. The
     metric is then called as ``fn(ctx, data)``, and is null with the helper's reason when data is None.
+    ``per_rank_unit``: the unit of the per-rank values when it differs from ``unit``.
     """
 
     def deco(fn: Callable[..., Value]) -> Callable[..., Value]:
         if id in METRICS:
             raise ValueError(f"metric {id} registered twice")
-        METRICS[id] = Metric(id, unit, doc, source, fn if given is None else _with_given(fn, given), reads, tuple(params))
+        METRICS[id] = Metric(id, unit, doc, source, fn if given is None else _with_given(fn, given), reads, tuple(params), per_rank_unit)
         return fn
 
     return deco

@@ -266,7 +266,7 @@ def _metrics(report: dict[str, Any]) -> list[dict[str, str]]:
         d = report["metric_details"].get(mid) or {}
         unit = d.get("unit") or ""
         value = fmt.value(v, unit) if v is not None else "-"
-        detail = _per_rank(d.get("per_rank") or {}, unit)
+        detail = _per_rank(d.get("per_rank") or {}, d.get("per_rank_unit") or unit)
         if unit == "text" and isinstance(v, str) and ":" in v:
             # a long explanation ("kernel shapes: FLOPs of ..."): its head as the value, the rest beside it
             value, rest = v.split(":", 1)
