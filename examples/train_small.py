@@ -143,6 +143,7 @@ def train(
     mode: str = "pynative",
     on_step_end: Optional[Callable[[], None]] = None,
     log: Callable[[str], None] = print,
+    batch_size: int = BATCH,
 ) -> list[float]:
     """Train for ``steps`` steps and return each step's wall time in ms.
 
@@ -151,7 +152,7 @@ def train(
     set_mode(mode)
     mindspore.set_seed(0)
     train_net = build_train_net()
-    batches: Iterator = build_dataset(steps).create_tuple_iterator(num_epochs=1)
+    batches: Iterator = build_dataset(steps, batch_size).create_tuple_iterator(num_epochs=1)
     times_ms: list[float] = []
     for step in range(1, steps + 1):
         t0 = time.perf_counter()
@@ -170,8 +171,9 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=20, help="training steps to run (default 20)")
     parser.add_argument("--mode", choices=["pynative", "graph"], default="pynative", help="execution mode")
+    parser.add_argument("--batch-size", type=int, default=BATCH, help=f"samples per step (default {BATCH})")
     args = parser.parse_args(argv)
-    times = train(args.steps, args.mode)
+    times = train(args.steps, args.mode, batch_size=args.batch_size)
     rest = times[1:] or times
     print(f"done: {len(times)} steps, first {times[0]:.1f} ms, then mean {sum(rest) / len(rest):.1f} ms/step")
 
