@@ -258,7 +258,7 @@ def analyze(path: str | Path, options: Options | None = None) -> Analysis:
     from msdiag import plan as planning
 
     plan = planning.project(ctx, metrics, findings, rules, log)  # adds each finding's projection (issue 16)
-    from msdiag.metrics import causes, cluster, collectives, device_memory
+    from msdiag.metrics import causes, cluster, collectives, device_memory, kernel_types
     from msdiag.metrics.views import ChartViews
 
     views = {
@@ -268,6 +268,9 @@ def analyze(path: str | Path, options: Options | None = None) -> Analysis:
         "causes": causes.cause_rows(ctx),  # what the host does while the device waits (issue 14)
         "memory_composition": device_memory.composition_rows(ctx),  # the device peak by component (issue 15)
         "memory_peak_holders": device_memory.holder_rows(ctx),  # who holds memory at the allocated peak
+        # compute op types with their bound AI Core unit: the table the metrics computed (kernel_types.cached_table)
+        "kernel_types": kernel_types.rows(kernel_types.cached_table(ctx)),
+        "kernel_types_absent": kernel_types.absent_reasons(cap, kernel_types.cached_table(ctx)),
     }
     return Analysis(
         capture=cap,

@@ -33,7 +33,7 @@ def _records(df: pd.DataFrame, cols: list[str]) -> list[dict[str, Any]]:
 
 def top_kernels(k: pd.DataFrame, n: int = TOP_KERNELS) -> list[dict[str, Any]]:
     """Kernel types by total time (compute only), with count and share of the compute time."""
-    c = k[k["kind"] == "compute"]
+    c = k.loc[k["kind"] == "compute", ["type", "name", "dur_us"]]  # three columns, not a copy of every kernel's row
     if not len(c):
         return []
     g = c.groupby(c["type"].fillna(c["name"]), dropna=False)["dur_us"].agg(["count", "sum", "mean"])
@@ -59,7 +59,7 @@ def _comm_summary(a: Analysis, rank: int) -> dict[str, Any] | None:
             "idle_us": float(ops["idle_us"].sum()),
         }
     k = a.capture.table("kernels")
-    k = k[(k["rank"] == rank) & (k["kind"] == "communication")]
+    k = k.loc[(k["rank"] == rank) & (k["kind"] == "communication"), ["dur_us"]]
     if len(k):
         return {"source": "kernels", "ops": int(len(k)), "elapse_us": float(k["dur_us"].sum())}
     return None
@@ -101,6 +101,8 @@ def runs_left_out(a: Analysis) -> list[dict[str, Any]]:
 def kernel_type_rows(a: Analysis) -> tuple[list[dict[str, Any]], dict[str, str]]:
     """The JSON ``kernel_types`` (one row per compute op type over every rank, with its bound unit)
     and ``kernel_types_absent`` (why a figure is null on every row, said once)."""
+    if "kernel_types" in a.cluster:  # computed once by the analysis (analysis.analyze)
+        return a.cluster["kernel_types"], a.cluster["kernel_types_absent"]
     table = ktypes.type_table(a.capture)
     return ktypes.rows(table), ktypes.absent_reasons(a.capture, table)
 

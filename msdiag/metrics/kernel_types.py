@@ -56,16 +56,25 @@ HOST_OPS = "the ops are host ops on CPU: no AI Core pipelines"
 _KEY = "kernel_types.table"
 
 
+#: the kernel columns a type table reads (a CPU trace holds millions of kernel rows: copy no others)
+_COLUMNS = ("rank", "name", "type", "core", "dur_us", *RATIO_COLUMNS, *SIDE_TIME.values())
+
+
 def _compute(capture: Tables) -> pd.DataFrame:
+    """The compute kernels, only the columns a type table reads."""
     k = capture.table("kernels")
-    return k[k["kind"] == "compute"].reset_index(drop=True)
+    rows = k["kind"] == "compute"
+    # a PMU column no compute kernel filled (CPU ops, Level0, another metrics group) is left out: all NaN
+    cols = [c for c in _COLUMNS if c in k.columns and (c not in RATIO_COLUMNS or k.loc[rows, c].notna().any())]
+    return k.loc[rows, cols].reset_index(drop=True)
 
 
 def no_pipes_reason(capture: Capture) -> str:
     """Why the capture's kernels have no bound unit: host ops, the AI Core metrics group it recorded
     instead, or no PMU columns at all."""
-    comp = _compute(capture)
-    if len(comp) and comp["core"].eq("CPU").fillna(False).all():
+    k = capture.table("kernels")
+    core = k.loc[k["kind"] == "compute", "core"] if len(k) else pd.Series(dtype=object)
+    if len(core) and core.eq("CPU").fillna(False).all():
         return HOST_OPS
     groups = sorted({rd.info.aic_metrics for rd in capture.ranks if rd.info.aic_metrics and rd.info.aic_metrics != "None"})
     if groups and "PipeUtilization" not in groups:
@@ -87,6 +96,10 @@ def pipe_ratios(k: pd.DataFrame, by: pd.Series) -> pd.DataFrame:
     of the group measured it), over the kernels whose core side ran."""
     dur = k["dur_us"].astype(float).fillna(0.0)
     out = {}
+    present = [c for c in RATIO_COLUMNS if c in k.columns and k[c].notna().any()]
+    if not present:  # no PipeUtilization value at all (CPU ops, Level0, another metrics group): every ratio NaN
+        index = pd.Index(by.unique(), name=by.name)
+        return pd.DataFrame({c: pd.Series(np.nan, index=index) for c in RATIO_COLUMNS}, index=index)
     for side in ("aic", "aiv"):
         ran = _side_ran(k, side)
         for c, (_, s) in RATIO_COLUMNS.items():
@@ -97,7 +110,7 @@ def pipe_ratios(k: pd.DataFrame, by: pd.Series) -> pd.DataFrame:
             num = (w * r.fillna(0.0)).groupby(by, sort=False).sum()
             den = w.groupby(by, sort=False).sum()
             out[c] = (num / den.where(den > 0)).astype(float)
-    return pd.DataFrame(out)
+    return pd.DataFrame(out).reindex(columns=list(RATIO_COLUMNS))  # a column no kernel filled: NaN
 
 
 def unit_ratios(cols: pd.DataFrame) -> pd.DataFrame:
@@ -140,7 +153,7 @@ def type_table(capture: Tables, with_flops: bool = True) -> pd.DataFrame:
     comp = _compute(capture)
     if not len(comp):
         return pd.DataFrame()
-    types = comp["type"].astype(object).where(comp["type"].notna(), comp["name"].astype(object)).astype(str)
+    types = comp["type"].fillna(comp["name"]).fillna("").astype(str).rename("type")  # the name where no type
     f = ph.compute_kernel_flops(capture) if with_flops else None  # type: ignore[arg-type]  # reads table() only
     flops = pd.Series(np.nan, index=comp.index) if f is None else pd.Series(f.to_numpy(dtype=float), index=comp.index)
     dur = comp["dur_us"].astype(float)
@@ -161,7 +174,7 @@ def type_table(capture: Tables, with_flops: bool = True) -> pd.DataFrame:
 
 
 def cached_table(ctx: Context) -> pd.DataFrame:
-    """:func:`type_table` of the analysis, computed once (metrics and views share it)."""
+    """:func:`type_table` of the analysis, computed once (metrics, the chart views and the JSON rows share it)."""
     if _KEY not in ctx.cache:
         ctx.cache[_KEY] = type_table(ctx.capture)
     return ctx.cache[_KEY]  # type: ignore[no-any-return]

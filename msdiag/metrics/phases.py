@@ -380,12 +380,18 @@ def phases_for(ctx: Context) -> Phases:
     return hit
 
 
+#: the kernel columns the FLOP formulas read (flops.kernel_flops, flops.host_op_flops)
+_FLOP_COLUMNS = ("rank", "name", "type", "core", "start_us", "input_shapes", "input_dtypes", "input_formats", "output_shapes",
+                 "output_dtypes")
+
+
 def compute_kernel_flops(cap: Capture) -> pd.Series | None:
     """Shape FLOPs of each compute kernel (positional, aligned with the compute rows of the kernel table)."""
     k = cap.table("kernels")
     if not len(k):
         return None
-    comp = k[k["kind"] == "compute"].reset_index(drop=True)
+    # only what the FLOP formulas read: a CPU trace holds millions of kernel rows, a whole copy costs hundreds of MB
+    comp = k.loc[k["kind"] == "compute", [c for c in _FLOP_COLUMNS if c in k.columns]].reset_index(drop=True)
     if not len(comp):
         return None
     if (comp["core"] == "CPU").all():

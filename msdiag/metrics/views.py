@@ -503,10 +503,9 @@ def _mix(lo: float, hi: float, comp: iv.Intervals, comm: iv.Intervals, width_us:
 # ---- kernel types ---------------------------------------------------------------------------------
 
 
-def kernel_bound(capture: Any) -> dict[str, str]:
-    """Per op type, the AI Core unit bounding it with its ratio ("mte2 0.97"; "vector 0.45, none
-    saturated" below saturation); empty without PipeUtilization columns (metrics/kernel_types.py)."""
-    t = ktypes.type_table(capture, with_flops=False)
+def kernel_bound(t: pd.DataFrame) -> dict[str, str]:
+    """Per op type of a type table (metrics/kernel_types.py), the AI Core unit bounding it with its ratio
+    ("mte2 0.97"; "vector 0.45, none saturated" below saturation); empty without PipeUtilization columns."""
     if not len(t) or t["bound"].isna().all():
         return {}
     out = {}
@@ -515,10 +514,11 @@ def kernel_bound(capture: Any) -> dict[str, str]:
     return out
 
 
-def kernel_types(capture: Any) -> KernelTypes:
-    """The top kernel types by time, per rank, with achieved TFLOP/s where FLOPs are known."""
+def kernel_types(capture: Any, types: pd.DataFrame | None = None) -> KernelTypes:
+    """The top kernel types by time, per rank, with achieved TFLOP/s where FLOPs are known; ``types``: the
+    analysis' type table (ktypes.cached_table), else computed here."""
     k = capture.table("kernels")
-    comp = k[k["kind"] == "compute"].reset_index(drop=True)
+    comp = k.loc[k["kind"] == "compute", ["rank", "type", "name", "dur_us"]].reset_index(drop=True)
     if not len(comp):
         why = source_reason(capture, "kernel_details") or ("no kernels in the capture" if not len(k) else "no compute kernels")
         return KernelTypes(f"no compute kernels: {why}")
@@ -541,7 +541,7 @@ def kernel_types(capture: Any) -> KernelTypes:
     agg = agg.sort_values(["total_us"], ascending=False, kind="stable")
     grand = float(agg["total_us"].sum()) or 1.0
     rest = agg.iloc[TOP_KERNEL_TYPES:]
-    bound = kernel_bound(capture)
+    bound = kernel_bound(ktypes.type_table(capture, with_flops=False) if types is None else types)
     rows = []
     for t, r in agg.head(TOP_KERNEL_TYPES).iterrows():
         known = bool(r["known"])
@@ -804,7 +804,7 @@ class ChartViews:
 
     @cached_property
     def kernel_types(self) -> KernelTypes:
-        return kernel_types(self._ctx.capture)
+        return kernel_types(self._ctx.capture, ktypes.cached_table(self._ctx))
 
     @cached_property
     def comm_ops(self) -> CommOps:
