@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from msdiag.metrics import devices, memory
+from msdiag.metrics import devices
 from msdiag.metrics.hardware import AICORE_FREQ_TRACK
 from msdiag.metrics.registry import Context, Reads, Value, metric
 
@@ -201,7 +201,7 @@ def inferred_memory_gb(ctx: Context) -> tuple[float | None, str]:
     g = infer(ctx)
     if not g.fitting:
         return None, "the capture does not say which chip it ran on"
-    sizes = {c.name: memory.device_memory_gb(c.name)[0] for c in g.fitting}
+    sizes = {c.name: devices.device_memory_gb(c.name)[0] for c in g.fitting}
     known = {v for v in sizes.values() if v is not None}
     if len(known) != 1 or None in sizes.values():
         listed = ", ".join(f"{n} {'?' if v is None else f'{v:g}'} GB" for n, v in sizes.items())

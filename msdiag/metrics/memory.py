@@ -26,6 +26,8 @@ from typing import Callable
 
 import pandas as pd
 
+from msdiag.metrics import chip
+from msdiag.metrics.devices import device_memory_gb
 from msdiag.metrics.registry import Context, Reads, Value, metric
 
 MEMORY_SOURCES = ("memory_record", "cpu_ms_memory_record")
@@ -108,45 +110,7 @@ for _col, _id, _doc in (
 
 # ---- capacity -----------------------------------------------------------------------------
 
-# Device memory per device as one rank sees it, GB (= GiB). Sources:
-# - Ascend 910A/910B2/910B3/910B4/910B4-1/910C: Project-HAMi/HAMi
-#   charts/hami/templates/scheduler/device-configmap.yaml, vnpus memoryCapacity (MiB): 910A 32768,
-#   910B2 65536, 910B3 65536, 910B4 32768, 910B4-1 65536, Ascend910C 65536. A 910C package holds
-#   two dies with 64 GB each (128 GB per package); each die is a device of its own (one rank), so a
-#   rank's capacity is 64.
-# - 910B1 64 GB: Atlas 800T A2 (910B1) as stated in the msdiag brief; not in HAMi's table.
-# - NVIDIA: HAMi's MIG profile table in the same file: A100-40GB "7g.40gb", A100-80GB "7g.79gb"
-#   (80 GB card), H100 80GB "7g.80gb", H100 94GB (NVL) "7g.94gb", H200 "7g.141gb".
-_DEVICE_MEMORY_GB: list[tuple[str, float]] = [
-    (r"^910B41$", 64.0),
-    (r"^910B[123]$", 64.0),
-    (r"^910B4$", 32.0),
-    (r"^910(A|PROA|PREMIUMA)?$", 32.0),
-    (r"^910C$", 64.0),
-    (r"^A100\w*80G", 80.0),
-    (r"^A100\w*40G", 40.0),
-    (r"^H100\w*(NVL|94G)", 94.0),
-    (r"^H100\w*", 80.0),
-    (r"^H200\w*", 141.0),
-]
-_AMBIGUOUS = {
-    "910B": "910B comes with 64 GB (910B1/B2/B3) or 32 GB (910B4)",
-    "A100": "A100 comes with 40 GB or 80 GB",
-}
-
-
-def device_memory_gb(device: str) -> tuple[float | None, str | None]:
-    """The memory of one device of the named model in GB (GiB), or None and why."""
-    key = re.sub(r"[^0-9A-Z]", "", device.upper())
-    key = re.sub(r"^(HUAWEI)?(ASCEND|ATLAS)", "", key)
-    key = re.sub(r"^NVIDIA", "", key)
-    for prefix, why in _AMBIGUOUS.items():
-        if key == prefix:
-            return None, f"device {device!r}: {why}; give the exact model or device_memory_gb"
-    for pat, gb in _DEVICE_MEMORY_GB:
-        if re.search(pat, key):
-            return gb, None
-    return None, f"device {device!r} is not in msdiag's device memory table; give device_memory_gb"
+# The device memory table and its lookup live in metrics/devices.py (the chip inference reads them too).
 
 
 def _capacity(ctx: Context) -> tuple[float | None, str | None]:
@@ -157,8 +121,6 @@ def _capacity(ctx: Context) -> tuple[float | None, str | None]:
     device = ctx.options.device
     if device:
         return device_memory_gb(device)
-    from msdiag.metrics import chip  # chip reads this module's table: imported here, not at the top
-
     gb, how = chip.inferred_memory_gb(ctx)  # the chip the capture records (issue 15)
     if gb is not None:
         return gb, None
