@@ -352,7 +352,7 @@ def _kernel_diff(sb: dict[str, Any], sc: dict[str, Any], ranks: list[int], min_e
     if not len(gb) or not len(gc):
         side = "baseline" if not len(gb) else "candidate"
         return {"compared": False, "reason": f"the {side} has no kernel table on the common ranks"}
-    j = gb.join(gc, how="outer", lsuffix="_b", rsuffix="_c")
+    j = gb.add_suffix("_b").join(gc.add_suffix("_c"), how="outer")  # same columns both sides: suffixed first
     rows: list[dict[str, Any]] = []
     for (t, k), r in j.iterrows():
         tb = r["total_us_b"] / nb if pd.notna(r["total_us_b"]) else None
@@ -416,7 +416,7 @@ def _comm_diff(sb: dict[str, Any], sc: dict[str, Any], ranks: list[int]) -> dict
         gb.index = pd.MultiIndex.from_tuples([("*", o) for o in gb.index], names=["group", "op_type"])
         gc.index = pd.MultiIndex.from_tuples([("*", o) for o in gc.index], names=["group", "op_type"])
         keyed_by = "op type (no communication group in common: group names differ between the captures)"
-    j = gb.join(gc, how="outer", lsuffix="_b", rsuffix="_c")
+    j = gb.add_suffix("_b").join(gc.add_suffix("_c"), how="outer")  # same columns both sides: suffixed first
     rows = []
     for (grp, op), r in j.iterrows():
         row: dict[str, Any] = {"group": str(grp), "op_type": str(op)}

@@ -165,8 +165,8 @@ def test_config_goal_key(tmp_path: Path) -> None:
         load_config(cfg)
 
 
-def test_rule_projection_kind_is_checked(tmp_path: Path) -> None:
-    src = (Path(__file__).resolve().parents[1] / "rules" / "comm-exposed.yaml").read_text(encoding="utf-8")
+def test_rule_projection_kind_is_checked(tmp_path: Path, repo: Path) -> None:
+    src = (repo / "rules" / "comm-exposed.yaml").read_text(encoding="utf-8")
     bad = tmp_path / "comm-exposed.yaml"
     bad.write_text(src.replace("removes: [exposed_communication]", "removes: [everything]"), encoding="utf-8")
     from msdiag.metrics.registry import all_metrics

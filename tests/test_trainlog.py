@@ -349,14 +349,14 @@ def test_malformed_record(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.mindspore
-def test_examples_live_tell_the_pair_apart(tmp_path: Path) -> None:
+def test_examples_live_tell_the_pair_apart(tmp_path: Path, repo: Path) -> None:
     """Runs examples/train_warmup.py without and with warm-up (seeded: the losses repeat run to run; nothing here
     reads a time) and analyses the two logs it prints."""
     import subprocess
     import sys
 
     pytest.importorskip("mindspore")
-    script = Path(__file__).resolve().parents[1] / "examples" / "train_warmup.py"
+    script = repo / "examples" / "train_warmup.py"
     unstable = {}
     for name, extra in (("none", []), ("warm", ["--warmup-steps", "100"])):
         r = subprocess.run([sys.executable, str(script), *extra], capture_output=True, text=True, timeout=600)
