@@ -216,7 +216,15 @@ def _call_sites(act: pd.DataFrame, n_steps: int) -> list[dict[str, Any]]:
 
 def cause_rows(ctx: Context) -> list[dict[str, Any]]:
     """The JSON contract's ``causes``: one row per host cause seen (id, category, ms_per_step, share_of_step,
-    ranks, call_sites), largest first. ms_per_step: the rank that loses most (median over its steps)."""
+    ranks, call_sites), largest first. ms_per_step: the rank that loses most (median over its steps).
+    Computed once per analysis (the cause metrics and the contract ask for it)."""
+    hit = ctx.cache.get("causes.rows")
+    if hit is None:
+        hit = ctx.cache["causes.rows"] = _cause_rows(ctx)
+    return hit  # type: ignore[no-any-return]
+
+
+def _cause_rows(ctx: Context) -> list[dict[str, Any]]:
     acts = _activity(ctx)
     rows = []
     for cause, category in CAUSE_CATEGORY.items():
