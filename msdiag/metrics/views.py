@@ -31,7 +31,7 @@ from msdiag.metrics.device_memory import COMPOSITION_KEYS, DEVICE_SOURCE, device
 from msdiag.metrics.memory import framework_rows
 from msdiag.metrics.registry import Context, Value
 from msdiag.options import Options
-from msdiag.units import FLOPS_PER_TFLOPS, MIB_PER_GIB, US_PER_MS
+from msdiag.units import MIB_PER_GIB, US_PER_MS
 
 if TYPE_CHECKING:  # imported where first used: an import here would reorder the metric registry
     from msdiag.metrics.training_views import TrainCurves, TrainStepTimes
@@ -515,48 +515,31 @@ def kernel_bound(t: pd.DataFrame) -> dict[str, str]:
 
 
 def kernel_types(capture: Any, types: pd.DataFrame | None = None) -> KernelTypes:
-    """The top kernel types by time, per rank, with achieved TFLOP/s where FLOPs are known; ``types``: the
-    analysis' type table (ktypes.cached_table), else computed here."""
+    """The top kernel types by time, per rank, with achieved TFLOP/s where FLOPs are known: read off the
+    analysis' type table (``types``: ktypes.cached_table, else computed here), which holds each type's
+    launches, time, FLOPs and bound unit over every rank."""
     k = capture.table("kernels")
-    comp = k.loc[k["kind"] == "compute", ["rank", "type", "name", "dur_us"]].reset_index(drop=True)
-    if not len(comp):
+    t = ktypes.type_table(capture) if types is None else types
+    if not len(t):
         why = source_reason(capture, "kernel_details") or ("no kernels in the capture" if not len(k) else "no compute kernels")
         return KernelTypes(f"no compute kernels: {why}")
-    nranks = max(1, comp["rank"].nunique())
-    f = ph.compute_kernel_flops(capture)  # aligned with comp: the compute rows in table order
-    f = pd.Series(dtype=float) if f is None else f
-    g = pd.DataFrame(
+    nranks = max(1, k.loc[k["kind"] == "compute", "rank"].nunique())
+    grand = float(t["time_us"].sum()) or 1.0
+    rest = t.iloc[TOP_KERNEL_TYPES:]
+    bound = kernel_bound(t)
+    rows = [
         {
-            "type": comp["type"].astype(object).where(comp["type"].notna(), comp["name"].astype(object)).astype(str),
-            "dur_us": comp["dur_us"].astype(float),
-            "flops": f.to_numpy() if len(f) else np.nan,
+            "type": str(typ),
+            "count": int(r["launches"]) / nranks,
+            "us": float(r["time_us"]) / nranks,
+            "share": r["time_us"] / grand,
+            "flops": r["flops"] / nranks if pd.notna(r["flops"]) else None,
+            "tflops": float(r["tflops"]) if pd.notna(r["tflops"]) else None,
+            "bound": bound.get(str(typ)),
         }
-    )
-    g["known"] = g["flops"].notna().astype(int)
-    g["known_us"] = g["dur_us"].where(g["flops"].notna(), 0.0)
-    agg = g.groupby("type", sort=False).agg(
-        count=("dur_us", "size"), total_us=("dur_us", "sum"), flops=("flops", "sum"),
-        known=("known", "sum"), known_us=("known_us", "sum"),
-    )  # fmt: skip
-    agg = agg.sort_values(["total_us"], ascending=False, kind="stable")
-    grand = float(agg["total_us"].sum()) or 1.0
-    rest = agg.iloc[TOP_KERNEL_TYPES:]
-    bound = kernel_bound(ktypes.type_table(capture, with_flops=False) if types is None else types)
-    rows = []
-    for t, r in agg.head(TOP_KERNEL_TYPES).iterrows():
-        known = bool(r["known"])
-        rows.append(
-            {
-                "type": str(t),
-                "count": int(r["count"]) / nranks,
-                "us": float(r["total_us"]) / nranks,
-                "share": r["total_us"] / grand,
-                "flops": r["flops"] / nranks if known else None,
-                "tflops": r["flops"] / (r["known_us"] * 1e-6) / FLOPS_PER_TFLOPS if known and r["known_us"] > 0 else None,
-                "bound": bound.get(str(t)),
-            }
-        )
-    return KernelTypes(None, nranks, len(comp), rows, len(rest), float(rest["total_us"].sum()), grand,
+        for typ, r in t.head(TOP_KERNEL_TYPES).iterrows()
+    ]
+    return KernelTypes(None, nranks, int(t["launches"].sum()), rows, len(rest), float(rest["time_us"].sum()), grand,
                        None if bound else ktypes.no_pipes_reason(capture))
 
 
