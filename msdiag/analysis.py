@@ -14,10 +14,10 @@ import numpy as np
 import pandas as pd
 
 from msdiag.errors import InputError, RuleError
-from msdiag.ingest.loader import describe, load
+from msdiag.ingest.loader import Tiered, describe, load
 from msdiag.metrics.breakdown import step_breakdown
 from msdiag.metrics.registry import Context, Value, compute_all, declared_params
-from msdiag.model import STEPS, Capture
+from msdiag.model import STEPS, Capture, RankData
 from msdiag.options import Options
 from msdiag.rules.advice import for_framework
 from msdiag.rules.engine import SEVERITY_RANK, evaluate, finding, verdict
@@ -215,11 +215,25 @@ def _read(path: str | Path, opts: Options) -> tuple[Capture, dict[str, Any], pd.
         return _no_capture(*inference.empty_capture(log), log)
     # --trace exports the timeline: the ranks are kept whole (metrics/reduce.py drops what no metric reads)
     reduce, rid = (None, None) if opts.whole_timeline else (reduce_rank, reduce_id())
-    cap = load(path, jobs=opts.jobs, cache=opts.cache, scheduler=opts.scheduler, reduce=reduce, reduce_id=rid)
+    tiered = None if opts.whole_timeline else _tiered(path, opts)
+    cap = load(path, jobs=opts.jobs, cache=opts.cache, scheduler=opts.scheduler, reduce=reduce, reduce_id=rid, tiered=tiered)
     identity = describe(cap)
     steps, prof, checks, notes = _steps_for(cap)
     cap.notes.extend(notes)
     return cap, identity, steps, prof, checks, log
+
+
+def _tiered(path: str | Path, opts: Options) -> Tiered:
+    """How deep the ranks are read (--deep): a large job's ranks shallow, then deep those metrics/depth.py picks."""
+    from msdiag.metrics.depth import select_deep
+    from msdiag.metrics.reduce import reduce_rank_shallow
+
+    def select(ranks: list[RankData]) -> dict[int, list[str]]:
+        cap = Capture(path=str(path), ranks=ranks)
+        steps, _, _, _ = _steps_for(cap)
+        return select_deep(Context(capture=cap, steps=steps, options=opts))
+
+    return Tiered(mode=opts.deep, up_to=opts.deep_all_up_to, reduce=reduce_rank_shallow, select=select)
 
 
 def _no_capture(cap: Capture, identity: dict[str, Any], log: Any) -> tuple[Capture, dict[str, Any], pd.DataFrame, pd.DataFrame, list[dict[str, Any]], Any]:

@@ -84,6 +84,9 @@ def analysis_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--no-cache", is_flag=True, help="Parse every rank; neither read nor write the cache."),
         click.option("--scheduler", default=None, metavar="tcp://HOST:PORT",
                      help="Read the ranks on this Dask cluster's workers (pip install 'msdiag[cluster]')."),
+        click.option("--deep", type=click.Choice(["auto", "all"]), default=None,
+                     help="How deep ranks are read: auto (default; a job of more than 8 ranks reads the Python frames of "
+                          "trace_view.json only on the ranks the answer needs, and says which) or all (every rank in full)."),
         click.option("--peak-tflops", type=click.FloatRange(min=0, min_open=True), default=None, help="Peak dense TFLOP/s per device, for MFU."),
         click.option("--device", default=None, help="Device model for the peak FLOPs table (e.g. 910B2, A100, H100)."),
         click.option("--model-config", type=click.Path(exists=True, dir_okay=False), default=None, help="Model description YAML for analytic FLOPs."),
@@ -187,6 +190,7 @@ def _options(kw: dict[str, Any]) -> Any:
         "slo_ttft_ms": kw.get("slo_ttft_ms"),
         "slo_tpot_ms": kw.get("slo_tpot_ms"),
         "goals": tuple(kw.get("goals") or ()),
+        **({"deep": kw["deep"]} if kw.get("deep") else {}),  # else the config's, else Options' default
     }
     values = merged(_project_config(kw), given)
     try:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from msdiag.errors import LocatedError
-from msdiag.options import parse_bandwidth_norms, parse_goal
+from msdiag.options import DEEP_MODES, parse_bandwidth_norms, parse_goal
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -187,6 +187,13 @@ def _text(raw: Any, w: _Where) -> str:
     return raw
 
 
+def _deep(raw: Any, w: _Where) -> str:
+    """deep = "auto" | "all" (as --deep)."""
+    if raw not in DEEP_MODES:
+        raise w.fail(f"should be one of {', '.join(repr(m) for m in DEEP_MODES)}, found {raw!r}")
+    return str(raw)
+
+
 def _texts(raw: Any, w: _Where) -> tuple[str, ...]:
     if not isinstance(raw, list) or not all(isinstance(x, str) and x.strip() for x in raw):
         raise w.fail(f"should be a list of text, found {raw!r}")
@@ -261,6 +268,7 @@ KEYS: dict[str, _Key] = {
     "disable": _Key("disable", _texts),
     "bandwidth_norms": _Key("bandwidth_norms", _norms),
     "goal": _Key("goals", _goals),
+    "deep": _Key("deep", _deep),
 }
 
 

@@ -98,6 +98,16 @@ def runs_left_out(a: Analysis) -> list[dict[str, Any]]:
     return [dict(x) for x in a.capture.ingest.get("runs_left_out", [])]
 
 
+def read_depth(a: Analysis) -> dict[str, Any] | None:
+    """How deep the ranks were read (--deep; ingest/loader.py): mode, the ranks read deep, why each was
+    chosen (only a job of more than Options.deep_all_up_to ranks chooses), how many were read shallow."""
+    rd = a.capture.ingest.get("read_depth")
+    if rd is None:
+        return None
+    why = {str(r): list(v) for r, v in rd["why"].items()}
+    return {"mode": rd["mode"], "deep": list(rd["deep"]), "why": why, "shallow": int(rd["shallow"])}
+
+
 def kernel_type_rows(a: Analysis) -> tuple[list[dict[str, Any]], dict[str, str]]:
     """The JSON ``kernel_types`` (one row per compute op type over every rank, with its bound unit)
     and ``kernel_types_absent`` (why a figure is null on every row, said once)."""
@@ -132,6 +142,7 @@ def build(a: Analysis) -> dict[str, Any]:
         "ranks": [_rank_entry(a, rd) for rd in a.capture.ranks],
         "ranks_left_out": ranks_left_out(a),  # ranks found but not analysed, with the file and why
         "runs_left_out": runs_left_out(a),  # other runs under the folder given: analysed apart, never mixed
+        "read_depth": read_depth(a),  # which ranks were read deep (their Python frames) and why
         "steps": _records(steps, STEP_COLUMNS),
         "rank_table": a.cluster.get("rank_table", []),
         "link_heatmap": a.cluster.get("link_heatmap"),

@@ -529,6 +529,7 @@ class RankInfo:
     kernels_from: str | None = None  # the source of the kernels table
     step_source: str | None = None  # where the timeline's step markers came from
     steps_from: str | None = None  # how the step breakdown found the steps (set by metrics/breakdown.py)
+    read_depth: str | None = None  # "shallow": reduced without its Python frames but one per name (metrics/reduce.py); None: whole
     # the device (CANN info.json, the SQLite export's HOST_INFO / RANK_DEVICE_MAP)
     device_id: int | None = None
     host: str | None = None

@@ -100,6 +100,10 @@ def _positive(name: str, value: Any, integer: bool) -> Any:
     return v
 
 
+#: --deep: "auto" (large jobs read tiered) or "all" (every rank read in full)
+DEEP_MODES = ("auto", "all")
+
+
 @dataclass(frozen=True)
 class Options:
     """Analysis options shared by analyze, report, diff and capture (checked when made: ValueError)."""
@@ -125,6 +129,10 @@ class Options:
     goals: tuple[tuple[str, float], ...] = ()  # --goal NAME=VALUE / config goal (msdiag/plan.py)
     config: str | None = None  # the project config file the options came from (msdiag/config.py)
     whole_timeline: bool = False  # keep every rank's whole timeline, unreduced (msdiag report --trace, msdiag/export.py)
+    #: how deep ranks are read (--deep, config deep): "auto" reads a job of more than deep_all_up_to ranks
+    #: shallow but for the ranks the answer needs (metrics/depth.py); "all" reads every rank in full
+    deep: str = "auto"
+    deep_all_up_to: int = 8
     #: every rule's parameters after overrides, by rule id (filled by the analysis from the loaded rules)
     rule_params: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
 
@@ -147,6 +155,10 @@ class Options:
         }
         for name, value in fix.items():
             object.__setattr__(self, name, value)
+        if self.deep not in DEEP_MODES:
+            raise ValueError(f"deep should be one of {', '.join(DEEP_MODES)}, found {self.deep!r}")
+        if isinstance(self.deep_all_up_to, bool) or not isinstance(self.deep_all_up_to, int) or self.deep_all_up_to < 0:
+            raise ValueError(f"deep_all_up_to should be a whole number of ranks (0 or more), found {self.deep_all_up_to!r}")
 
     def param(self, key: str) -> float:
         """A rule parameter ``"rule-id.param"`` after overrides; KeyError when the rules were not resolved."""

@@ -10,6 +10,7 @@ single rank is read in-process.
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -33,6 +34,7 @@ def load(
     scheduler: str | None = None,
     reduce: Callable[[RankData], RankData] | None = None,
     reduce_id: str | None = None,
+    tiered: Tiered | None = None,
 ) -> Capture:
     """Discover and read a capture.
 
@@ -41,23 +43,32 @@ def load(
     (``ingest/cache.py``). ``scheduler``: a Dask scheduler address: ranks are read on its workers.
     ``reduce``: applied to each rank where it is read, before it is gathered (a module-level function:
     it travels to the workers); ``reduce_id``: what the reduction keeps, as its caller declares it (part
-    of the cache key). How the ranks were read is in ``Capture.ingest``.
+    of the cache key). ``tiered``: read a large job's ranks shallow, then the chosen ones deep (:class:`Tiered`).
+    How the ranks were read is in ``Capture.ingest``.
     """
     from msdiag.ingest import parallel
 
     disc: Discovery = discover(path)
     notes = list(disc.notes)
     rcache = _open_cache(cache, disc, reduce, reduce_id) if cache is not None else None
+    # ranks read shallow are other content: their own cache entries (the reduction is part of the key)
+    scache = _open_cache(cache, disc, tiered.reduce, reduce_id) if cache is not None and tiered is not None else None
     if cache is not None:
         try:
             import pyarrow.parquet  # noqa: F401
         except ImportError as e:  # a broken install: analyze without the cache, and say so
-            rcache = None
+            rcache = scache = None
             notes.append(f"the rank cache is not used: pyarrow cannot be imported ({e})")
     # one broken rank of many (a job killed mid-capture) must not hide the others: it is left out
     # with a note; a single rank, or every rank broken, is an error as before
     reader = _load_rank_or_mark if len(disc.ranks) > 1 else load_rank
-    ranks, info = parallel.read_ranks(disc.ranks, reader, jobs=jobs, cache=rcache, scheduler=scheduler, reduce=reduce)
+
+    def read(dirs: list[RankDir], shallow: bool = False) -> tuple[list[RankData], dict[str, Any]]:
+        if shallow and tiered is not None:
+            return parallel.read_ranks(dirs, reader, jobs=jobs, cache=scache, scheduler=scheduler, reduce=tiered.reduce)
+        return parallel.read_ranks(dirs, reader, jobs=jobs, cache=rcache, scheduler=scheduler, reduce=reduce)
+
+    ranks, info = read(disc.ranks) if tiered is None else _read_tiered(disc.ranks, tiered, read)
     broken = [r for r in ranks if UNREADABLE in r.meta]
     if broken and len(broken) == len(ranks):
         first = broken[0]
@@ -74,6 +85,58 @@ def load(
 
 
 UNREADABLE = "unreadable"
+
+
+@dataclass(frozen=True)
+class Tiered:
+    """How deep the ranks are read (``Options.deep``). A job of more than ``up_to`` ranks is read in two
+    passes when ``mode`` is "auto": every rank shallow (``reduce``: the shallow reduction,
+    metrics/reduce.reduce_rank_shallow, a module-level function like the load's own ``reduce``; it marks
+    ``RankInfo.read_depth`` "shallow" when it left rows out), then the ranks ``select`` names (the
+    analysis' choice from those ranks, {rank: [why]}) deep, in place of their shallow read. With "all"
+    every rank is read deep and ``select`` still names the ranks the answer rests on."""
+
+    mode: str  # "auto" | "all"
+    up_to: int  # jobs of at most this many ranks are read deep whole, nothing selected
+    reduce: Callable[[RankData], RankData]
+    select: Callable[[list[RankData]], dict[int, list[str]]]
+
+
+def _read_tiered(
+    dirs: list[RankDir], tiered: Tiered, read: Callable[..., tuple[list[RankData], dict[str, Any]]]
+) -> tuple[list[RankData], dict[str, Any]]:
+    """The ranks read as ``tiered`` says, and how (``info["read_depth"]``: mode, deep, why, shallow, selected)."""
+    large = len(dirs) > tiered.up_to
+    ranks, info = read(dirs, shallow=large and tiered.mode == "auto")
+    why: dict[int, list[str]] = {}
+    if large:
+        why = tiered.select([r for r in ranks if UNREADABLE not in r.meta])
+        shallow = {r.rank for r in ranks if r.info.read_depth == "shallow"}
+        again = [d for d in dirs if d.rank in why and d.rank in shallow]
+        if again:
+            deep, more = read(again)
+            by_rank = {r.rank: r for r in deep}
+            ranks = [by_rank.get(r.rank, r) for r in ranks]
+            _merge_info(info, more)
+    info["read_depth"] = {
+        "mode": tiered.mode,
+        "deep": sorted(r.rank for r in ranks if r.info.read_depth != "shallow" and UNREADABLE not in r.meta),
+        "why": {r: why[r] for r in sorted(why)},
+        "shallow": sum(r.info.read_depth == "shallow" for r in ranks),
+        "selected": sorted(why) if large else None,  # the ranks call sites come from (None: every rank)
+    }
+    return ranks, info
+
+
+def _merge_info(info: dict[str, Any], more: dict[str, Any]) -> None:
+    """Add a second pass's reading record to the first's."""
+    info["read_by"].update(more["read_by"])
+    if more["executor"] != "cache":
+        info["executor"] = more["executor"]
+    if info.get("cache") and more.get("cache"):
+        for k, v in more["cache"].items():
+            if k != "folder":
+                info["cache"][k] = info["cache"][k] + v
 
 
 def _load_rank_or_mark(rd_dir: RankDir) -> RankData:

@@ -52,6 +52,7 @@ _READS = Reads(
     tables=("timeline",),
     lanes=("step",),
     lane_rows=(("host", SYNC_PATTERN), ("host", FRAME_PATTERN), *(("host", p) for p in ACTIVITY_PATTERNS.values())),
+    deep_rows=(("host", FRAME_PATTERN),),  # call sites are resolved on the ranks read deep only
 )
 declare_reads("causes", _READS)
 _SOURCE = "trace_view.json host events (python_function frames with with_stack, CANN AscendCL, torch ops)"
@@ -145,7 +146,8 @@ def rank_activity(ctx: Context, rank: int) -> pd.DataFrame:
     win = _windows(ctx, rank, tl)
     if not len(host) or not len(win):
         return _NO_ACTIVITY
-    frames = _events(host, FRAME_PATTERN)
+    # a rank read shallow holds only the first frame of each name: its call sites are unknown, never guessed
+    frames = _events(host, FRAME_PATTERN) if rd.info.read_depth != "shallow" else _events(host.iloc[:0], FRAME_PATTERN)
     parts = []
     for cause, pattern in (("host-sync", SYNC_PATTERN), *ACTIVITY_PATTERNS.items()):
         ev = _outermost(_events(host, pattern))
@@ -224,10 +226,14 @@ def cause_rows(ctx: Context) -> list[dict[str, Any]]:
     return hit  # type: ignore[no-any-return]
 
 
-def _cause_rows(ctx: Context) -> list[dict[str, Any]]:
+def cause_per_rank(ctx: Context) -> dict[str, dict[int, float]]:
+    """Per host cause, the ms per step each rank loses to it (ranks losing nothing left out).
+
+    Exact on ranks read shallow too (their pattern rows are whole): the choice of the ranks read deep
+    (metrics/depth.py) reads it."""
     acts = _activity(ctx)
-    rows = []
-    for cause, category in CAUSE_CATEGORY.items():
+    out: dict[str, dict[int, float]] = {}
+    for cause in CAUSE_CATEGORY:
         per_rank: dict[int, float] = {}
         for r, (act, n) in acts.items():
             if cause == "data-wait":
@@ -238,13 +244,30 @@ def _cause_rows(ctx: Context) -> list[dict[str, Any]]:
             a = act[act["cause"] == cause]
             if len(a):
                 per_rank[r] = _per_step_ms(a, n)
-        per_rank = {r: v for r, v in per_rank.items() if v > 0}
+        out[cause] = {r: v for r, v in per_rank.items() if v > 0}
+    return out
+
+
+def _site_ranks(ctx: Context) -> set[int] | None:
+    """The ranks whose call sites count (None: every rank): those the answer rests on when the job is
+    large enough to be read tiered (Capture.ingest read_depth "selected", the same in --deep auto and all)."""
+    sel = ctx.capture.ingest.get("read_depth", {}).get("selected")
+    return None if sel is None else {int(r) for r in sel}
+
+
+def _cause_rows(ctx: Context) -> list[dict[str, Any]]:
+    acts = _activity(ctx)
+    sites_from = _site_ranks(ctx)
+    site_acts = [v for r, v in acts.items() if sites_from is None or r in sites_from]
+    rows = []
+    for cause, per_rank in cause_per_rank(ctx).items():
+        category = CAUSE_CATEGORY[cause]
         if not per_rank:
             continue
         worst = max(per_rank, key=lambda r: per_rank[r])
         step_ms = _step_ms(ctx, worst)
-        all_act = pd.concat([a[a["cause"] == cause] for a, _ in acts.values()], ignore_index=True)
-        n_all = sum(n for _, n in acts.values())
+        all_act = pd.concat([a[a["cause"] == cause] for a, _ in site_acts], ignore_index=True) if site_acts else _NO_ACTIVITY
+        n_all = sum(n for _, n in site_acts)
         rows.append({
             "id": cause, "category": category, "ms_per_step": round(per_rank[worst], 3),
             "share_of_step": round(per_rank[worst] / step_ms, 4) if step_ms else None,
@@ -332,7 +355,7 @@ def _comm_overlap(ctx: Context) -> tuple[float | None, str | None]:
     "Share of the host-sync time during which the same rank's device runs a collective: near 1, the "
     "synchronisation only waits for that collective (a symptom of the collective's own wait)",
     _SOURCE + "; communication kernels",
-    reads=Reads(tables=("kernels", "timeline"), lanes=("step",), lane_rows=_READS.lane_rows),
+    reads=Reads(tables=("kernels", "timeline"), lanes=("step",), lane_rows=_READS.lane_rows, deep_rows=_READS.deep_rows),
 )
 def _host_sync_comm(ctx: Context) -> Value:
     share, why = _comm_overlap(ctx)

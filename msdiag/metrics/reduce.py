@@ -26,6 +26,10 @@ tests/test_cluster.py compares the report of corpus captures of every format fam
 without this reduction. A metric or chart that starts reading more of these tables declares it
 in the same change; :func:`reduce_id` (the cache key of reduced ranks) then changes by itself.
 
+A rank read shallow (``--deep auto`` on a large job: ingest/loader.Tiered, metrics/depth.py) is reduced by
+:func:`reduce_rank_shallow`, with :func:`shallow_plan`: the same less the rows declared read on deep ranks
+only (``Reads.deep_rows``: the Python frames, which only call sites read), kept one per name.
+
 The rank's step breakdown (``breakdown.step_breakdown``, the per-rank part of the analysis) is
 computed here too, before anything is dropped, and kept as the rank's ``steps`` table: it is then
 computed on the workers, in parallel, and read back from the cache with the rank.
@@ -35,7 +39,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -61,6 +65,7 @@ class Plan:
     lane_rows: tuple[tuple[str, str], ...]  # (lane, regex): rows of a name-only lane kept whole
     dropped_lanes: tuple[str, ...]  # timeline lanes nothing reads
     tracks: tuple[str, ...]  # counter tracks kept
+    deep_rows: tuple[tuple[str, str], ...] = ()  # (lane, regex) of lane_rows kept whole on ranks read deep only
 
 
 def plan() -> Plan:
@@ -78,7 +83,18 @@ def plan() -> Plan:
         lane_rows=tuple(rows),
         dropped_lanes=tuple(dropped),
         tracks=tuple(sorted({t for r in decl for t in r.tracks})),
+        deep_rows=tuple(sorted({(lane, pat) for r in decl for lane, pat in r.deep_rows if (lane, pat) in rows})),
     )
+
+
+def shallow_plan() -> Plan:
+    """What a shallow read of a rank keeps (ingest/trace_shallow.py): the plan less the rows read on deep ranks only.
+
+    A row pattern some declaration reads on every rank stays, even when another reads it deep only."""
+    p = plan()
+    everywhere = {(lane, pat) for r in all_reads().values() for lane, pat in r.lane_rows if (lane, pat) not in r.deep_rows}
+    deep_only = tuple(x for x in p.deep_rows if x not in everywhere)
+    return replace(p, lane_rows=tuple(x for x in p.lane_rows if x not in deep_only), deep_rows=deep_only)
 
 
 def reduce_id() -> str:
@@ -91,6 +107,7 @@ def reduce_id() -> str:
         "lane_rows": p.lane_rows,
         "dropped_lanes": p.dropped_lanes,
         "tracks": p.tracks,
+        "deep_rows": p.deep_rows,
     }
     digest = hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
     return f"reduce-{REDUCE_VERSION}-{digest}"
@@ -98,8 +115,35 @@ def reduce_id() -> str:
 
 def reduce_rank(rd: RankData) -> RankData:
     """Store the rank's step rows, then drop the rows nothing reads (module doc); returns ``rd``."""
+    return _reduce(rd, plan())
+
+
+def reduce_rank_shallow(rd: RankData) -> RankData:
+    """reduce_rank less the rows read on deep ranks only (:func:`shallow_plan`: the Python frames beyond the
+    first of each name): a rank read shallow (--deep auto, ingest/loader.Tiered). ``read_depth`` says
+    "shallow" only when such rows were dropped; a rank without them is whole, as read deep."""
+    p = shallow_plan()
+    tl = rd.tables.get("timeline")
+    if tl is not None and len(tl) and _repeats(tl, plan().deep_rows):
+        rd.info.read_depth = "shallow"
+    return _reduce(rd, p)
+
+
+def _repeats(tl: pd.DataFrame, rows: tuple[tuple[str, str], ...]) -> bool:
+    """Whether a name some (lane, pattern) of ``rows`` matches occurs more than once in its lane."""
+    lane = tl["lane"].to_numpy(dtype=object, na_value="")
+    for which, pat in rows:
+        sub = tl["name"][lane == which].dropna()
+        distinct = pd.Series(sub.unique()).astype("string")
+        hits = set(distinct[distinct.str.contains(pat, regex=True, na=False).to_numpy(bool)])
+        if hits and int(sub.isin(hits).sum()) > len(hits):
+            return True
+    return False
+
+
+def _reduce(rd: RankData, p: Plan) -> RankData:
+    """The step rows stored, then the timeline and counters cut to what ``p`` keeps."""
     rd.tables["steps"] = step_breakdown(rd)
-    p = plan()
     tl = rd.tables.get("timeline")
     if tl is not None and len(tl):
         rd.tables["timeline"] = _reduce_timeline(tl, p)

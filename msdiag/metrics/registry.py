@@ -57,6 +57,9 @@ class Reads:
     lane_names: tuple[str, ...] = ()  # timeline lanes read only by distinct event name
     lane_rows: tuple[tuple[str, str], ...] = ()  # (lane, regex): rows of that lane whose name matches, read whole
     tracks: tuple[str, ...] = ()  # counter tracks read
+    #: (lane, regex) of ``lane_rows`` read only on the ranks read deep (the Python frames of call sites): a
+    #: shallow read (ingest/trace_shallow.py) keeps only the first row of each such name
+    deep_rows: tuple[tuple[str, str], ...] = ()
 
     def __bool__(self) -> bool:
         return bool(self.tables or self.lanes or self.lane_names or self.lane_rows or self.tracks)

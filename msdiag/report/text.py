@@ -43,9 +43,24 @@ def _identity(report: dict[str, Any]) -> list[str]:
     out = [f"msdiag {report['msdiag_version']}: {report['path']}", f"  {ident}"]
     if cap.get("parallel"):
         out.append("  parallel: " + ", ".join(f"{k}={v}" for k, v in cap["parallel"].items() if v is not None))
+    depth = read_depth_line(report)
+    if depth:
+        out.append(f"  {depth}")
     # what was left out is said before anything else (issue 19): a broken rank of 512 must not be missed
     out.extend(f"  PARTIAL: {line}" for line in partial_lines(report))
     return out
+
+
+def read_depth_line(report: dict[str, Any]) -> str | None:
+    """One line naming the ranks read deep and why, when some rank was read shallow (--deep auto); else None."""
+    rd = report.get("read_depth")
+    if not rd or not rd["shallow"]:
+        return None
+    why = "; ".join(f"rank {r}: {', '.join(v)}" for r, v in rd["why"].items() if int(r) in rd["deep"])
+    return (
+        f"read deep: {len(rd['deep'])} of {len(rd['deep']) + rd['shallow']} ranks ({why}); the other {rd['shallow']} "
+        "without their Python frames (host causes measured on every rank, call sites from the ranks read deep; --deep all reads every rank)"
+    )
 
 
 def _verdict(report: dict[str, Any]) -> list[str]:

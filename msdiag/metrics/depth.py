@@ -1,0 +1,71 @@
+"""Which ranks of a large job are read deep: those whose host side changes the answer.
+
+A job of more than ``Options.deep_all_up_to`` ranks is read in two passes (ingest/loader.py): every
+rank shallow first (ingest/trace_shallow.py: everything but the Python frames beyond the first of
+each name), then the ranks chosen here deep. What decides the choice is exact on a shallow rank, so
+the choice is the same whichever depth the ranks were read at (``--deep all`` makes the same one):
+
+- the slowest and the fastest rank (median step time, warm-up steps left out);
+- per pipeline stage (profiler_metadata.json), the rank of median step time;
+- the late arriver (``late_rank``: the last captured arriver the others wait for most) and the voted
+  slow rank (``slow_rank``);
+- the rank losing most to each host cause (host syncs, GC, checkpoints, compiles, data waits): the
+  rank whose figure a cause row reports, and whose call sites are the row's.
+
+Only the Python frames differ between the two depths; they serve the call sites of the causes
+(metrics/causes.py), which are taken from these ranks in both modes. At most a handful of ranks:
+two, one per stage, two, one per cause.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from msdiag.metrics.balance import _stage_of
+from msdiag.metrics.causes import cause_per_rank
+from msdiag.metrics.registry import Context, all_metrics
+from msdiag.metrics.steps import _timed_steps
+
+
+def select_deep(ctx: Context) -> dict[int, list[str]]:
+    """The ranks to read deep, each with why (in the order found); computed from the steps, the
+    collectives and the host causes of ranks read at any depth."""
+    why: dict[int, list[str]] = {}
+
+    def add(rank: int | None, reason: str) -> None:
+        if rank is not None:
+            why.setdefault(int(rank), []).append(reason)
+
+    med = _median_step(ctx)
+    if len(med):
+        add(int(med.idxmax()), "slowest rank (median step time)")
+        add(int(med.idxmin()), "fastest rank (median step time)")
+        for stage, rank in _stage_medians(ctx, med).items():
+            add(rank, f"median rank of pipeline stage {stage}")
+    for mid, reason in (("late_rank", "late arriver (collectives)"), ("slow_rank", "slow rank (late-arrival votes)")):
+        v = all_metrics()[mid].fn(ctx).value
+        add(None if v is None else int(v), reason)
+    for cause, per_rank in cause_per_rank(ctx).items():
+        if per_rank:
+            add(max(per_rank, key=lambda r: per_rank[r]), f"worst rank of host cause {cause}")
+    return why
+
+
+def _median_step(ctx: Context) -> pd.Series:
+    """Median step time (us) per rank, by rank; ranks without timed steps left out."""
+    s = _timed_steps(ctx)
+    if not len(s):
+        return pd.Series(dtype=float)
+    return s.groupby("rank")["total_us"].median().astype(float).sort_index()
+
+
+def _stage_medians(ctx: Context, med: pd.Series) -> dict[int, int]:
+    """Per pipeline stage (when recorded), the rank of median step time (the lower middle; ties by rank)."""
+    stages: dict[int, list[tuple[float, int]]] = {}
+    for rd in ctx.capture.ranks:
+        if rd.rank not in med.index:
+            continue
+        stage, _, _ = _stage_of(rd.rank, rd.info)
+        if stage is not None:
+            stages.setdefault(int(stage), []).append((float(med[rd.rank]), int(rd.rank)))
+    return {st: sorted(v)[(len(v) - 1) // 2][1] for st, v in sorted(stages.items())}

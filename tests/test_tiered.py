@@ -1,0 +1,157 @@
+"""Reading each rank only as deep as the answer needs (--deep; metrics/reduce.reduce_rank_shallow, metrics/depth.py).
+
+- the shallow read of a real rank is the full read reduced less the Python frame rows beyond the first
+  of each name (expected rows derived from the full reader's output);
+- the JSON report with ``--deep auto`` (threshold forced to 0: ranks really read shallow) equals the one
+  with ``--deep all`` for every metric, finding and the verdict, on the corpus clusters and on
+  bench/cluster.py's replicated job;
+- a rank read shallow has no call sites, never sites guessed from first-of-name frames; a rank without
+  repeated frames is whole (not marked shallow);
+- the depth is part of the cache key: a warm run reads only the cache.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from msdiag.analysis import _steps_for, analyze
+from msdiag.contract import build
+from msdiag.ingest.discover import discover
+from msdiag.ingest.loader import Tiered, load, load_rank
+from msdiag.metrics.causes import FRAME_PATTERN, rank_activity
+from msdiag.metrics.reduce import plan, reduce_rank, reduce_rank_shallow, shallow_plan
+from msdiag.metrics.registry import Context
+from msdiag.options import Options
+from msdiag.report.text import read_depth_line
+
+#: Multi-rank corpus captures of the Ascend text format (p2p-2024 has no trace_view.json: read deep whatever asked).
+TEXT_CLUSTERS = ("ascend/torchnpu-2rank-level0", "ascend/torchnpu-2rank-level1", "ascend/torchnpu-2rank-p2p-2024")
+
+
+def _report(path: Path, deep: str, up_to: int, **kw: Any) -> dict[str, Any]:
+    """The JSON report object (through JSON, as the CLI prints it) with ``--deep deep``."""
+    return json.loads(json.dumps(build(analyze(path, Options(deep=deep, deep_all_up_to=up_to, **kw))), ensure_ascii=False))
+
+
+def _answer(report: dict[str, Any]) -> dict[str, Any]:
+    """The report less what describes the read itself (read_depth)."""
+    return {k: v for k, v in report.items() if k != "read_depth"}
+
+
+def _frames_beyond_first(tl: pd.DataFrame) -> pd.Series:
+    """Host rows that are Python frames (and nothing the shallow plan reads by pattern) and not the first
+    row of their name: what a shallow read leaves out of the reduced timeline."""
+    names = tl["name"].astype("string")
+    host = (tl["lane"] == "host").fillna(False).to_numpy(bool)
+    frame = names.str.contains(FRAME_PATTERN, regex=True, na=False).to_numpy(bool)
+    other = "|".join(f"(?:{p})" for lane, p in shallow_plan().lane_rows if lane == "host")
+    named = names.str.contains(other, regex=True, na=False).to_numpy(bool)
+    later = tl["name"].where(pd.Series(host, index=tl.index)).duplicated(keep="first").to_numpy(bool) & host
+    return pd.Series(frame & ~named & later, index=tl.index)
+
+
+@pytest.mark.parametrize("capture", ["ascend/torchnpu-2rank-level0", "ascend/torchnpu-2rank-level1"])
+def test_shallow_rank_is_the_full_rank_less_frames(corpus: Path, capture: str) -> None:
+    # Each rank read in full and reduced gives the expected tables: its timeline less the Python frame rows
+    # ("file.py(N): fn" host events) beyond the first of each name, every other table, the rank's info (but
+    # read_depth) and its sources (the same row counts: the full read's) unchanged.
+    for d in discover(corpus / capture).ranks:
+        deep = reduce_rank(load_rank(d))
+        shallow = reduce_rank_shallow(load_rank(d))
+        assert shallow.info.read_depth == "shallow" and deep.info.read_depth is None
+        tl = deep.tables["timeline"]
+        drop = _frames_beyond_first(tl)
+        assert drop.sum() > 100  # these traces hold Python frames repeated over steps (with_stack)
+        expected = tl[~drop.to_numpy(bool)].reset_index(drop=True)
+        pd.testing.assert_frame_equal(shallow.tables["timeline"], expected)
+        assert set(shallow.tables) == set(deep.tables)
+        for name in deep.tables:
+            if name != "timeline":
+                pd.testing.assert_frame_equal(shallow.tables[name], deep.tables[name], obj=name)
+        assert replace(shallow.info, read_depth=None) == deep.info
+        assert shallow.sources == deep.sources and shallow.meta == deep.meta and shallow.notes == deep.notes
+
+
+def test_shallow_plan_leaves_out_only_the_frames() -> None:
+    # the shallow plan is the reduction's plan less the rows read on deep ranks only: the frame pattern
+    full, shallow = plan(), shallow_plan()
+    assert ("host", FRAME_PATTERN) in full.lane_rows and full.deep_rows == (("host", FRAME_PATTERN),)
+    assert set(full.lane_rows) - set(shallow.lane_rows) == {("host", FRAME_PATTERN)}
+    assert replace(shallow, lane_rows=full.lane_rows) == full
+
+
+@pytest.mark.parametrize(
+    "capture", [TEXT_CLUSTERS[1], *(pytest.param(c, marks=pytest.mark.slow) for c in TEXT_CLUSTERS[::2])]
+)
+def test_tiered_answer_is_the_full_answer_on_corpus_clusters(corpus: Path, capture: str) -> None:
+    # threshold 0: every rank is read shallow first, then the chosen ones deep (here both ranks are chosen:
+    # the slowest and the fastest); the report equals --deep all but for read_depth
+    auto = _report(corpus / capture, "auto", 0, jobs=1)
+    full = _report(corpus / capture, "all", 0, jobs=1)
+    assert _answer(auto) == _answer(full)
+    assert auto["read_depth"]["mode"] == "auto" and full["read_depth"]["mode"] == "all"
+    assert auto["read_depth"]["why"] == full["read_depth"]["why"]  # the same choice at either depth
+    assert auto["read_depth"]["deep"] == full["read_depth"]["deep"] == [0, 1]
+
+
+def test_small_jobs_are_read_deep_whole(analysed_json: Any) -> None:
+    # up to Options.deep_all_up_to (8) ranks: every rank in full, nothing chosen, nothing to say in the text
+    rd = analysed_json("level1")["read_depth"]
+    assert rd == {"mode": "auto", "deep": [0, 1], "why": {}, "shallow": 0}
+    assert read_depth_line(analysed_json("level1")) is None
+
+
+def test_shallow_rank_has_no_call_sites(corpus: Path) -> None:
+    # level1 rank 0's host syncs resolve to call sites when read in full; read shallow (nothing chosen
+    # deep) the same syncs are measured, their sites unknown
+    path = corpus / "ascend/torchnpu-2rank-level1"
+
+    def acts(select: dict[int, list[str]]) -> pd.DataFrame:
+        cap = load(path, jobs=1, reduce=reduce_rank, tiered=Tiered("auto", 0, reduce_rank_shallow, lambda ranks: select))
+        steps = _steps_for(cap)[0]
+        return rank_activity(Context(capture=cap, steps=steps, options=Options(jobs=1)), 0)
+
+    deep, shallow = acts({0: ["test"]}), acts({})
+    assert deep["site"].notna().sum() > 0
+    assert shallow["site"].isna().all()
+    pd.testing.assert_frame_equal(deep.drop(columns="site"), shallow.drop(columns="site"))
+
+
+def test_rank_without_repeated_frames_is_whole(corpus: Path) -> None:
+    # the p2p-2024 ranks have no trace_view.json, hence no Python frames: the shallow reduction drops nothing
+    for d in discover(corpus / "ascend/torchnpu-2rank-p2p-2024").ranks:
+        assert reduce_rank_shallow(load_rank(d)).info.read_depth is None
+
+
+def test_deep_option_is_checked() -> None:
+    with pytest.raises(ValueError, match="deep should be one of auto, all"):
+        Options(deep="some")
+    with pytest.raises(ValueError, match="deep_all_up_to"):
+        Options(deep_all_up_to=-1)
+
+
+@pytest.mark.slow
+def test_tiered_answer_is_the_full_answer_on_a_replicated_cluster(corpus: Path, job8: Path, tmp_path: Path) -> None:
+    # bench/cluster.py's 8-rank job (rank 5 planted 3x slower), threshold 0: rank 5 is read deep as the
+    # slowest rank and the late arriver, some ranks stay shallow, and the answer is --deep all's
+    cache = tmp_path / "cache"
+    auto = _report(job8, "auto", 0, jobs=2, cache=str(cache))
+    full = _report(job8, "all", 0, jobs=2)
+    assert _answer(auto) == _answer(full)
+    rd = auto["read_depth"]
+    assert rd["shallow"] >= 1 and rd["shallow"] + len(rd["deep"]) == 8
+    assert "slowest rank (median step time)" in rd["why"]["5"] and 5 in rd["deep"]
+    assert auto["metrics"]["slow_rank"] == 5
+    line = read_depth_line(auto)
+    assert line is not None and line.startswith(f"read deep: {len(rd['deep'])} of 8 ranks (") and "rank 5: slowest" in line
+    # warm: the same selection read from the cache alone (shallow and deep entries are apart)
+    a = analyze(job8, Options(jobs=2, deep="auto", deep_all_up_to=0, cache=str(cache)))
+    stats = a.capture.ingest["cache"]
+    assert stats["misses"] == 0 and stats["hits"] == 8 + len(rd["deep"])
+    assert _answer(json.loads(json.dumps(build(a), ensure_ascii=False))) == _answer(auto)
