@@ -26,6 +26,7 @@ from msdiag.contract import build
 from msdiag.report import charts as ch
 from msdiag.report import diff_html, groups
 from msdiag.report.partial import partial_lines
+from msdiag.report.text import read_depth_line
 from msdiag.resources import resource_dir
 
 BASE_TEMPLATE = "report.html.j2"
@@ -185,6 +186,9 @@ def _identity(a: Analysis, report: dict[str, Any]) -> list[tuple[str, str]]:
         out.append(("profiler", " · ".join(str(x) for x in (cap.get("profiler_level"), cap.get("aic_metrics")) if x)))
     ranks = sorted(int(r["rank"]) for r in report["ranks"])
     out.append(("ranks", f"{len(ranks)} ({_span(ranks)})" if ranks else "0"))
+    depth = read_depth_line(report)  # only when some rank was read without its Python frames (--deep auto)
+    if depth:
+        out.append(("read deep", depth.removeprefix("read deep: ")))
     sc = ch.views(a).step_counts
     if sc is not None:
         n = f"{sc.most} per rank" if sc.fewest == sc.most else f"{sc.fewest}-{sc.most} per rank"
