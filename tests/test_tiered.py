@@ -19,8 +19,11 @@ from typing import Any
 
 import pandas as pd
 import pytest
+from click.testing import CliRunner
 
 from msdiag.analysis import _steps_for, analyze
+from msdiag.cli import main
+from msdiag.config import ConfigError, load_config
 from msdiag.contract import build
 from msdiag.ingest.discover import discover
 from msdiag.ingest.loader import Tiered, load, load_rank
@@ -86,9 +89,7 @@ def test_shallow_plan_leaves_out_only_the_frames() -> None:
     assert replace(shallow, lane_rows=full.lane_rows) == full
 
 
-@pytest.mark.parametrize(
-    "capture", [TEXT_CLUSTERS[1], *(pytest.param(c, marks=pytest.mark.slow) for c in TEXT_CLUSTERS[::2])]
-)
+@pytest.mark.parametrize("capture", [TEXT_CLUSTERS[1], *(pytest.param(c, marks=pytest.mark.slow) for c in TEXT_CLUSTERS[::2])])
 def test_tiered_answer_is_the_full_answer_on_corpus_clusters(corpus: Path, capture: str) -> None:
     # threshold 0: every rank is read shallow first, then the chosen ones deep (here both ranks are chosen:
     # the slowest and the fastest); the report equals --deep all but for read_depth
@@ -129,11 +130,21 @@ def test_rank_without_repeated_frames_is_whole(corpus: Path) -> None:
         assert reduce_rank_shallow(load_rank(d)).info.read_depth is None
 
 
-def test_deep_option_is_checked() -> None:
+def test_deep_option_is_checked(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="deep should be one of auto, all"):
         Options(deep="some")
     with pytest.raises(ValueError, match="deep_all_up_to"):
         Options(deep_all_up_to=-1)
+    # the config key as --deep: checked, naming the file and line
+    f = tmp_path / "msdiag.toml"
+    f.write_text('deep = "all"\n')
+    assert load_config(f).values["deep"] == "all"
+    f.write_text('device = "910B2"\ndeep = "some"\n')
+    with pytest.raises(ConfigError, match=":2: .*should be one of 'auto', 'all', found 'some'"):
+        load_config(f)
+    # the flag: a usage error, exit 2, before anything is read
+    r = CliRunner().invoke(main, ["analyze", str(tmp_path), "--deep", "some"])
+    assert r.exit_code == 2 and "'some' is not one of 'auto', 'all'" in r.stderr
 
 
 @pytest.mark.slow
