@@ -175,15 +175,24 @@ _NO_ACTIVITY = pd.DataFrame(columns=["cause", "step", "start_us", "end_us", "sit
 CAUSE_CATEGORY = {"host-sync": "host", "data-wait": "data", "gc": "host", "checkpoint": "host", "compile": "host"}
 
 
+#: ctx.cache key of the per-rank activities; the analysis may seed it with ranks already computed (analysis._reuse).
+ACTIVITY_CACHE = "causes.activity"
+
+
 def _activity(ctx: Context) -> dict[int, tuple[pd.DataFrame, int]]:
-    """Per rank: its activities (rank_activity) and its number of steps; computed once per analysis."""
+    """Per rank, in the capture's order: its activities (rank_activity) and its number of steps; computed
+    once per analysis (a rank already in the cache is not computed again)."""
     if "causes" not in ctx.cache:
+        known: dict[int, tuple[pd.DataFrame, int]] = ctx.cache.get(ACTIVITY_CACHE, {})
         out = {}
         for rd in ctx.capture.ranks:
+            if rd.rank in known:
+                out[rd.rank] = known[rd.rank]
+                continue
             tl = rd.tables.get("timeline")
             n = len(_windows(ctx, rd.rank, tl)) if tl is not None and len(tl) else 0
             out[rd.rank] = (rank_activity(ctx, rd.rank), n)
-        ctx.cache["causes"] = out
+        ctx.cache["causes"] = ctx.cache[ACTIVITY_CACHE] = out
     cached: dict[int, tuple[pd.DataFrame, int]] = ctx.cache["causes"]
     return cached
 
