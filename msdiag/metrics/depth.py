@@ -1,8 +1,8 @@
 """Which ranks of a large job are read deep: those whose host side changes the answer.
 
 A job of more than ``Options.deep_all_up_to`` ranks is read in two passes (ingest/loader.py): every
-rank shallow first (ingest/trace_shallow.py: everything but the Python frames beyond the first of
-each name), then the ranks chosen here deep. What decides the choice is exact on a shallow rank, so
+rank shallow first (metrics/reduce.reduce_rank_shallow: everything but the Python frames
+beyond the first of each name), then the ranks chosen here deep. What decides the choice is exact on a shallow rank, so
 the choice is the same whichever depth the ranks were read at (``--deep all`` makes the same one):
 
 - the slowest and the fastest rank (median step time, warm-up steps left out);

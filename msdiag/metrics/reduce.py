@@ -88,7 +88,7 @@ def plan() -> Plan:
 
 
 def shallow_plan() -> Plan:
-    """What a shallow read of a rank keeps (ingest/trace_shallow.py): the plan less the rows read on deep ranks only.
+    """What a shallow read of a rank keeps: the plan less the rows read on deep ranks only.
 
     A row pattern some declaration reads on every rank stays, even when another reads it deep only."""
     p = plan()

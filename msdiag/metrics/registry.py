@@ -58,7 +58,7 @@ class Reads:
     lane_rows: tuple[tuple[str, str], ...] = ()  # (lane, regex): rows of that lane whose name matches, read whole
     tracks: tuple[str, ...] = ()  # counter tracks read
     #: (lane, regex) of ``lane_rows`` read only on the ranks read deep (the Python frames of call sites): a
-    #: shallow read (ingest/trace_shallow.py) keeps only the first row of each such name
+    #: shallow read keeps only the first row of each such name
     deep_rows: tuple[tuple[str, str], ...] = ()
 
     def __bool__(self) -> bool:
