@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, settings
 
 from msdiag.analysis import Analysis, analyze
 from msdiag.options import Options
+from msdiag.rules.loader import _Lines
 
 # Property tests must not depend on the machine's load: hypothesis's default 200 ms deadline per example and its
 # too_slow health check fail a test when the machine is busy, not when the code is wrong. CI (CI set) uses
@@ -121,15 +122,32 @@ def _user_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
         yield
 
 
+def _copy_tree(node: object) -> object:
+    """A copy of a parsed rule file: its dicts (with their key lines) and lists are new, its scalars shared.
+
+    The loader's YAML holds only dicts (``_Lines``), lists and scalars (text, numbers, booleans, dates,
+    null: immutable), so this is a deep copy; ``copy.deepcopy`` makes the same one about four times slower
+    (its memo and ``__reduce_ex__`` for every dict), which the session paid for every rule file of
+    every analysis."""
+    if isinstance(node, _Lines):
+        out = _Lines((k, _copy_tree(v)) for k, v in node.items())
+        out.lines = dict(node.lines)
+        return out
+    if isinstance(node, dict):
+        return {k: _copy_tree(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_copy_tree(v) for v in node]
+    return node
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _parsed_rules_once() -> Iterator[None]:
-    """Every analysis loads the 35 rule files, and YAML parsing in pure Python is most of the time a small
-    capture's analysis takes: in the test session a rule file is parsed once per distinct text. The key is the
-    path and the file's full text, read again each time (so a test that writes or changes a rule file gets its
-    own parse and its own errors); a hit returns a deep copy, so no caller sees another's dicts. Errors are not
-    cached: a bad file raises its RuleError every time, exactly as without the cache."""
-    import copy
-
+    """Every analysis loads every rule file, and YAML parsing is much of the time a small capture's
+    analysis takes after its metrics: in the test session a rule file is parsed once per distinct text. The
+    key is the path and the file's full text, read again each time (so a test that writes or changes a rule
+    file gets its own parse and its own errors); a hit returns a deep copy (:func:`_copy_tree`), so no caller
+    sees another's dicts. Errors are not cached: a bad file raises its RuleError every time, exactly as
+    without the cache."""
     from msdiag.rules import loader
 
     parse = loader._read_yaml
@@ -139,7 +157,7 @@ def _parsed_rules_once() -> Iterator[None]:
         key = (str(path), loader._read_text(path))
         if key not in parsed:
             parsed[key] = parse(path)
-        return copy.deepcopy(parsed[key])
+        return _copy_tree(parsed[key])
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(loader, "_read_yaml", read_yaml)
