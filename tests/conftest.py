@@ -98,6 +98,50 @@ def analysed_json(analysed: Callable[[str], Analysis]) -> Callable[[str], dict[s
 
 
 @pytest.fixture(scope="session")
+def rank_cache(_user_cache: None) -> str:
+    """The test session's rank cache: the folder the CLI caches ranks in by default (``_user_cache`` points it at a
+    temp folder). An analysis in process with ``Options(cache=rank_cache)`` parses a corpus capture's ranks the
+    first time and reads them back after, as repeated CLI runs do: for tests of options, rules and goals, which act
+    on what the metrics compute, not on how the ranks were read (the cache's own tests use caches of their own)."""
+    from msdiag.ingest.cache import default_dir
+
+    return str(default_dir())
+
+
+@pytest.fixture(scope="session")
+def _pages(analysed: Callable[[str], Analysis]) -> Callable[[str], tuple[dict[str, Any], str]]:
+    """``_pages(name)``: (context, page) of ``analysed(name)``'s HTML report, made once per session: the page is
+    ``msdiag.report.html.render`` of the analysis and its JSON report object (what ``msdiag report`` writes for
+    it), rendered from that context as render() does. Drawing the charts (in the context) is most of a page's cost."""
+    from msdiag.contract import build
+    from msdiag.report import html
+
+    done: dict[int, tuple[dict[str, Any], str]] = {}  # by the shared Analysis: a short name and its path are one page
+
+    def get(name: str) -> tuple[dict[str, Any], str]:
+        a = analysed(name)
+        if id(a) not in done:
+            ctx = html.context(a, build(a))
+            done[id(a)] = ctx, html.environment().get_template(html.BASE_TEMPLATE).render(**ctx)
+        return done[id(a)]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def rendered(_pages: Callable[[str], tuple[dict[str, Any], str]]) -> Callable[[str], str]:
+    """``rendered(name)``: the HTML page of ``analysed(name)``, rendered once per session. Read it, never change it."""
+    return lambda name: _pages(name)[1]
+
+
+@pytest.fixture(scope="session")
+def page_context(_pages: Callable[[str], tuple[dict[str, Any], str]]) -> Callable[[str], dict[str, Any]]:
+    """``page_context(name)``: what the templates read for ``rendered(name)`` (``html.context``), made once per
+    session. Read it, never change it."""
+    return lambda name: _pages(name)[0]
+
+
+@pytest.fixture(scope="session")
 def job8(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """bench/cluster.py's synthetic 8-rank job built from the corpus (torchnpu-2rank-level1, rank 1) once per
     session: 8 ranks x 3 steps, rank 5's compute 3x longer, link 2-3's transit 2.5x (tests/test_cluster.py)."""

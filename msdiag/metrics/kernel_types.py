@@ -91,13 +91,14 @@ def _side_ran(k: pd.DataFrame, side: str) -> pd.Series:
     return (t > 0) | (t.isna() & any_ratio)
 
 
-def pipe_ratios(k: pd.DataFrame, by: pd.Series) -> pd.DataFrame:
-    """Duration-weighted mean of each PipeUtilization column per group of ``by`` (NaN where no kernel
-    of the group measured it), over the kernels whose core side ran."""
+def pipe_ratios(k: pd.DataFrame, by: pd.Series | list[pd.Series]) -> pd.DataFrame:
+    """Duration-weighted mean of each PipeUtilization column per group of ``by`` (a key, or several: NaN where
+    no kernel of the group measured it), over the kernels whose core side ran."""
     dur = k["dur_us"].astype(float).fillna(0.0)
     present = [c for c in RATIO_COLUMNS if c in k.columns and k[c].notna().any()]
     if not present:  # no PipeUtilization value at all (CPU ops, Level0, another metrics group): every ratio NaN
-        index = pd.Index(by.unique(), name=by.name)
+        keys = by if isinstance(by, list) else [by]
+        index = pd.MultiIndex.from_frame(pd.concat(keys, axis=1).drop_duplicates()) if len(keys) > 1 else pd.Index(keys[0].unique(), name=keys[0].name)
         return pd.DataFrame({c: pd.Series(np.nan, index=index) for c in RATIO_COLUMNS}, index=index)
     # each column's weighted values and weights, summed per group in one groupby (the same sums as one per column)
     parts: dict[str, pd.Series] = {}
@@ -187,7 +188,7 @@ def _none_for_nan(out: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _bounds(comp: pd.DataFrame, types: pd.Series) -> pd.DataFrame:
+def _bounds(comp: pd.DataFrame, types: pd.Series | list[pd.Series]) -> pd.DataFrame:
     """Per op type: the pipe ratios per column and per unit, bound, bound_ratio, bound_note."""
     cols = pipe_ratios(comp, types)
     units = unit_ratios(cols)
@@ -207,6 +208,28 @@ def bound_shares(capture: Tables) -> pd.DataFrame:
     share = time_us / total if total > 0 else pd.Series(np.nan, index=time_us.index)
     out = _none_for_nan(pd.DataFrame({"time_us": time_us, "share": share}).join(_bounds(comp, types)))
     return out.sort_values("time_us", ascending=False, kind="stable")  # type_table's order: sums over rows match it
+
+
+def bound_shares_by_rank(capture: Capture) -> dict[int, pd.DataFrame]:
+    """:func:`bound_shares` of every rank of the capture, from one grouping of the capture's kernels by rank and
+    type (one pass, not one per rank: a rank's groups hold its kernels in the same order, so every sum is the
+    same); a rank without compute kernels gets an empty frame."""
+    comp = _compute(capture)
+    out = {rd.rank: pd.DataFrame() for rd in capture.ranks}
+    if not len(comp):
+        return out
+    keys = [comp["rank"].rename("rank"), _types(comp)]
+    time_us = comp["dur_us"].astype(float).groupby(keys, sort=False).sum()
+    bounds = _bounds(comp, keys)
+    ranks_of = time_us.index.get_level_values(0)
+    for r in pd.unique(ranks_of):
+        mine = np.asarray(ranks_of == r, dtype=bool)
+        t = time_us[mine].droplevel(0)
+        total = float(t.sum())
+        share = t / total if total > 0 else pd.Series(np.nan, index=t.index)
+        rt = _none_for_nan(pd.DataFrame({"time_us": t, "share": share}).join(bounds[mine].droplevel(0)))
+        out[int(r)] = rt.sort_values("time_us", ascending=False, kind="stable")
+    return out
 
 
 def cached_table(ctx: Context) -> pd.DataFrame:
@@ -285,7 +308,7 @@ def _mte2_bound(table: pd.DataFrame, max_cube: float) -> pd.Series:
 def _per_rank_tables(ctx: Context) -> dict[int, pd.DataFrame]:
     key = _KEY + ".per_rank"
     if key not in ctx.cache:
-        ctx.cache[key] = {rd.rank: bound_shares(rd) for rd in ctx.capture.ranks}
+        ctx.cache[key] = bound_shares_by_rank(ctx.capture)
     return ctx.cache[key]  # type: ignore[no-any-return]
 
 
