@@ -153,15 +153,16 @@ def _l2_rates(capture: Tables, comp: pd.DataFrame, types: pd.Series) -> pd.DataF
     return g.rename(columns={"hit_rate": "l2_hit_rate", "victim_rate": "l2_victim_rate"}).astype(float)
 
 
-def type_table(capture: Tables, with_flops: bool = True) -> pd.DataFrame:
+def type_table(capture: Tables, with_flops: bool = True, kernel_flops: pd.Series | None = None) -> pd.DataFrame:
     """One row per compute op type over every rank, largest time first: launches, time_us, share,
     flops (null when no kernel of the type has FLOPs, or ``with_flops`` is off), tflops, the pipe
-    ratios per column and per unit, bound, bound_ratio, bound_note, l2_hit_rate, l2_victim_rate."""
+    ratios per column and per unit, bound, bound_ratio, bound_note, l2_hit_rate, l2_victim_rate.
+    ``kernel_flops``: phases.compute_kernel_flops of ``capture`` when the caller has it."""
     comp = _compute(capture)
     if not len(comp):
         return pd.DataFrame()
     types = _types(comp)
-    f = ph.compute_kernel_flops(capture) if with_flops else None  # type: ignore[arg-type]  # reads table() only
+    f = None if not with_flops else kernel_flops if kernel_flops is not None else ph.compute_kernel_flops(capture)  # type: ignore[arg-type]  # reads table() only
     flops = pd.Series(np.nan, index=comp.index) if f is None else pd.Series(f.to_numpy(dtype=float), index=comp.index)
     dur = comp["dur_us"].astype(float)
     g = pd.DataFrame({"type": types, "dur_us": dur, "flops": flops, "known_us": dur.where(flops.notna(), 0.0)})
@@ -235,7 +236,7 @@ def bound_shares_by_rank(capture: Capture) -> dict[int, pd.DataFrame]:
 def cached_table(ctx: Context) -> pd.DataFrame:
     """:func:`type_table` of the analysis, computed once (metrics, the chart views and the JSON rows share it)."""
     if _KEY not in ctx.cache:
-        ctx.cache[_KEY] = type_table(ctx.capture)
+        ctx.cache[_KEY] = type_table(ctx.capture, kernel_flops=ph.kernel_flops_for(ctx))
     return ctx.cache[_KEY]  # type: ignore[no-any-return]
 
 
