@@ -13,6 +13,7 @@ This module imports nothing from msdiag.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -48,7 +49,16 @@ class Table:
     column_docs: Mapping[str, str] = field(default_factory=dict)
 
     def empty(self) -> pd.DataFrame:
-        """An empty frame with this table's columns and dtypes."""
+        """An empty frame with this table's columns and dtypes (a fresh copy each call: the caller may change it).
+
+        The frame is built once per table and copied: building it column by column costs milliseconds (about
+        10 ms for the kernels' 30 columns), a copy a fraction of one, and metrics ask for the empty table of
+        each format that lacks it many times per analysis."""
+        return self._empty_template.copy()
+
+    @functools.cached_property
+    def _empty_template(self) -> pd.DataFrame:
+        """The empty frame :meth:`empty` copies (never handed out itself)."""
         return pd.DataFrame({c: pd.Series(dtype=t) for c, t in self.columns.items()})
 
     def frame(self, data: Mapping[str, Any] | pd.DataFrame) -> pd.DataFrame:

@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, settings
 
 from msdiag.analysis import Analysis, analyze
 from msdiag.options import Options
+from msdiag.rules.loader import _Lines
 
 # Property tests must not depend on the machine's load: hypothesis's default 200 ms deadline per example and its
 # too_slow health check fail a test when the machine is busy, not when the code is wrong. CI (CI set) uses
@@ -97,6 +98,50 @@ def analysed_json(analysed: Callable[[str], Analysis]) -> Callable[[str], dict[s
 
 
 @pytest.fixture(scope="session")
+def rank_cache(_user_cache: None) -> str:
+    """The test session's rank cache: the folder the CLI caches ranks in by default (``_user_cache`` points it at a
+    temp folder). An analysis in process with ``Options(cache=rank_cache)`` parses a corpus capture's ranks the
+    first time and reads them back after, as repeated CLI runs do: for tests of options, rules and goals, which act
+    on what the metrics compute, not on how the ranks were read (the cache's own tests use caches of their own)."""
+    from msdiag.ingest.cache import default_dir
+
+    return str(default_dir())
+
+
+@pytest.fixture(scope="session")
+def _pages(analysed: Callable[[str], Analysis]) -> Callable[[str], tuple[dict[str, Any], str]]:
+    """``_pages(name)``: (context, page) of ``analysed(name)``'s HTML report, made once per session: the page is
+    ``msdiag.report.html.render`` of the analysis and its JSON report object (what ``msdiag report`` writes for
+    it), rendered from that context as render() does. Drawing the charts (in the context) is most of a page's cost."""
+    from msdiag.contract import build
+    from msdiag.report import html
+
+    done: dict[int, tuple[dict[str, Any], str]] = {}  # by the shared Analysis: a short name and its path are one page
+
+    def get(name: str) -> tuple[dict[str, Any], str]:
+        a = analysed(name)
+        if id(a) not in done:
+            ctx = html.context(a, build(a))
+            done[id(a)] = ctx, html.environment().get_template(html.BASE_TEMPLATE).render(**ctx)
+        return done[id(a)]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def rendered(_pages: Callable[[str], tuple[dict[str, Any], str]]) -> Callable[[str], str]:
+    """``rendered(name)``: the HTML page of ``analysed(name)``, rendered once per session. Read it, never change it."""
+    return lambda name: _pages(name)[1]
+
+
+@pytest.fixture(scope="session")
+def page_context(_pages: Callable[[str], tuple[dict[str, Any], str]]) -> Callable[[str], dict[str, Any]]:
+    """``page_context(name)``: what the templates read for ``rendered(name)`` (``html.context``), made once per
+    session. Read it, never change it."""
+    return lambda name: _pages(name)[0]
+
+
+@pytest.fixture(scope="session")
 def job8(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """bench/cluster.py's synthetic 8-rank job built from the corpus (torchnpu-2rank-level1, rank 1) once per
     session: 8 ranks x 3 steps, rank 5's compute 3x longer, link 2-3's transit 2.5x (tests/test_cluster.py)."""
@@ -121,15 +166,32 @@ def _user_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
         yield
 
 
+def _copy_tree(node: object) -> object:
+    """A copy of a parsed rule file: its dicts (with their key lines) and lists are new, its scalars shared.
+
+    The loader's YAML holds only dicts (``_Lines``), lists and scalars (text, numbers, booleans, dates,
+    null: immutable), so this is a deep copy; ``copy.deepcopy`` makes the same one about four times slower
+    (its memo and ``__reduce_ex__`` for every dict), which the session paid for every rule file of
+    every analysis."""
+    if isinstance(node, _Lines):
+        out = _Lines((k, _copy_tree(v)) for k, v in node.items())
+        out.lines = dict(node.lines)
+        return out
+    if isinstance(node, dict):
+        return {k: _copy_tree(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_copy_tree(v) for v in node]
+    return node
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _parsed_rules_once() -> Iterator[None]:
-    """Every analysis loads the 35 rule files, and YAML parsing in pure Python is most of the time a small
-    capture's analysis takes: in the test session a rule file is parsed once per distinct text. The key is the
-    path and the file's full text, read again each time (so a test that writes or changes a rule file gets its
-    own parse and its own errors); a hit returns a deep copy, so no caller sees another's dicts. Errors are not
-    cached: a bad file raises its RuleError every time, exactly as without the cache."""
-    import copy
-
+    """Every analysis loads every rule file, and YAML parsing is much of the time a small capture's
+    analysis takes after its metrics: in the test session a rule file is parsed once per distinct text. The
+    key is the path and the file's full text, read again each time (so a test that writes or changes a rule
+    file gets its own parse and its own errors); a hit returns a deep copy (:func:`_copy_tree`), so no caller
+    sees another's dicts. Errors are not cached: a bad file raises its RuleError every time, exactly as
+    without the cache."""
     from msdiag.rules import loader
 
     parse = loader._read_yaml
@@ -139,7 +201,7 @@ def _parsed_rules_once() -> Iterator[None]:
         key = (str(path), loader._read_text(path))
         if key not in parsed:
             parsed[key] = parse(path)
-        return copy.deepcopy(parsed[key])
+        return _copy_tree(parsed[key])
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(loader, "_read_yaml", read_yaml)

@@ -12,7 +12,6 @@ import pytest
 
 from msdiag.analysis import Analysis
 from msdiag.contract import build
-from msdiag.report import html
 from msdiag.report.text import render
 
 LEVEL0 = "ascend/torchnpu-2rank-level0"
@@ -104,8 +103,9 @@ def test_why_the_device_waits_section(reports: dict[str, dict[str, Any]]) -> Non
     assert "main.py(483): __str__ < main.py(511): <listcomp> < main.py(509): display" in why
 
 
-def test_html_banner_carries_the_cause(analysed: Callable[[str], Analysis], reports: dict[str, dict[str, Any]]) -> None:
-    # the HTML verdict banner leads with the same cause sentence as the text headline
-    page = html.render(analysed(LEVEL1), reports[LEVEL1])
+def test_html_banner_carries_the_cause(rendered: Callable[[str], str]) -> None:
+    # the HTML verdict banner leads with the same cause sentence as the text headline (the page of the session's
+    # analysis: html.render of it and its report object, drawn once per session)
+    page = rendered(LEVEL1)
     banner = page.split('<div class="verdict"')[1].split("</div>\n  <div class=\"tiles\">")[0]
     assert "96 ms per step waiting for ranks not in this capture (2 of 8 captured)" in banner

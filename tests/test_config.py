@@ -30,7 +30,9 @@ PACKAGE = Path(msdiag.__file__).resolve().parent  # the package under test (the 
 
 
 def _analyze(path: Path, *extra: str) -> tuple[int, dict, str]:
-    r = CliRunner().invoke(main, ["analyze", str(path), "--format", "json", "--jobs", "1", "--no-cache", *extra])
+    """``analyze --format json`` with the rank cache of the test session (the CLI's default folder, tests/conftest.py):
+    the options under test act on the metrics and rules, which every run computes; the ranks are parsed once."""
+    r = CliRunner().invoke(main, ["analyze", str(path), "--format", "json", "--jobs", "1", *extra])
     return r.exit_code, (json.loads(r.stdout) if r.exit_code in (0, 1) else {}), r.stderr
 
 
@@ -121,10 +123,10 @@ def test_disable_leaves_a_rule_out_everywhere(corpus: Path) -> None:
     assert "--disable" in line and "unknown rule 'no-such-rule'" in line
 
 
-def test_disabled_rules_in_the_analysis(corpus: Path, analysed: Callable[[str], Any]) -> None:
+def test_disabled_rules_in_the_analysis(corpus: Path, analysed: Callable[[str], Any], rank_cache: str) -> None:
     # host-bound fires on level1 (the session's analysis, module doc); disabled, it does not
     assert "host-bound" in {f["rule_id"] for f in analysed(LEVEL1).findings}
-    a = analyze(corpus / LEVEL1, Options(jobs=1, disable=("host-bound",)))
+    a = analyze(corpus / LEVEL1, Options(jobs=1, cache=rank_cache, disable=("host-bound",)))
     assert a.disabled == ["host-bound"]
     assert "host-bound" not in {f["rule_id"] for f in a.findings}
     with pytest.raises(RuleError, match="unknown rule"):

@@ -133,6 +133,29 @@ def test_mte2_bound_share_on_level1(analysed: Callable[[str], Any]) -> None:
     assert not any(f["rule_id"] == "kernel-memory-bound" for f in a.findings)
 
 
+@pytest.mark.parametrize("name", ["level1", "p2p"])
+def test_per_rank_bound_shares_in_one_pass_are_each_ranks_own(analysed: Callable[[str], Any], name: str) -> None:
+    """mte2_bound_share's per-rank values read every rank's bound shares from one grouping of the capture's kernels
+    by rank and type (bound_shares_by_rank): each rank's frame is, to the bit, what its own type table gives
+    (time, share, ratios, bound), largest time first. level1 has PipeUtilization ratios; p2p's kernels have none
+    (every ratio and bound null)."""
+    cap = analysed(name).capture
+    by_rank = kt.bound_shares_by_rank(cap)
+    assert sorted(by_rank) == [0, 1]
+    for rd in cap.ranks:
+        own = kt.type_table(rd, with_flops=False)
+        pd.testing.assert_frame_equal(by_rank[rd.rank], own[list(by_rank[rd.rank].columns)], check_exact=True)
+        pd.testing.assert_frame_equal(by_rank[rd.rank], kt.bound_shares(rd), check_exact=True)
+    # rank 1's MTE2-bound share of its own compute time is the metric's per-rank value
+    a = analysed(name)
+    per = a.metrics["mte2_bound_share"].per_rank
+    if name == "level1":
+        rt = by_rank[1]
+        max_cube = a.options.param("kernel-memory-bound.max_cube")
+        assert per[1] == float(rt.loc[kt._mte2_bound(rt, max_cube), "share"].sum())
+        assert 0 < per[1] < 1
+
+
 def test_l2_cache_and_api_statistic_readers(corpus: Path) -> None:
     # l2_cache.csv of level1 rank 0: 180 lines = header + 179 rows; first row "2,11052,N/A,0.23264,trans_TransData_1"
     l2 = ascend_stats.read_l2_cache(corpus / LEVEL1_OUT / "l2_cache.csv", 0)

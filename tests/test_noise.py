@@ -19,7 +19,6 @@ from msdiag.contract import build
 from msdiag.errors import RuleError
 from msdiag.metrics.registry import all_metrics
 from msdiag.report import groups
-from msdiag.report import html as html_report
 from msdiag.report.text import render
 from msdiag.resources import resource_dir
 from msdiag.rules.loader import load_rules, parse_rule
@@ -96,12 +95,14 @@ def test_null_metrics_one_line_per_reason(level1: dict[str, Any]) -> None:
     assert text.count("no request log (msdiag analyze LOG") == 2  # once for the rules, once for the metrics
 
 
-def test_html_collapses_null_metrics(analysed: Callable[[str], Analysis], level1: dict[str, Any]) -> None:
-    ctx = html_report.context(analysed("level1"), level1)
+def test_html_collapses_null_metrics(
+    page_context: Callable[[str], dict[str, Any]], rendered: Callable[[str], str], level1: dict[str, Any]
+) -> None:
+    ctx = page_context("level1")  # html.context(analysed("level1"), build of it), made once per session
     assert all(level1["metrics"][m["id"]] is not None for m in ctx["metrics"])
     assert sum(len(g["ids"]) for g in ctx["metrics_absent"]) == sum(v is None for v in level1["metrics"].values())
     assert {r for g in ctx["skipped"] for r in g["rules"]} == {s["rule_id"] for s in level1["rules_skipped"]}
-    page = html_report.render(analysed("level1"), level1)
+    page = rendered("level1")  # rendered from that context
     assert page.count('<details class="absent-metrics">') == len(ctx["metrics_absent"])
     assert "Checked, nothing found" in page
 

@@ -109,16 +109,6 @@ def corpus_report(corpus: Path, analysed: Callable[[str], Any], tmp_path_factory
     return out, shared_json(analysed, LEVEL1)
 
 
-def rendered(analysed: Callable[[str], Any], name: str) -> str:
-    """The HTML page of the session's shared analysis of a capture, rendered in process: what ``msdiag report``
-    writes for it (the command itself runs in corpus_report and the tests of its options and errors)."""
-    from msdiag.contract import build
-    from msdiag.report import html
-
-    a = analysed(name)
-    return html.render(a, build(a))
-
-
 def test_corpus_report(corpus_report: tuple[Path, dict]) -> None:
     page = corpus_report[0].read_text(encoding="utf-8")
     data = corpus_report[1]
@@ -166,8 +156,10 @@ def test_corpus_report(corpus_report: tuple[Path, dict]) -> None:
     assert_unique_ids(page)
 
 
-def test_sample_cpu_report(analysed: Callable[[str], Any]) -> None:
-    page = rendered(analysed, "sample")
+def test_sample_cpu_report(analysed: Callable[[str], Any], rendered: Callable[[str], str]) -> None:
+    # the page of the session's analysis, rendered in process (tests/conftest.py): what `msdiag report` writes for
+    # it (the command itself runs in corpus_report and the tests of its options and errors)
+    page = rendered("sample")
     data = shared_json(analysed, "sample")  # the sample is re-captured now and then: figures come from its analysis
     figs = figures(page)
     drawn = {k for k, v in figs.items() if "<svg" in v}
@@ -544,12 +536,15 @@ def test_slow_link_reaches_the_page(job8_analysis: object) -> None:
     assert "Outlined in red: the slow link 2-3 HCCS." in html.render(a, build(a))
 
 
-def test_links_of_a_capture_without_groups(corpus: Path, tmp_path: Path) -> None:
+def test_links_of_a_capture_without_groups(analysed: Callable[[str], Any]) -> None:
     """Raw msprof output names no communication group: its links are one matrix (this used to crash the
-    report on an empty matrix), and the slow link is outlined there."""
-    page = report(corpus / "cann-msprof" / "PROF_000001_20230818142704322_COJGGGCANRMICFBC", tmp_path / "r.html")
-    fig = figures(page)["c-links"]
-    assert "<svg" in fig and "no group recorded" in fig
+    report on an empty matrix), and the slow link is outlined there. The link chart of the session's analysis,
+    drawn alone as the page draws it (the page's <figure> holds its title, caption and SVG)."""
+    from msdiag.report import charts
+
+    chart = charts.comm_links(analysed("cann-msprof/PROF_000001_20230818142704322_COJGGGCANRMICFBC"))
+    fig = f"{chart.title}\n{chart.caption}\n{chart.svg or chart.absent}"
+    assert chart.svg is not None and "no group recorded" in fig
     # link 0 -> 4 on PCIE moved 98.3 MB at 14.37 GB/s = 0.72 x PCIE's 20 GB/s standard, under 0.8: slow_link
     assert "Outlined in red: the slow link 0-4 PCIE." in fig
 

@@ -111,11 +111,30 @@ def _outermost(ev: pd.DataFrame) -> pd.DataFrame:
     return ev[keep]
 
 
-def _events(host: pd.DataFrame, pattern: str) -> pd.DataFrame:
+class _Names:
+    """A host lane's event names, each distinct name once: a pattern is matched against the distinct names
+    (a few hundred) instead of every event (tens of thousands, most of them repeats)."""
+
+    def __init__(self, host: pd.DataFrame) -> None:
+        self.codes, uniques = pd.factorize(host["name"].astype(object), use_na_sentinel=True)
+        self.uniques = pd.Series(uniques, dtype="string")
+        self._hits: dict[str, np.ndarray] = {}
+
+    def matching(self, pattern: str) -> np.ndarray:
+        """Per event: its name matches ``pattern`` (a null name never does)."""
+        if pattern not in self._hits:
+            hit = self.uniques.str.contains(pattern, regex=True).fillna(False).to_numpy(bool)
+            self._hits[pattern] = (
+                np.where(self.codes >= 0, hit[np.clip(self.codes, 0, None)], False) if len(hit) else np.zeros(len(self.codes), bool)
+            )
+        return self._hits[pattern]
+
+
+def _events(host: pd.DataFrame, pattern: str, names: _Names | None = None) -> pd.DataFrame:
     """Host events whose name matches, with their thread: the id at the end of the track name
-    ('Python/Thread 3096504' and 'CANN/Thread 3096504' are one thread)."""
-    names = host["name"].astype("string")
-    ev = host[names.str.contains(pattern, regex=True).fillna(False).to_numpy(bool)]
+    ('Python/Thread 3096504' and 'CANN/Thread 3096504' are one thread). ``names``: the lane's
+    :class:`_Names`, when the caller matches several patterns."""
+    ev = host[(names or _Names(host)).matching(pattern)]
     codes, tracks = pd.factorize(ev["track"].astype(object), use_na_sentinel=False)
     threads = np.array([str(t).rsplit(" ", 1)[-1] for t in tracks], dtype=object)
     return ev.assign(thread=threads[codes] if len(codes) else [])
@@ -146,11 +165,14 @@ def rank_activity(ctx: Context, rank: int) -> pd.DataFrame:
     win = _windows(ctx, rank, tl)
     if not len(host) or not len(win):
         return _NO_ACTIVITY
+    names = _Names(host)
     # a rank read shallow holds only the first frame of each name: its call sites are unknown, never guessed
-    frames = _events(host, FRAME_PATTERN) if rd.info.read_depth != "shallow" else _events(host.iloc[:0], FRAME_PATTERN)
+    frames = _events(host, FRAME_PATTERN, names) if rd.info.read_depth != "shallow" else _events(host.iloc[:0], FRAME_PATTERN)
     parts = []
     for cause, pattern in (("host-sync", SYNC_PATTERN), *ACTIVITY_PATTERNS.items()):
-        ev = _outermost(_events(host, pattern))
+        if not names.matching(pattern).any():
+            continue
+        ev = _outermost(_events(host, pattern, names))
         if not len(ev):
             continue
         s = ev["start_us"].to_numpy(float)

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from msdiag.metrics.communication import collective_rows
+from msdiag.metrics.communication import cached_collective_rows, collective_rows
 from msdiag.metrics.registry import Context, Reads, Value, metric
 from msdiag.model import Capture
 from msdiag.units import US_PER_MS
@@ -100,15 +100,16 @@ def _instance(rank: np.ndarray, start: np.ndarray, own: np.ndarray) -> dict[str,
     }
 
 
-def collectives(capture: Capture, steps: pd.DataFrame) -> pd.DataFrame:
+def collectives(capture: Capture, steps: pd.DataFrame, rows_source: tuple[pd.DataFrame, str] | None = None) -> pd.DataFrame:
     """Every collective instance on the captured ranks (COLLECTIVE_COLUMNS), in time order.
 
     ``late_ms``: the last captured arrival minus the earliest (null on one rank); ``wait_ms`` per rank:
     release minus its arrival; ``release_after_last_ms``: release minus the last captured arrival, the
     rank's own transfer time left out where known; ``release_spread_ms``: how far apart the captured
-    ranks stop waiting (near 0: released together, by a peer).
+    ranks stop waiting (near 0: released together, by a peer). ``rows_source``: :func:`collective_rows` of the
+    capture when the caller has them.
     """
-    rows, source = collective_rows(capture)
+    rows, source = collective_rows(capture) if rows_source is None else rows_source
     rows = rows[rows["start_us"].notna() & rows["elapse_us"].notna()]
     if not len(rows):
         return pd.DataFrame(columns=COLLECTIVE_COLUMNS)
@@ -172,7 +173,7 @@ def collectives_table(ctx: Context) -> pd.DataFrame:
 
 def _cached(ctx: Context) -> pd.DataFrame:
     if "collectives" not in ctx.cache:
-        ctx.cache["collectives"] = collectives(ctx.capture, ctx.steps)
+        ctx.cache["collectives"] = collectives(ctx.capture, ctx.steps, cached_collective_rows(ctx))
     df: pd.DataFrame = ctx.cache["collectives"]
     return df
 

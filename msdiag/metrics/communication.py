@@ -198,6 +198,11 @@ def transport_bandwidth(capture: Capture) -> pd.DataFrame:
     return g[cols]
 
 
+def _transport_bandwidth(ctx: Context) -> pd.DataFrame:
+    """:func:`transport_bandwidth` of the analysis' capture, once (a metric per transport and the utilization read it)."""
+    return ctx.once("communication.transport_bandwidth", lambda: transport_bandwidth(ctx.capture))
+
+
 def _no_transport(ctx: Context) -> str | None:
     if len(ctx.capture.table("comm_transport")):
         return None
@@ -211,7 +216,7 @@ def _bandwidth(transport: str) -> Callable[[Context], Value]:
         why = _no_transport(ctx)
         if why:
             return Value(None, reason=why)
-        bw = transport_bandwidth(ctx.capture)
+        bw = _transport_bandwidth(ctx)
         bw = bw[bw["transport"] == transport]
         if not len(bw):
             return Value(None, reason=f"no {transport} traffic in communication.json")
@@ -233,7 +238,7 @@ for _t in TRANSPORTS:
 def _utilization(ctx: Context) -> pd.DataFrame:
     """transport_bandwidth rows of transports with a norm, with norm_gbps and utilization."""
     norms = _option_norms(ctx)
-    bw = transport_bandwidth(ctx.capture)
+    bw = _transport_bandwidth(ctx)
     bw = bw[bw["transport"].isin(list(norms)) & (bw["size_mb"] >= MIN_JUDGED_MB)].copy()
     bw["norm_gbps"] = [norms[str(t)] for t in bw["transport"]]
     bw["utilization"] = bw["bandwidth_gbps"] / bw["norm_gbps"]
@@ -241,6 +246,11 @@ def _utilization(ctx: Context) -> pd.DataFrame:
 
 
 def _utilization_value(ctx: Context) -> tuple[pd.DataFrame | None, str | None]:
+    """The utilization rows (:func:`_utilization`) or why there are none; once per analysis (two metrics read them)."""
+    return ctx.once("communication.utilization", lambda: _utilization_rows(ctx))
+
+
+def _utilization_rows(ctx: Context) -> tuple[pd.DataFrame | None, str | None]:
     why = _no_transport(ctx)
     if why:
         return None, why
@@ -424,7 +434,12 @@ def _two_ranks(g: pd.DataFrame) -> tuple[str, int | None, float, float]:
     return "elapse", (short if share > ELAPSE_GAP_SHARE else None), float(share), float(gap)
 
 
-def late_arrivals(capture: Capture) -> pd.DataFrame:
+def cached_collective_rows(ctx: Context) -> tuple[pd.DataFrame, str]:
+    """:func:`collective_rows` of the analysis' capture, once (the slow-rank vote and metrics/collectives.py read them)."""
+    return ctx.once("communication.collective_rows", lambda: collective_rows(ctx.capture))
+
+
+def late_arrivals(capture: Capture, rows_source: tuple[pd.DataFrame, str] | None = None) -> pd.DataFrame:
     """Every collective op instance seen on two or more ranks, with its late arriver (or none).
 
     Instances match by step, group, op name and occurrence across ranks in comm_ops (p2p ops left
@@ -435,9 +450,9 @@ def late_arrivals(capture: Capture) -> pd.DataFrame:
     the other's exceeds SYNC_LARGE_SHARE of its transit + wait; without synchronization times, the
     shorter op when the elapses differ by more than ELAPSE_GAP_SHARE. Columns: step, group, op_name,
     occurrence, n, method, late_rank, statistic (Q, z, or the sync / gap share), late_us (how long the
-    others waited), source.
+    others waited), source. ``rows_source``: :func:`collective_rows` of the capture when the caller has them.
     """
-    rows, source = collective_rows(capture)
+    rows, source = collective_rows(capture) if rows_source is None else rows_source
     out: list[dict[str, Any]] = []
     keys = ["step", "group", "op_name", "occurrence"]
     # each rank's first row of an instance, and only instances seen on two or more ranks: the loop
@@ -510,7 +525,12 @@ def slow_rank_verdict(
 
 
 def _slow_rank_data(ctx: Context) -> tuple[pd.DataFrame, int | None, dict[int, int], str | None]:
-    inst = late_arrivals(ctx.capture)
+    """(late-arrival instances, slow rank, votes, why none), once per analysis (slow_rank and its votes read it)."""
+    return ctx.once("communication.slow_rank", lambda: _slow_rank_vote(ctx))
+
+
+def _slow_rank_vote(ctx: Context) -> tuple[pd.DataFrame, int | None, dict[int, int], str | None]:
+    inst = late_arrivals(ctx.capture, cached_collective_rows(ctx))
     if not len(inst):
         has_ops = len(ctx.capture.table("comm_ops")) > 0
         k = ctx.capture.table("kernels")
@@ -591,6 +611,12 @@ def link_bandwidth(capture: Capture, norms: Mapping[str, float] | None = None) -
 
 
 def _slowest_link(ctx: Context) -> tuple[pd.DataFrame | None, str | None]:
+    """The links against their standards, slowest first (:func:`link_bandwidth` with the option's norms), or why
+    there are none; once per analysis (the slow-link metrics and the link view read them)."""
+    return ctx.once("communication.slowest_link", lambda: _links_against_norms(ctx))
+
+
+def _links_against_norms(ctx: Context) -> tuple[pd.DataFrame | None, str | None]:
     links = ctx.capture.table("comm_links")
     if not len(links):
         return None, _missing(ctx.capture, "communication_matrix.json")

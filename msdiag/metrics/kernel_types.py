@@ -91,15 +91,17 @@ def _side_ran(k: pd.DataFrame, side: str) -> pd.Series:
     return (t > 0) | (t.isna() & any_ratio)
 
 
-def pipe_ratios(k: pd.DataFrame, by: pd.Series) -> pd.DataFrame:
-    """Duration-weighted mean of each PipeUtilization column per group of ``by`` (NaN where no kernel
-    of the group measured it), over the kernels whose core side ran."""
+def pipe_ratios(k: pd.DataFrame, by: pd.Series | list[pd.Series]) -> pd.DataFrame:
+    """Duration-weighted mean of each PipeUtilization column per group of ``by`` (a key, or several: NaN where
+    no kernel of the group measured it), over the kernels whose core side ran."""
     dur = k["dur_us"].astype(float).fillna(0.0)
-    out = {}
     present = [c for c in RATIO_COLUMNS if c in k.columns and k[c].notna().any()]
     if not present:  # no PipeUtilization value at all (CPU ops, Level0, another metrics group): every ratio NaN
-        index = pd.Index(by.unique(), name=by.name)
+        keys = by if isinstance(by, list) else [by]
+        index = pd.MultiIndex.from_frame(pd.concat(keys, axis=1).drop_duplicates()) if len(keys) > 1 else pd.Index(keys[0].unique(), name=keys[0].name)
         return pd.DataFrame({c: pd.Series(np.nan, index=index) for c in RATIO_COLUMNS}, index=index)
+    # each column's weighted values and weights, summed per group in one groupby (the same sums as one per column)
+    parts: dict[str, pd.Series] = {}
     for side in ("aic", "aiv"):
         ran = _side_ran(k, side)
         for c, (_, s) in RATIO_COLUMNS.items():
@@ -107,18 +109,23 @@ def pipe_ratios(k: pd.DataFrame, by: pd.Series) -> pd.DataFrame:
                 continue
             r = k[c].astype(float)
             w = dur.where(ran & r.notna(), 0.0)
-            num = (w * r.fillna(0.0)).groupby(by, sort=False).sum()
-            den = w.groupby(by, sort=False).sum()
-            out[c] = (num / den.where(den > 0)).astype(float)
+            parts[f"num:{c}"], parts[f"den:{c}"] = w * r.fillna(0.0), w
+    sums = pd.DataFrame(parts).groupby(by, sort=False).sum()
+    out = {}
+    for c in (c for c in RATIO_COLUMNS if f"den:{c}" in sums.columns):
+        den = sums[f"den:{c}"]
+        out[c] = (sums[f"num:{c}"] / den.where(den > 0)).astype(float)
     return pd.DataFrame(out).reindex(columns=list(RATIO_COLUMNS))  # a column no kernel filled: NaN
 
 
 def unit_ratios(cols: pd.DataFrame) -> pd.DataFrame:
-    """Each unit's ratio: the larger of its cube-side and vector-side column ratios."""
+    """Each unit's ratio: the larger of its cube-side and vector-side column ratios (NaN where neither was measured)."""
     out = {}
     for u in UNITS:
         mine = [c for c, (unit, _) in RATIO_COLUMNS.items() if unit == u and c in cols.columns]
-        out[u] = cols[mine].max(axis=1, skipna=True) if mine else pd.Series(np.nan, index=cols.index)
+        # fmax skips NaN as max(axis=1, skipna=True) does, without a frame per unit
+        vals = np.fmax.reduce(cols[mine].to_numpy(dtype=float), axis=1) if mine else np.nan
+        out[u] = pd.Series(vals, index=cols.index, dtype=float)
     return pd.DataFrame(out, index=cols.index)
 
 
@@ -146,15 +153,16 @@ def _l2_rates(capture: Tables, comp: pd.DataFrame, types: pd.Series) -> pd.DataF
     return g.rename(columns={"hit_rate": "l2_hit_rate", "victim_rate": "l2_victim_rate"}).astype(float)
 
 
-def type_table(capture: Tables, with_flops: bool = True) -> pd.DataFrame:
+def type_table(capture: Tables, with_flops: bool = True, kernel_flops: pd.Series | None = None) -> pd.DataFrame:
     """One row per compute op type over every rank, largest time first: launches, time_us, share,
     flops (null when no kernel of the type has FLOPs, or ``with_flops`` is off), tflops, the pipe
-    ratios per column and per unit, bound, bound_ratio, bound_note, l2_hit_rate, l2_victim_rate."""
+    ratios per column and per unit, bound, bound_ratio, bound_note, l2_hit_rate, l2_victim_rate.
+    ``kernel_flops``: phases.compute_kernel_flops of ``capture`` when the caller has it."""
     comp = _compute(capture)
     if not len(comp):
         return pd.DataFrame()
-    types = comp["type"].fillna(comp["name"]).fillna("").astype(str).rename("type")  # the name where no type
-    f = ph.compute_kernel_flops(capture) if with_flops else None  # type: ignore[arg-type]  # reads table() only
+    types = _types(comp)
+    f = None if not with_flops else kernel_flops if kernel_flops is not None else ph.compute_kernel_flops(capture)  # type: ignore[arg-type]  # reads table() only
     flops = pd.Series(np.nan, index=comp.index) if f is None else pd.Series(f.to_numpy(dtype=float), index=comp.index)
     dur = comp["dur_us"].astype(float)
     g = pd.DataFrame({"type": types, "dur_us": dur, "flops": flops, "known_us": dur.where(flops.notna(), 0.0)})
@@ -165,18 +173,70 @@ def type_table(capture: Tables, with_flops: bool = True) -> pd.DataFrame:
     total = float(agg["time_us"].sum())
     agg["share"] = agg["time_us"] / total if total > 0 else np.nan
     agg["tflops"] = (agg["flops"] / (agg["known_us"].where(agg["known_us"] > 0) * 1e-6) / FLOPS_PER_TFLOPS).astype(float)
+    out = _none_for_nan(agg.join(_bounds(comp, types)).join(_l2_rates(capture, comp, types)))
+    return out.sort_values("time_us", ascending=False, kind="stable").drop(columns=["known_us"])
+
+
+def _types(comp: pd.DataFrame) -> pd.Series:
+    """Each compute kernel's op type (its name where it has no type)."""
+    return comp["type"].fillna(comp["name"]).fillna("").astype(str).rename("type")
+
+
+def _none_for_nan(out: pd.DataFrame) -> pd.DataFrame:
+    """``bound`` and ``bound_note`` as objects with None where a type has none (a join leaves NaN), as bound_of gives."""
+    for c in ("bound", "bound_note"):
+        out[c] = out[c].astype(object).where(out[c].notna(), None)
+    return out
+
+
+def _bounds(comp: pd.DataFrame, types: pd.Series | list[pd.Series]) -> pd.DataFrame:
+    """Per op type: the pipe ratios per column and per unit, bound, bound_ratio, bound_note."""
     cols = pipe_ratios(comp, types)
     units = unit_ratios(cols)
-    out = agg.join(cols).join(units).join(bound_of(units)).join(_l2_rates(capture, comp, types))
-    for c in ("bound", "bound_note"):  # a join leaves NaN where a type has none: None, as bound_of gives
-        out[c] = out[c].astype(object).where(out[c].notna(), None)
-    return out.sort_values("time_us", ascending=False, kind="stable").drop(columns=["known_us"])
+    return cols.join(units).join(bound_of(units))
+
+
+def bound_shares(capture: Tables) -> pd.DataFrame:
+    """Per compute op type, largest time first: time_us, share (of the compute time), the pipe and unit ratios
+    and the bound, as :func:`type_table` gives them, without what a rank's bound shares do not need (launches,
+    FLOPs, L2 rates)."""
+    comp = _compute(capture)
+    if not len(comp):
+        return pd.DataFrame()
+    types = _types(comp)
+    time_us = comp["dur_us"].astype(float).groupby(types, sort=False).sum()
+    total = float(time_us.sum())
+    share = time_us / total if total > 0 else pd.Series(np.nan, index=time_us.index)
+    out = _none_for_nan(pd.DataFrame({"time_us": time_us, "share": share}).join(_bounds(comp, types)))
+    return out.sort_values("time_us", ascending=False, kind="stable")  # type_table's order: sums over rows match it
+
+
+def bound_shares_by_rank(capture: Capture) -> dict[int, pd.DataFrame]:
+    """:func:`bound_shares` of every rank of the capture, from one grouping of the capture's kernels by rank and
+    type (one pass, not one per rank: a rank's groups hold its kernels in the same order, so every sum is the
+    same); a rank without compute kernels gets an empty frame."""
+    comp = _compute(capture)
+    out = {rd.rank: pd.DataFrame() for rd in capture.ranks}
+    if not len(comp):
+        return out
+    keys = [comp["rank"].rename("rank"), _types(comp)]
+    time_us = comp["dur_us"].astype(float).groupby(keys, sort=False).sum()
+    bounds = _bounds(comp, keys)
+    ranks_of = time_us.index.get_level_values(0)
+    for r in pd.unique(ranks_of):
+        mine = np.asarray(ranks_of == r, dtype=bool)
+        t = time_us[mine].droplevel(0)
+        total = float(t.sum())
+        share = t / total if total > 0 else pd.Series(np.nan, index=t.index)
+        rt = _none_for_nan(pd.DataFrame({"time_us": t, "share": share}).join(bounds[mine].droplevel(0)))
+        out[int(r)] = rt.sort_values("time_us", ascending=False, kind="stable")
+    return out
 
 
 def cached_table(ctx: Context) -> pd.DataFrame:
     """:func:`type_table` of the analysis, computed once (metrics, the chart views and the JSON rows share it)."""
     if _KEY not in ctx.cache:
-        ctx.cache[_KEY] = type_table(ctx.capture)
+        ctx.cache[_KEY] = type_table(ctx.capture, kernel_flops=ph.kernel_flops_for(ctx))
     return ctx.cache[_KEY]  # type: ignore[no-any-return]
 
 
@@ -249,7 +309,7 @@ def _mte2_bound(table: pd.DataFrame, max_cube: float) -> pd.Series:
 def _per_rank_tables(ctx: Context) -> dict[int, pd.DataFrame]:
     key = _KEY + ".per_rank"
     if key not in ctx.cache:
-        ctx.cache[key] = {rd.rank: type_table(rd, with_flops=False) for rd in ctx.capture.ranks}
+        ctx.cache[key] = bound_shares_by_rank(ctx.capture)
     return ctx.cache[key]  # type: ignore[no-any-return]
 
 

@@ -15,7 +15,11 @@ _FP32 = {"FLOAT", "DT_FLOAT", "FLOAT32", "float32", "Float32"}
 
 
 def _compute(ctx: Context) -> pd.DataFrame:
-    k = ctx.capture.table("kernels")
+    """The compute kernels with a duration, once per analysis (the kernel-mix metrics read them; none changes them)."""
+    return ctx.once("kernels.compute", lambda: _timed_compute(ctx.capture.table("kernels")))
+
+
+def _timed_compute(k: pd.DataFrame) -> pd.DataFrame:
     return k[(k["kind"] == "compute") & k["dur_us"].notna()]
 
 

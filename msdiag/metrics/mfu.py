@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from msdiag.metrics import chip, devices, flops, model_config
+from msdiag.metrics import chip, devices, model_config, phases
 from msdiag.metrics.registry import Context, Value, metric
 
 _RECOMPUTE = re.compile(r"recompute", re.IGNORECASE)
@@ -76,12 +76,9 @@ def _flops(ctx: Context) -> dict[str, Any]:
     cfg_path = ctx.options.model_config
     k = ctx.capture.table("kernels")
     comp = k[k["kind"] == "compute"].reset_index(drop=True)
-    shape_f = pd.Series(dtype=float)
-    if len(comp):
-        if (comp["core"] == "CPU").all():
-            shape_f = flops.host_op_flops(comp, ctx.capture.table("host_shapes"))
-        else:
-            shape_f = flops.kernel_flops(comp)
+    # the compute kernels' shape FLOPs (host ops on CPU), positional with comp: computed once per analysis
+    kf = phases.kernel_flops_for(ctx)
+    shape_f = pd.Series(dtype=float) if kf is None else kf
     if cfg_path:
         cfg = model_config.load_model_config(str(cfg_path))
         ws, ws_from = _world_size(ctx)

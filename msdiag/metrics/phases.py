@@ -401,12 +401,17 @@ def compute_kernel_flops(cap: Capture) -> pd.Series | None:
     return f.reset_index(drop=True)
 
 
+def kernel_flops_for(ctx: Context) -> pd.Series | None:
+    """:func:`compute_kernel_flops` of the analysis' capture, once (the type table, MFU and the phase summary read it)."""
+    return ctx.once("phases.kernel_flops", lambda: compute_kernel_flops(ctx.capture))
+
+
 def summary_for(ctx: Context) -> dict[str, Any]:
     """Per-phase figures of the context's capture (cached)."""
     hit = ctx.cache.get("inference.phase_summary")
     if hit is None:
         ph = phases_for(ctx)
-        hit = phase_summary(ctx.capture, ph, compute_kernel_flops(ctx.capture)) if ph.ok else {}
+        hit = phase_summary(ctx.capture, ph, kernel_flops_for(ctx)) if ph.ok else {}
         ctx.cache["inference.phase_summary"] = hit
     return hit
 

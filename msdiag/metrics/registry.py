@@ -8,7 +8,7 @@ data the capture lacks is null with the reason, never 0.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping, TypeVar
 
 import pandas as pd
 
@@ -18,6 +18,8 @@ from msdiag.options import Options
 if TYPE_CHECKING:
     from msdiag.inference.requests import RequestLog
     from msdiag.trainlog.reader import TrainLog
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -30,6 +32,13 @@ class Context:
     cache: dict[str, Any] = field(default_factory=dict)  # shared by the metrics of one analysis
     requests: RequestLog | None = None  # a request timing log (msdiag analyze LOG / --requests LOG)
     train_log: TrainLog | None = None  # a training log (msdiag analyze TRAIN.log / --train-log TRAIN.log)
+
+    def once(self, key: str, make: Callable[[], T]) -> T:
+        """``make()``, computed once per analysis and kept in :attr:`cache` under ``key``: a helper that
+        several metrics (and the views) ask for is not recomputed for each. Callers must not modify the result."""
+        if key not in self.cache:
+            self.cache[key] = make()
+        return self.cache[key]  # type: ignore[no-any-return]
 
 
 @dataclass

@@ -11,8 +11,12 @@ from msdiag.metrics.registry import Context, Value, metric
 
 
 def _timed_steps(ctx: Context) -> pd.DataFrame:
-    """Steps with a measured duration, warm-up steps left out (they are reported, not averaged in)."""
-    s = ctx.steps
+    """Steps with a measured duration, warm-up steps left out (they are reported, not averaged in); once per
+    analysis (every step metric reads them; none changes them)."""
+    return ctx.once("steps.timed", lambda: _measured(ctx.steps))
+
+
+def _measured(s: pd.DataFrame) -> pd.DataFrame:
     keep = s["total_us"].notna() & (s["total_us"] > 0)
     if "warmup" in s.columns:
         keep &= ~s["warmup"].fillna(False)
