@@ -57,7 +57,7 @@ from dataclasses import dataclass
 from itertools import compress, repeat
 from operator import attrgetter, is_
 from pathlib import Path
-from typing import Any, Iterator, Union
+from typing import Any, Callable, Iterable, Iterator, Union
 
 import msgspec
 import numpy as np
@@ -535,22 +535,21 @@ def _loose_float(v: Any) -> float | None:
 # events -> compact columns
 
 
-class _Interner:
-    """Maps hashable values to dense integer codes (first-seen order), a chunk at a time."""
+class _Interner(dict):  # type: ignore[type-arg]
+    """Maps hashable values to dense integer codes (first-seen order).
 
-    def __init__(self) -> None:
-        self.codes: dict[Any, int] = {}
+    A dict whose missing keys get the next code: ``codes_of`` looks every value up at C speed (one
+    ``map`` over the values, no intermediate list or object array), and only the few distinct values
+    run Python code, once each.
+    """
 
-    def codes_of(self, values: list[Any]) -> np.ndarray:
-        """int32 codes of ``values``; hashing runs in pandas, the dict only sees each chunk's uniques."""
-        local, uniques = pd.factorize(_array(values), use_na_sentinel=False)
-        table = self.codes
-        glob = np.fromiter(
-            (table.setdefault(_none_if_nan(u), len(table)) for u in uniques.tolist()),
-            dtype=np.int32,
-            count=len(uniques),
-        )
-        return glob[local]
+    def __missing__(self, key: Any) -> int:
+        code = self[key] = len(self)
+        return code
+
+    def codes_of(self, values: Iterable[Any], n: int) -> np.ndarray:
+        """int32 codes of the ``n`` values."""
+        return np.fromiter(map(self.__getitem__, values), dtype=np.int32, count=n)
 
     def pair_codes(self, a: list[Any], b: list[Any]) -> np.ndarray:
         """int32 codes of the pairs (a[i], b[i])."""
@@ -558,11 +557,8 @@ class _Interner:
         if aa.dtype.kind == ba.dtype.kind == "i" and len(aa) and min(aa.min(), ba.min()) >= 0 and ba.max() < 2**32:
             if aa.max() < 2**32:  # the usual case: (pid, tid) as one uint64, factorized once
                 local, uniques = pd.factorize((aa.astype(np.uint64) << np.uint64(32)) | ba.astype(np.uint64))
-                table = self.codes
                 glob = np.fromiter(
-                    (table.setdefault((u >> 32, u & 0xFFFFFFFF), len(table)) for u in uniques.tolist()),
-                    dtype=np.int32,
-                    count=len(uniques),
+                    (self[(u >> 32, u & 0xFFFFFFFF)] for u in uniques.tolist()), dtype=np.int32, count=len(uniques)
                 )
                 return glob[local]
         ac, au = pd.factorize(aa, use_na_sentinel=False)
@@ -570,27 +566,32 @@ class _Interner:
         nb = max(len(bu), 1)
         local, uniques = pd.factorize(ac.astype(np.int64) * nb + bc)
         aul, bul = [_none_if_nan(u) for u in au.tolist()], [_none_if_nan(u) for u in bu.tolist()]
-        table = self.codes
-        glob = np.fromiter(
-            (table.setdefault((aul[u // nb], bul[u % nb]), len(table)) for u in uniques.tolist()),
-            dtype=np.int32,
-            count=len(uniques),
-        )
+        glob = np.fromiter((self[(aul[u // nb], bul[u % nb])] for u in uniques.tolist()), dtype=np.int32, count=len(uniques))
         return glob[local]
 
-    def values(self) -> list[Any]:
-        return list(self.codes)
+    def in_order(self) -> list[Any]:
+        """The values in code order."""
+        return list(self)
 
 
 def _array(values: list[Any]) -> np.ndarray:
     """An array for factorizing: int64 when every value is an int, else object."""
     if values and type(values[0]) is int:
-        arr = np.array(values)
-        if arr.dtype.kind in "iO":  # (ints mixed with strings give a "U" array: not those)
-            return arr
+        try:
+            return np.fromiter(values, dtype=np.int64, count=len(values))
+        except (TypeError, ValueError, OverflowError):  # a null, a string or a huge number among them
+            pass
     out = np.empty(len(values), dtype=object)
     out[:] = values
     return out
+
+
+def _floats(events: list[Any], field: Callable[[Any], Any]) -> np.ndarray:
+    """float64 column of one field of the events (None -> NaN)."""
+    try:
+        return np.fromiter(map(field, events), dtype=np.float64, count=len(events))
+    except TypeError:  # a missing value among them: np.array turns None into NaN
+        return np.array(list(map(field, events)), dtype=np.float64)
 
 
 def _none_if_nan(v: Any) -> Any:
@@ -630,16 +631,16 @@ class _Accumulator:
         self.phased += len(events) - types.count(type(None))
         del events, types
         if xs:
-            self.x_name.append(self.names.codes_of(list(map(_NAME, xs))))
+            self.x_name.append(self.names.codes_of(map(_NAME, xs), len(xs)))
             self.x_key.append(self.keys.pair_codes(list(map(_PID, xs)), list(map(_TID, xs))))
-            self.x_ts.append(np.array(list(map(_TS, xs)), dtype=np.float64))
-            self.x_dur.append(np.array(list(map(_DUR, xs)), dtype=np.float64))
+            self.x_ts.append(_floats(xs, _TS))
+            self.x_dur.append(_floats(xs, _DUR))
         if cs:
-            self.c_name.append(self.names.codes_of(list(map(_NAME, cs))))
-            self.c_pid.append(self.pids.codes_of(list(map(_PID, cs))))
-            self.c_ts.append(np.array(list(map(_TS, cs)), dtype=np.float64))
+            self.c_name.append(self.names.codes_of(map(_NAME, cs), len(cs)))
+            self.c_pid.append(self.pids.codes_of(map(_PID, cs), len(cs)))
+            self.c_ts.append(_floats(cs, _TS))
             units, values = _counter_values(list(map(_ARGS, cs)))
-            self.c_unit.append(self.units.codes_of(units))
+            self.c_unit.append(self.units.codes_of(units, len(units)))
             self.c_val.append(values)
         for e in ms:
             self._meta(e)
@@ -658,7 +659,7 @@ class _Accumulator:
     # ---------------------------------------------------------------------------------------------
 
     def finish(self, rank: int) -> TraceView:
-        names = np.array(self.names.values() or [""], dtype=object)
+        names = np.array(self.names.in_order() or [""], dtype=object)
         timeline, host_ops = self._timeline(rank, names)
         counters = self._counters(rank, names)
         return TraceView(
@@ -672,7 +673,7 @@ class _Accumulator:
     def _classify_keys(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
         """Per (pid, tid) code: lane code, track code, process-track code (for step markers); tracks."""
         tracks: dict[str, int] = {}
-        keys = self.keys.values()
+        keys = self.keys.in_order()
         lane = np.full(len(keys), _SKIP, dtype=np.int8)
         track = np.zeros(len(keys), dtype=np.int32)
         proc_track = np.zeros(len(keys), dtype=np.int32)
@@ -750,9 +751,9 @@ class _Accumulator:
         ts = np.concatenate(self.c_ts)
         val = np.concatenate(self.c_val)
         pid_track = np.array(
-            [self.process_of.get(p, "" if p is None else str(p)) for p in self.pids.values()], dtype=object
+            [self.process_of.get(p, "" if p is None else str(p)) for p in self.pids.in_order()], dtype=object
         )
-        units = np.array(self.units.values(), dtype=object)
+        units = np.array(self.units.in_order(), dtype=object)
         keep = ~np.isnan(ts)
         name_c, pid_c, unit_c, ts, val = name_c[keep], pid_c[keep], unit_c[keep], ts[keep], val[keep]
         order = np.lexsort((ts, _ranks(names)[name_c], _ranks(pid_track)[pid_c]))
