@@ -190,7 +190,7 @@ def resolve_rules(opts: Options) -> tuple[dict[str, Rule], Options]:
     (``@metric(..., params=)``) and reads the resolved value from ``Context.options``, so a
     ``--set`` moves the metric and the rule together. Unknown ids in ``disable`` are errors.
     """
-    rules = load_rules(opts.rules_dirs)
+    rules = load_rules(opts.rules_dirs, cache=opts.rules_cache)
     params = apply_overrides(rules, opts.overrides, "--set" if not opts.config else f"--set / set in {opts.config}")
     where = "--disable" if not opts.config else f"--disable / disable in {opts.config}"
     for rid in opts.disable:

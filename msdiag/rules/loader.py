@@ -7,18 +7,22 @@ is a load error that names the file and line. Conditions are declarative (``all`
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
 import stat
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterable, Mapping
-
-import yaml
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from msdiag.errors import RuleError
 from msdiag.model import ESTIMATE_MODELS, REQUEST_KINDS, STEP_KINDS
 from msdiag.units import BYTES_PER_KIB
+
+if TYPE_CHECKING:
+    import yaml
 
 CATEGORIES = ("compute", "communication", "data", "memory", "host", "bubble", "inference", "stability")
 SEVERITIES = ("info", "warning", "critical")
@@ -117,6 +121,7 @@ class _Lines(dict):  # type: ignore[type-arg]
 
 
 def _construct(node: yaml.Node, path: Path) -> Any:
+    yaml = _yaml()
     if isinstance(node, yaml.MappingNode):
         out = _Lines()
         out.lines = {}
@@ -135,18 +140,33 @@ def _construct(node: yaml.Node, path: Path) -> Any:
     return _scalar(node)
 
 
-#: libyaml's parser where PyYAML was built with it (about ten times faster than the pure-Python one,
-#: the same events, nodes and marks); the pure-Python loader otherwise.
-_Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-#: One constructor for every scalar (a scalar node holds no reference to others: nothing is shared).
-_SCALARS = yaml.SafeLoader("")
+@lru_cache(maxsize=1)
+def _yaml() -> Any:
+    """PyYAML, imported when a rule file is parsed (a run whose rules are all kept parsed never does)."""
+    import yaml
+
+    return yaml
+
+
+@lru_cache(maxsize=1)
+def _loader() -> Any:
+    """libyaml's parser where PyYAML was built with it (about ten times faster than the pure-Python one,
+    the same events, nodes and marks); the pure-Python loader otherwise."""
+    return getattr(_yaml(), "CSafeLoader", _yaml().SafeLoader)
+
+
+@lru_cache(maxsize=1)
+def _scalars() -> Any:
+    """One constructor for every scalar (a scalar node holds no reference to others: nothing is shared)."""
+    return _yaml().SafeLoader("")
 
 
 def _scalar(node: yaml.Node) -> Any:
+    scalars = _scalars()
     try:
-        return _SCALARS.construct_object(node, deep=True)
+        return scalars.construct_object(node, deep=True)
     finally:
-        _SCALARS.constructed_objects.clear()
+        scalars.constructed_objects.clear()
 
 
 def _line(d: Any, key: str | None = None) -> int | None:
@@ -183,8 +203,9 @@ def _check_shape(text: str, path: Path) -> None:
     The parser is iterative and keeps no graph, so this check costs a pass over the text whatever it
     holds; the recursive composer and constructor then only ever see a small tree without shared or
     cyclic nodes (an alias bomb or a self-referencing alias never reaches them)."""
+    yaml = _yaml()
     depth = 0
-    for ev in yaml.parse(text, Loader=_Loader):
+    for ev in yaml.parse(text, Loader=_loader()):
         line = ev.start_mark.line + 1
         if isinstance(ev, yaml.AliasEvent) or getattr(ev, "anchor", None) is not None:
             raise RuleError(path, "YAML anchors and aliases (&name, *name) are not allowed in a rule file", line)
@@ -198,10 +219,15 @@ def _check_shape(text: str, path: Path) -> None:
 
 def _read_yaml(path: Path) -> Any:
     """The rule file as dicts (with key lines), lists and scalars; any problem is a RuleError with its line."""
-    text = _read_text(path)
+    return _yaml_of(_read_text(path), path)
+
+
+def _yaml_of(text: str, path: Path) -> Any:
+    """A rule file's text as dicts (with key lines), lists and scalars (RuleError naming ``path``)."""
+    yaml = _yaml()
     try:
         _check_shape(text, path)
-        node = yaml.compose(text, Loader=_Loader)
+        node = yaml.compose(text, Loader=_loader())
         if node is None:
             raise RuleError(path, "the file is empty")
         return _construct(node, path)
@@ -315,7 +341,11 @@ def _check_projection(p: Any, path: Path, metrics: set[str]) -> dict[str, Any]:
 
 def parse_rule(path: Path, metrics: set[str]) -> Rule:
     """Load and validate one rule file."""
-    d = _read_yaml(path)
+    return _validate(_read_yaml(path), path, metrics)
+
+
+def _validate(d: Any, path: Path, metrics: set[str]) -> Rule:
+    """The Rule of a parsed rule file, every key and reference checked (RuleError naming file:line)."""
     _keys(d, RULE_KEYS, "the rule", path)
     for k in REQUIRED:
         if k not in d:
@@ -402,21 +432,30 @@ def default_rules_dir() -> Path:
     return resource_dir("rules")
 
 
-def load_rules(extra_dirs: Iterable[str | Path] = (), metrics: set[str] | None = None) -> dict[str, Rule]:
-    """The built-in rules, then each extra folder's (a rule with the same id overrides)."""
+def load_rules(
+    extra_dirs: Iterable[str | Path] = (), metrics: set[str] | None = None, cache: str | Path | None = None
+) -> dict[str, Rule]:
+    """The built-in rules, then each extra folder's (a rule with the same id overrides).
+
+    With ``cache`` (a folder), a rule file whose text was validated before against the same metric ids
+    is taken from there (:class:`_ParsedRules`) instead of being parsed again.
+    """
     from msdiag.metrics.registry import all_metrics
 
     known = metrics if metrics is not None else set(all_metrics())
+    kept = _ParsedRules(Path(cache), known) if cache is not None else None
     rules: dict[str, Rule] = {}
     for d in [default_rules_dir(), *map(Path, extra_dirs)]:
         files = sorted(Path(d).glob("*.yaml")) + sorted(Path(d).glob("*.yml"))
         seen: dict[str, str] = {}
         for f in files:
-            r = parse_rule(f, known)
+            r = kept.rule(f) if kept is not None else parse_rule(f, known)
             if r.id in seen:
                 raise RuleError(f, f"rule id '{r.id}' is also defined in {seen[r.id]}")
             seen[r.id] = str(f)
             rules[r.id] = r
+    if kept is not None:
+        kept.save()
     return rules
 
 
@@ -440,3 +479,90 @@ def apply_overrides(rules: dict[str, Rule], overrides: Mapping[str, str], where:
             raise RuleError(where, f"{key}={raw}: outside the parameter's bounds [{lo}, {hi}]")
         values[rid][pname] = v
     return values
+
+
+# ---- parsed rules kept between runs -------------------------------------------------------------
+
+#: Bumped whenever Rule or what _validate builds changes: part of the key of every kept rule.
+RULES_CACHE_VERSION = 1
+#: Rules kept in one cache file (the built-in ones and a few extra folders' worth).
+MAX_KEPT_RULES = 256
+
+
+def _rule_doc(r: Rule) -> dict[str, Any]:
+    """A Rule as JSON (Param as a list of its fields)."""
+    doc = dict(r.__dict__)
+    doc["params"] = {k: [p.name, p.default, p.unit, list(p.bounds), p.doc] for k, p in r.params.items()}
+    return doc
+
+
+def _rule_of(doc: dict[str, Any], path: Path) -> Rule:
+    """The Rule of a kept JSON doc, at ``path`` (where the file is read from in this run)."""
+    d = dict(doc)
+    d["params"] = {k: Param(n, float(v), u, (float(b[0]), float(b[1])), t) for k, (n, v, u, b, t) in d["params"].items()}
+    d["path"] = str(path)
+    return Rule(**d)
+
+
+class _ParsedRules:
+    """Rule files already validated, kept as JSON in ``<cache>/msdiag-rules-v<N>.json`` (data, never code).
+
+    Parsing the YAML with line marks is most of what loading the rules costs; a rule file is the same
+    rule as long as its text, msdiag's version and the metric ids it is checked against are the same,
+    so that is the key (the text is still read, with every check of :func:`_read_text`, each run).
+    A rule is kept only when it comes back from JSON equal to the parsed one; a cache that cannot be
+    read, parsed or written is silently not used: the files are parsed as without it. A file that
+    fails to load is never kept, so its RuleError is raised every run.
+    """
+
+    def __init__(self, folder: Path, metrics: set[str]) -> None:
+        from msdiag import __version__
+
+        self.file = folder / f"msdiag-rules-v{RULES_CACHE_VERSION}.json"
+        self.metrics = metrics
+        self.salt = json.dumps([__version__, RULES_CACHE_VERSION, sorted(metrics)]).encode()
+        self.used: dict[str, Any] = {}
+        self.changed = False
+        try:
+            kept = json.loads(self.file.read_bytes())
+            self.kept: dict[str, Any] = kept if isinstance(kept, dict) else {}
+        except (OSError, ValueError):
+            self.kept = {}
+
+    def rule(self, path: Path) -> Rule:
+        """The rule of ``path``: the kept one for this text, else parsed and validated (then kept)."""
+        text = _read_text(path)
+        key = hashlib.sha256(self.salt + b"\0" + text.encode()).hexdigest()
+        doc = self.kept.get(key)
+        if isinstance(doc, dict):
+            try:
+                r = _rule_of(doc, path)
+                self.used[key] = doc
+                return r
+            except (TypeError, ValueError, KeyError):
+                pass  # not what this version writes: parsed again below
+        r = _validate(_yaml_of(text, path), path, self.metrics)
+        doc = _rule_doc(r)
+        try:
+            same = _rule_of(json.loads(json.dumps(doc)), path) == r
+        except (TypeError, ValueError):
+            same = False
+        if same:
+            self.used[key] = doc
+            self.changed = True
+        return r
+
+    def save(self) -> None:
+        """Write the kept rules when one was added (atomically; any failure leaves the cache as it was)."""
+        if not self.changed:
+            return
+        keep = {**{k: v for k, v in self.kept.items() if k not in self.used}, **self.used}
+        if len(keep) > MAX_KEPT_RULES:
+            keep = dict(self.used)
+        try:
+            self.file.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            tmp = self.file.with_name(f".{self.file.name}.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(keep), encoding="utf-8")
+            os.replace(tmp, self.file)
+        except OSError:
+            pass
