@@ -89,7 +89,7 @@ def analysis_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--cache", "cache_dir", type=click.Path(file_okay=False), default=None,
                      help="Keep each rank's tables here as Parquet and reuse them while its files are unchanged "
                           "(default: $MSDIAG_HOME/cache, else $XDG_CACHE_HOME/msdiag or ~/.cache/msdiag; never inside the capture)."),
-        click.option("--no-cache", is_flag=True, help="Parse every rank; neither read nor write the rank cache (parsed rule files are still kept there, by their text)."),
+        click.option("--no-cache", is_flag=True, help="Parse every rank; neither read nor write the cache."),
         click.option("--scheduler", default=None, metavar="tcp://HOST:PORT",
                      help="Read the ranks on this Dask cluster's workers (pip install 'msdiag[cluster]')."),
         click.option("--peak-tflops", type=click.FloatRange(min=0, min_open=True), default=None, help="Peak dense TFLOP/s per device, for MFU."),
@@ -147,15 +147,6 @@ def _cache_dir(kw: dict[str, Any]) -> str | None:
     return folder
 
 
-def _rules_cache_dir(kw: dict[str, Any]) -> str | None:
-    """Where parsed rule files are kept: the cache folder (the user's by default, also with --no-cache:
-    a kept rule is keyed by its file's text and changes no figure); None when the folder is not trusted."""
-    from msdiag.ingest.cache import default_dir, untrusted
-
-    folder = str(kw["cache_dir"]) if kw.get("cache_dir") else str(default_dir())
-    return folder if untrusted(folder) is None else None
-
-
 def _parse_norms(values: tuple[str, ...]) -> dict[str, float]:
     """--bandwidth-norm TRANSPORT=GBPS (repeatable) -> {transport: GB/s}."""
     from msdiag.options import parse_bandwidth_norms
@@ -186,7 +177,6 @@ def _options(kw: dict[str, Any]) -> Any:
 
     given = {
         "cache": _cache_dir(kw),
-        "rules_cache": _rules_cache_dir(kw),
         "scheduler": kw.get("scheduler"),
         "jobs": kw["jobs"],
         "peak_tflops": kw["peak_tflops"],

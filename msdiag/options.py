@@ -117,7 +117,6 @@ class Options:
     disable: tuple[str, ...] = ()  # rule ids left out of the diagnosis (--disable, config disable)
     bandwidth_norms: Mapping[str, float] = field(default_factory=dict)  # GB/s by transport, over the defaults
     cache: str | None = None  # rank cache folder (ingest/cache.py); None: parse every rank
-    rules_cache: str | None = None  # folder keeping parsed rule files (rules/loader.py); None: parse them
     scheduler: str | None = None  # Dask scheduler address: ranks are read on its workers
     requests: str | None = None  # a request timing log analyzed with the capture (--requests)
     train_log: str | None = None  # a training log (or msrun worker-log folder) analyzed with the capture (--train-log)

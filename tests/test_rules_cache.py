@@ -74,3 +74,20 @@ def test_kept_rules_follow_the_file_where_it_is_now(tmp_path: Path) -> None:
     loader.load_rules([tmp_path / "a"], cache=cache)
     rules = loader.load_rules([tmp_path / "b"], cache=cache)  # same text, kept under a's run
     assert any(r.path == str(tmp_path / "b" / src.name) for r in rules.values())
+
+
+def test_the_command_keeps_parsed_rules_in_its_cache_folder(corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from click.testing import CliRunner
+
+    from msdiag.cli import main
+
+    path = str(corpus / "ascend" / "torchnpu-2rank-level1" / "rank0_ascend_pt")
+    args = ["analyze", path, "--format", "json", "--jobs", "1", "--cache", str(tmp_path / "c")]
+    first = CliRunner().invoke(main, args)
+    assert first.exit_code == 0, first.stderr
+    kept = tmp_path / "c" / f"msdiag-rules-v{loader.RULES_CACHE_VERSION}.json"
+    assert len(json.loads(kept.read_text())) == len(loader.load_rules())
+    monkeypatch.setattr(loader, "_yaml_of", _no_yaml)  # the second run parses no rule file
+    again = CliRunner().invoke(main, args)
+    assert again.exit_code == 0, again.stderr
+    assert json.loads(again.stdout) == json.loads(first.stdout)
