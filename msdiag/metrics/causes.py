@@ -110,11 +110,19 @@ def _outermost(ev: pd.DataFrame) -> pd.DataFrame:
     return ev[keep]
 
 
-def _events(host: pd.DataFrame, pattern: str) -> pd.DataFrame:
+def _names(host: pd.DataFrame) -> tuple[np.ndarray, pd.Series]:
+    """The host events' names as codes (-1: null) into their distinct values: the patterns of a rank are
+    matched against the few distinct names, not against every event."""
+    codes, distinct = pd.factorize(host["name"])
+    return codes, pd.Series(np.asarray(distinct, dtype=object), dtype="string")
+
+
+def _events(host: pd.DataFrame, pattern: str, names: tuple[np.ndarray, pd.Series] | None = None) -> pd.DataFrame:
     """Host events whose name matches, with their thread: the id at the end of the track name
-    ('Python/Thread 3096504' and 'CANN/Thread 3096504' are one thread)."""
-    names = host["name"].astype("string")
-    ev = host[names.str.contains(pattern, regex=True).fillna(False).to_numpy(bool)]
+    ('Python/Thread 3096504' and 'CANN/Thread 3096504' are one thread). ``names``: :func:`_names` of ``host``."""
+    codes, distinct = names if names is not None else _names(host)
+    hit = np.append(distinct.str.contains(pattern, regex=True).fillna(False).to_numpy(bool), False)
+    ev = host[hit[codes]]  # (code -1, a null name, takes the appended False)
     codes, tracks = pd.factorize(ev["track"].astype(object), use_na_sentinel=False)
     threads = np.array([str(t).rsplit(" ", 1)[-1] for t in tracks], dtype=object)
     return ev.assign(thread=threads[codes] if len(codes) else [])
@@ -145,10 +153,11 @@ def rank_activity(ctx: Context, rank: int) -> pd.DataFrame:
     win = _windows(ctx, rank, tl)
     if not len(host) or not len(win):
         return _NO_ACTIVITY
-    frames = _events(host, FRAME_PATTERN)
+    names = _names(host)
+    frames = _events(host, FRAME_PATTERN, names)
     parts = []
     for cause, pattern in (("host-sync", SYNC_PATTERN), *ACTIVITY_PATTERNS.items()):
-        ev = _outermost(_events(host, pattern))
+        ev = _outermost(_events(host, pattern, names))
         if not len(ev):
             continue
         s = ev["start_us"].to_numpy(float)

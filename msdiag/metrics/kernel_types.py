@@ -249,7 +249,11 @@ def _mte2_bound(table: pd.DataFrame, max_cube: float) -> pd.Series:
 def _per_rank_tables(ctx: Context) -> dict[int, pd.DataFrame]:
     key = _KEY + ".per_rank"
     if key not in ctx.cache:
-        ctx.cache[key] = {rd.rank: type_table(rd, with_flops=False) for rd in ctx.capture.ranks}
+        ranks = ctx.capture.ranks
+        if len(ranks) == 1:  # the job's table is the rank's: shares and bounds do not depend on the FLOPs
+            ctx.cache[key] = {ranks[0].rank: cached_table(ctx)}
+        else:
+            ctx.cache[key] = {rd.rank: type_table(rd, with_flops=False) for rd in ranks}
     return ctx.cache[key]  # type: ignore[no-any-return]
 
 
