@@ -266,7 +266,7 @@ def test_small_chunks_and_careful_split_agree(corpus: Path, monkeypatch: pytest.
     monkeypatch.setattr(tvmod, "_CHUNK_BYTES", 4096)
     monkeypatch.setattr(tvmod, "_CHUNK_EVENTS", 97)
     _frames_equal(read_trace_view(src, 1), ref)
-    monkeypatch.setattr(tvmod, "_fast_cuts", lambda data: None)
+    monkeypatch.setattr(tvmod, "_fast_read", lambda path: None)
     _frames_equal(read_trace_view(src, 1), ref)
 
 
@@ -341,14 +341,14 @@ _event = st.fixed_dictionaries(
 @given(events=st.lists(_event, max_size=40), chunk=st.integers(1, 400))
 def test_fast_split_never_changes_results(tmp_path: Path, events: list[Any], chunk: int) -> None:
     p = _write(tmp_path, events + META, "prop.json")
-    saved = tvmod._CHUNK_BYTES, tvmod._fast_cuts
+    saved = tvmod._CHUNK_BYTES, tvmod._fast_read
     try:
         tvmod._CHUNK_BYTES = chunk
         fast = read_trace_view(p, 0)
-        tvmod._fast_cuts = lambda data: None
+        tvmod._fast_read = lambda path: None
         careful = read_trace_view(p, 0)
     finally:
-        tvmod._CHUNK_BYTES, tvmod._fast_cuts = saved
+        tvmod._CHUNK_BYTES, tvmod._fast_read = saved
     _frames_equal(fast, careful)
     exp = _expected(events + META)
     assert fast.timeline.groupby("lane").size().to_dict() == exp["lanes"]

@@ -3,20 +3,23 @@
 Real trace_view.json files are hundreds of MB to GB per rank, so the reader decodes only what the model
 needs, with typed msgspec decoding straight into compact columns:
 
-1. the file is read once into a writable buffer and cut into chunks of about 8 MB at event
-   boundaries ("}, {" between two top-level events); each chunk is framed as a JSON array in place;
+1. the file is read a block at a time into one reused buffer of about 10 MB (never whole in memory)
+   and cut into chunks of about 8 MB at event boundaries ("}, {" between two top-level events); each
+   chunk is framed as a JSON array in place;
 2. each chunk is decoded into small per-phase structs: 'X' (name, pid, tid, ts, dur), 'C' (name,
    pid, ts, args), 'M' (name, pid, tid, args.name); every other phase, and every other field (the
    large ``args`` of 'X' events, call stacks included), is skipped by the decoder, never built;
-3. the chunk's events become columns (names and (pid, tid) pairs interned to integer codes, times as
-   float64 arrays) and are dropped before the next chunk is decoded;
+3. the chunk's events become columns (names, pids and (pid, tid) pairs interned to integer codes by
+   one dict lookup per event at C speed, times as float64 arrays) and are dropped before the next
+   chunk is decoded;
 4. at the end, when every process and thread name is known, the (pid, tid) codes are classified into
    lanes and the tables are built from the columns.
 
 A cut that falls inside an event (a string or a nested array holding "}, {") makes its chunk invalid
-JSON; the reader then starts over with a careful split (a full parse into ``msgspec.Raw`` slices), so
-the fast cut can cost time but never change a result. The careful split also reports what is wrong
-with a broken file.
+JSON; the reader then starts over with a careful split (the whole file read, then a full parse into
+``msgspec.Raw`` slices), so the fast cut can cost time but never change a result. The careful split
+also reports what is wrong with a broken file, and reads a file that is not a plain array (an object
+with ``traceEvents``).
 
 Real-world dirt handled here: ``ts``/``dur`` written as numbers or as strings (possibly with trailing
 whitespace), a JSON array or an object with ``traceEvents``, process and thread names that come after
@@ -48,10 +51,12 @@ from __future__ import annotations
 
 import codecs
 import gc
+import io
 import mmap
 import os
 import re
 import sys
+from collections import deque
 from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import compress, repeat
@@ -203,21 +208,15 @@ def read_trace_view(path: Path, rank: int) -> TraceView:
     or for JSON that is not a Chrome trace.
     """
     path = Path(path)
-    data = _read_bytes(path)
     with _gc_paused():
-        acc = None
-        cuts = _fast_cuts(data)
-        if cuts is not None:
-            try:
-                acc = _accumulate(path, _framed(data, cuts))
-            except _BadCut:
-                acc = None  # a cut fell inside an event, or the JSON is broken: take the careful path
+        acc = _fast_read(path)  # None: not a plain array, a cut fell inside an event, or the JSON is broken
         if acc is None:
+            data = _read_bytes(path)
             try:
                 acc = _accumulate(path, _raw_chunks(path, data))
             except _BadCut as e:  # the file is valid JSON syntax, yet an event cannot be decoded
                 raise ParseError(path, _undecodable(data, e)) from None
-    del data
+            del data
     if acc.events and not acc.phased:
         raise ParseError(path, f"not a trace: none of its {acc.events} JSON objects has a 'ph' (event phase) field")
     return acc.finish(rank)
@@ -277,7 +276,7 @@ def _accumulate(path: Path, chunks: Iterator[Any]) -> "_Accumulator":
 
 
 def _read_bytes(path: Path) -> bytearray | mmap.mmap:
-    """The file's bytes in a writable buffer (the fast split frames chunks in place).
+    """The file's bytes in one buffer (for the careful split).
 
     On Linux the buffer is an anonymous mapping filled in one go (MAP_POPULATE): reading into it is
     about twice as fast as into a bytearray, whose pages fault in one at a time.
@@ -317,48 +316,95 @@ _LEAD_RE = re.compile(rb"(?:\xef\xbb\xbf)?[ \t\r\n]*")
 _CUT_RE = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
 
 
-def _fast_cuts(data: bytearray | mmap.mmap) -> list[tuple[int, int]] | None:
-    """Chunk byte ranges of a top-level JSON array, found by searching for "}, {" near every
-    _CHUNK_BYTES; None when the file is not a plain array (then the careful split is used).
-
-    Each range (start, end) becomes the JSON array data[start:end+1] once data[start] is set to "["
-    and data[end] to "]" (both are separators or the array's own brackets). A cut that falls inside
-    a string or a nested array leaves a chunk that is not valid JSON: the decoder then fails and the
-    reader falls back to the careful split, so a wrong cut can cost time but never change a result.
-    """
-    lead = _LEAD_RE.match(data)
-    lo = lead.end() if lead else 0
-    hi = len(data) - 1
-    while hi > lo and data[hi] in _WS:
-        hi -= 1
-    if lo >= hi or data[lo] != ord("[") or data[hi] != ord("]"):
-        return None
-    cuts: list[tuple[int, int]] = []
-    start = lo
-    pos = lo + _CHUNK_BYTES
-    while pos < hi:
-        m = _CUT_RE.search(data, pos, hi)
-        if m is None:
-            break
-        comma = m.start() + m.group().index(b",")
-        brace = m.end() - 1
-        cuts.append((start, comma))
-        start = brace - 1
-        pos = brace + _CHUNK_BYTES
-    cuts.append((start, hi))
-    return cuts
-
-
-def _framed(data: bytearray | mmap.mmap, cuts: list[tuple[int, int]]) -> Iterator[memoryview]:
-    """Each cut as a JSON array, framed in place (the two bytes are restored after use)."""
-    view = memoryview(data)
-    for start, end in cuts:
-        saved = data[start], data[end]
-        data[start], data[end] = 0x5B, 0x5D  # "[" and "]"
+def _fast_read(path: Path) -> _Accumulator | None:
+    """The fast path: the file read a block at a time into one reused buffer (never whole in memory)
+    and cut into chunks at event boundaries (:func:`_streamed`); None when it is not a plain JSON
+    array, or a chunk does not decode (a cut inside an event, broken JSON): the caller then takes the
+    careful path over the whole file, so a wrong cut can cost time but never change a result."""
+    try:
+        f = open(path, "rb")
+    except IsADirectoryError:
+        raise ParseError(path, "is a folder, not a trace_view.json file") from None
+    except OSError as e:
+        raise ParseError(path, f"cannot be read ({e.strerror or e})") from None
+    with f:
         try:
-            yield view[start : end + 1]
-        finally:
-            data[start], data[end] = saved
+            return _accumulate(path, _streamed(path, f))
+        except _BadCut:
+            return None
+
+
+def _streamed(path: Path, f: io.BufferedReader) -> Iterator[memoryview]:
+    """Chunks of about _CHUNK_BYTES of a top-level JSON array, each framed as a JSON array in place.
+
+    The buffer holds the events not yet decoded plus the next block of the file. A cut is searched
+    for ("}, {" between two events) in the last part of what is buffered; the byte after the chunk's
+    last "}" becomes its "]", and the rest moves to the front of the buffer behind a "[". An event
+    longer than the buffer grows it. Raises _BadCut when the file is not a plain array (the careful
+    path decides what it is).
+    """
+    tail = _CHUNK_BYTES // 4 + 1
+    buf = bytearray(_CHUNK_BYTES + tail + 2)
+    fill, eof = _fill(path, f, buf, 0)
+    if not fill:
+        raise ParseError(path, "the file is empty (0 bytes)")
+    lead = _LEAD_RE.match(buf, 0, fill)
+    start = lead.end() if lead else 0
+    if start == fill and eof:
+        raise ParseError(path, "the file is empty (only whitespace)")
+    if start == fill or buf[start] != ord("["):
+        raise _BadCut(0, "not a plain JSON array")
+    while True:
+        if eof:
+            hi = fill - 1
+            while hi > start and buf[hi] in _WS:
+                hi -= 1
+            if hi == start or buf[hi] != ord("]"):
+                raise _BadCut(0, "the array does not end")
+            yield memoryview(buf)[start : hi + 1]
+            return
+        cut = _cut(buf, max(start + 1, fill - tail), fill) or _cut(buf, start + 1, fill, last=True)
+        if cut is None:  # no boundary in what is buffered: an event longer than the buffer
+            grown = bytearray(2 * len(buf))
+            grown[:fill] = buf[:fill]
+            buf = grown
+        else:
+            comma, brace = cut
+            buf[comma] = 0x5D  # "]"
+            yield memoryview(buf)[start : comma + 1]
+            rest = fill - brace
+            buf[1 : 1 + rest] = buf[brace:fill]
+            buf[0] = 0x5B  # "["
+            start, fill = 0, 1 + rest
+        fill, eof = _fill(path, f, buf, fill)
+
+
+def _cut(buf: bytearray, lo: int, hi: int, last: bool = False) -> tuple[int, int] | None:
+    """(the separator's comma, the next event's "{") of the first "}, {" in buf[lo:hi] (the last with ``last``)."""
+    if last:
+        found = deque(_CUT_RE.finditer(buf, lo, hi), maxlen=1)
+        m = found[0] if found else None
+    else:
+        m = _CUT_RE.search(buf, lo, hi)
+    if m is None:
+        return None
+    return m.start() + m.group().index(b","), m.end() - 1
+
+
+def _fill(path: Path, f: io.BufferedReader, buf: bytearray, fill: int) -> tuple[int, bool]:
+    """Read into buf[fill:] until it is full or the file ends: (bytes buffered, the file ended)."""
+    view = memoryview(buf)
+    try:
+        while fill < len(buf):
+            n = f.readinto(view[fill:])
+            if not n:
+                return fill, True
+            fill += n
+    except OSError as e:
+        raise ParseError(path, f"cannot be read ({e.strerror or e})") from None
+    finally:
+        view.release()
+    return fill, False
 
 
 _KIND = {
