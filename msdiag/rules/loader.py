@@ -120,26 +120,6 @@ class _Lines(dict):  # type: ignore[type-arg]
     lines: dict[str, int]
 
 
-def _construct(node: yaml.Node, path: Path) -> Any:
-    yaml = _yaml()
-    if isinstance(node, yaml.MappingNode):
-        out = _Lines()
-        out.lines = {}
-        for k, v in node.value:
-            key = _construct(k, path)
-            if not isinstance(key, str):
-                raise RuleError(path, f"keys must be text, found {key!r}", k.start_mark.line + 1)
-            if key in out:
-                raise RuleError(path, f"key '{key}' appears twice", k.start_mark.line + 1)
-            out[key] = _construct(v, path)
-            out.lines[key] = k.start_mark.line + 1
-        out.lines["__self__"] = node.start_mark.line + 1
-        return out
-    if isinstance(node, yaml.SequenceNode):
-        return [_construct(v, path) for v in node.value]
-    return _scalar(node)
-
-
 @lru_cache(maxsize=1)
 def _yaml() -> Any:
     """PyYAML, imported when a rule file is parsed (a run whose rules are all kept parsed never does)."""
@@ -197,24 +177,99 @@ def _read_text(path: Path) -> str:
         raise RuleError(path, f"is not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start})", line) from None
 
 
-def _check_shape(text: str, path: Path) -> None:
-    """Refuse anchors / aliases and nesting deeper than MAX_DEPTH, from the parser's event stream.
+_NOTHING = object()
 
-    The parser is iterative and keeps no graph, so this check costs a pass over the text whatever it
-    holds; the recursive composer and constructor then only ever see a small tree without shared or
-    cyclic nodes (an alias bomb or a self-referencing alias never reaches them)."""
-    yaml = _yaml()
-    depth = 0
-    for ev in yaml.parse(text, Loader=_loader()):
+
+def _lines() -> _Lines:
+    out = _Lines()
+    out.lines = {}
+    return out
+
+
+class _Builder:
+    """The rule file's tree built from libyaml's event stream, in one pass (no node graph).
+
+    Anchors / aliases and nesting deeper than MAX_DEPTH are refused as they come, so an alias bomb
+    or a self-referencing alias is never expanded; what the composer and the constructor would have
+    refused (a second document; a key that is not text or appears twice) is kept and raised at the
+    end, so that a file's error is the one a check of its shape, then composing, then building gives.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.stack: list[list[Any]] = []  # per open collection: [container, pending key, key line, start line]
+        self.root: Any = _NOTHING
+        self.document: Any = None  # the first document's start mark
+        self.composing: Exception | None = None
+        self.building: RuleError | None = None
+
+    def feed(self, ev: Any) -> None:
+        yaml = _yaml()
         line = ev.start_mark.line + 1
         if isinstance(ev, yaml.AliasEvent) or getattr(ev, "anchor", None) is not None:
-            raise RuleError(path, "YAML anchors and aliases (&name, *name) are not allowed in a rule file", line)
+            raise RuleError(self.path, "YAML anchors and aliases (&name, *name) are not allowed in a rule file", line)
         if isinstance(ev, yaml.CollectionStartEvent):
-            depth += 1
-            if depth > MAX_DEPTH:
-                raise RuleError(path, f"nested more than {MAX_DEPTH} levels deep: not a rule", line)
+            if len(self.stack) >= MAX_DEPTH:
+                raise RuleError(self.path, f"nested more than {MAX_DEPTH} levels deep: not a rule", line)
+            self.stack.append([_lines() if isinstance(ev, yaml.MappingStartEvent) else [], _NOTHING, 0, line])
         elif isinstance(ev, yaml.CollectionEndEvent):
-            depth -= 1
+            c, _, _, start = self.stack.pop()
+            if isinstance(c, _Lines):
+                c.lines["__self__"] = start
+            self._place(c, start)
+        elif isinstance(ev, yaml.ScalarEvent):
+            self._place(_scalar_of(ev), line)
+        elif isinstance(ev, yaml.DocumentStartEvent):
+            if self.document is None:
+                self.document = ev.start_mark
+            elif self.composing is None:
+                self.composing = yaml.composer.ComposerError(
+                    "expected a single document in the stream", self.document, "but found another document", ev.start_mark
+                )
+
+    def _place(self, value: Any, line: int) -> None:
+        if self.composing is not None or self.building is not None:
+            return
+        if not self.stack:
+            self.root = value
+            return
+        top = self.stack[-1]
+        c = top[0]
+        if isinstance(c, list):
+            c.append(value)
+        elif top[1] is _NOTHING:  # a key
+            if not isinstance(value, str):
+                self.building = RuleError(self.path, f"keys must be text, found {value!r}", line)
+            elif value in c:
+                self.building = RuleError(self.path, f"key '{value}' appears twice", line)
+            else:
+                top[1], top[2] = value, line
+        else:
+            c[top[1]] = value
+            c.lines[top[1]] = top[2]
+            top[1] = _NOTHING
+
+    def result(self) -> Any:
+        """The tree (None for an empty document), or the first error composing or building found."""
+        if self.composing is not None:
+            raise self.composing
+        if self.building is not None:
+            raise self.building
+        if self.root is _NOTHING:
+            raise RuleError(self.path, "the file is empty")
+        return self.root
+
+
+def _scalar_of(ev: Any) -> Any:
+    """A scalar event's value, as the composer and SafeLoader's constructor make it."""
+    yaml = _yaml()
+    scalars = _scalars()
+    tag = ev.tag
+    if tag is None or tag == "!":
+        tag = scalars.resolve(yaml.ScalarNode, ev.value, ev.implicit)
+    if tag == "tag:yaml.org,2002:str":
+        return ev.value
+    return _scalar(yaml.ScalarNode(tag, ev.value, ev.start_mark, ev.end_mark, style=ev.style))
 
 
 def _read_yaml(path: Path) -> Any:
@@ -225,12 +280,11 @@ def _read_yaml(path: Path) -> Any:
 def _yaml_of(text: str, path: Path) -> Any:
     """A rule file's text as dicts (with key lines), lists and scalars (RuleError naming ``path``)."""
     yaml = _yaml()
+    build = _Builder(path)
     try:
-        _check_shape(text, path)
-        node = yaml.compose(text, Loader=_loader())
-        if node is None:
-            raise RuleError(path, "the file is empty")
-        return _construct(node, path)
+        for ev in yaml.parse(text, Loader=_loader()):
+            build.feed(ev)
+        return build.result()
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         raise RuleError(path, f"not valid YAML: {getattr(e, 'problem', None) or e}", mark.line + 1 if mark else None) from None
