@@ -91,3 +91,18 @@ def test_the_command_keeps_parsed_rules_in_its_cache_folder(corpus: Path, tmp_pa
     again = CliRunner().invoke(main, args)
     assert again.exit_code == 0, again.stderr
     assert json.loads(again.stdout) == json.loads(first.stdout)
+
+
+def test_rule_trees_are_what_pyyaml_loads() -> None:
+    """The one-pass tree of every shipped rule file holds what PyYAML's safe_load makes of it (values and
+    types), and each key's line is the line the key is on."""
+    import yaml
+
+    for r in loader.load_rules().values():
+        text = Path(r.path).read_text(encoding="utf-8")
+        tree = loader._yaml_of(text, Path(r.path))
+        assert tree == yaml.safe_load(text)
+        lines = text.splitlines()
+        for key, line in tree.lines.items():
+            if key != "__self__":
+                assert lines[line - 1].lstrip().startswith(f"{key}:"), (r.path, key, line)
