@@ -183,14 +183,14 @@ def _check_options(opts: Options) -> None:
             raise InputError(opts.model_config, str(e).replace(f"{opts.model_config}: ", "")) from None
 
 
-def resolve_rules(opts: Options) -> tuple[dict[str, Rule], Options]:
+def resolve_rules(opts: Options, rules_cache: Path | None = None) -> tuple[dict[str, Rule], Options]:
     """The rules of this analysis and the options with every rule parameter resolved (overrides checked).
 
     Thresholds have one home: a metric that cuts at a rule's parameter declares it
     (``@metric(..., params=)``) and reads the resolved value from ``Context.options``, so a
     ``--set`` moves the metric and the rule together. Unknown ids in ``disable`` are errors.
     """
-    rules = load_rules(opts.rules_dirs)
+    rules = load_rules(opts.rules_dirs, cache=rules_cache)
     params = apply_overrides(rules, opts.overrides, "--set" if not opts.config else f"--set / set in {opts.config}")
     where = "--disable" if not opts.config else f"--disable / disable in {opts.config}"
     for rid in opts.disable:
@@ -266,6 +266,19 @@ def _no_capture(cap: Capture, identity: dict[str, Any], log: Any) -> tuple[Captu
     return cap, identity, steps, STEPS.empty(), [], log
 
 
+def _rules_cache(path: str | Path, opts: Options) -> Path | None:
+    """Where parsed rule files are kept: the cache folder of the run (none without one, or when it lies
+    inside the capture: the loader then refuses it, and nothing is ever written into a capture)."""
+    if opts.cache is None:
+        return None
+    where = Path(opts.cache).expanduser().resolve()
+    try:
+        where.relative_to(Path(path).expanduser().resolve())
+    except ValueError:
+        return where
+    return None
+
+
 def analyze(path: str | Path, options: Options | None = None) -> Analysis:
     """Read the capture at ``path`` and compute its step breakdown, metrics and diagnosis."""
     from msdiag.inference import summary as inference
@@ -274,7 +287,7 @@ def analyze(path: str | Path, options: Options | None = None) -> Analysis:
 
     opts = options or Options()
     _check_options(opts)
-    rules, opts = resolve_rules(opts)  # a bad --set or --disable fails before any work
+    rules, opts = resolve_rules(opts, _rules_cache(path, opts))  # a bad --set or --disable fails before any work
     tlog, talone = training.train_log_for(path, opts.train_log)  # a training log: alone, or --train-log (issue 18)
     cap, identity, steps, prof, checks, log = _no_capture(*training.empty_capture(tlog), None) if talone and tlog else _read(path, opts)
     # what the choice of the ranks read deep computed on the ranks kept as they were (analysis._tiered)

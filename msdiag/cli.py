@@ -8,6 +8,7 @@ with --debug), never 1, which --fail-on gives findings.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -24,6 +25,13 @@ EXIT_FINDINGS = 1
 EXIT_ERROR = 2
 EXIT_INTERNAL = 3
 _DEBUG = "msdiag_debug"  # ctx.meta key: --debug was given (shared by the group's and the command's contexts)
+
+# The command's Arrow-backed string columns (pandas' "string") are allocated through the C library's
+# malloc rather than pyarrow's default mimalloc pool, which hands freed pages back to the kernel and
+# faults them in again for every large column: on a 200 MB trace that was about three times the
+# system CPU time of the whole command. Read when pyarrow first allocates (pandas is imported later,
+# by the commands); a value the user set is kept.
+os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
 
 
 def _parse_set(values: tuple[str, ...]) -> dict[str, str]:

@@ -266,7 +266,7 @@ def test_small_chunks_and_careful_split_agree(corpus: Path, monkeypatch: pytest.
     monkeypatch.setattr(tvmod, "_CHUNK_BYTES", 4096)
     monkeypatch.setattr(tvmod, "_CHUNK_EVENTS", 97)
     _frames_equal(read_trace_view(src, 1), ref)
-    monkeypatch.setattr(tvmod, "_fast_cuts", lambda data: None)
+    monkeypatch.setattr(tvmod, "_fast_read", lambda path: None)
     _frames_equal(read_trace_view(src, 1), ref)
 
 
@@ -341,14 +341,14 @@ _event = st.fixed_dictionaries(
 @given(events=st.lists(_event, max_size=40), chunk=st.integers(1, 400))
 def test_fast_split_never_changes_results(tmp_path: Path, events: list[Any], chunk: int) -> None:
     p = _write(tmp_path, events + META, "prop.json")
-    saved = tvmod._CHUNK_BYTES, tvmod._fast_cuts
+    saved = tvmod._CHUNK_BYTES, tvmod._fast_read
     try:
         tvmod._CHUNK_BYTES = chunk
         fast = read_trace_view(p, 0)
-        tvmod._fast_cuts = lambda data: None
+        tvmod._fast_read = lambda path: None
         careful = read_trace_view(p, 0)
     finally:
-        tvmod._CHUNK_BYTES, tvmod._fast_cuts = saved
+        tvmod._CHUNK_BYTES, tvmod._fast_read = saved
     _frames_equal(fast, careful)
     exp = _expected(events + META)
     assert fast.timeline.groupby("lane").size().to_dict() == exp["lanes"]
@@ -441,3 +441,26 @@ def test_json_nested_too_deep_is_a_parse_error(corpus: Path, tmp_path: Path) -> 
                   + deep + b"}}]")
     with pytest.raises(ParseError, match="nested deeper than"):
         read_trace_view(p, 0)
+
+
+def test_streamed_blocks_with_events_longer_than_the_buffer(corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fast path reads the file a block at a time: a real trace read with 1 KiB blocks, with events of
+    50 KB (longer than the buffer, which then grows) spliced in and whitespace around the separators, gives
+    the careful path's tables, and never takes the careful path itself."""
+    events = json.loads((corpus / LEVEL1.format(r=0) / "trace_view.json").read_bytes())[:3000]
+    big = {"ph": "X", "name": "big", "pid": 1, "tid": 7, "ts": 5.0, "dur": 1, "args": {"stack": "x" * 50_000}}
+    for i in range(0, len(events), 500):
+        events.insert(i, dict(big, ts=5.0 + i))
+    p = tmp_path / "trace_view.json"
+    p.write_text("[\n " + ",\n  ".join(json.dumps(e) for e in events + META) + " \n]\n", encoding="utf-8")
+    careful = tvmod._raw_chunks
+    calls: list[int] = []
+    monkeypatch.setattr(tvmod, "_raw_chunks", lambda path, data: calls.append(1) or careful(path, data))
+    monkeypatch.setattr(tvmod, "_CHUNK_BYTES", 1024)
+    fast = read_trace_view(p, 0)
+    assert not calls  # every cut fell between two events
+    monkeypatch.setattr(tvmod, "_fast_read", lambda path: None)
+    _frames_equal(fast, read_trace_view(p, 0))
+    assert calls
+    # 3000 events of the real trace plus the 6 spliced ones, on the Python process named by META
+    assert (fast.timeline["name"] == "big").sum() == 6

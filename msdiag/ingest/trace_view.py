@@ -3,20 +3,23 @@
 Real trace_view.json files are hundreds of MB to GB per rank, so the reader decodes only what the model
 needs, with typed msgspec decoding straight into compact columns:
 
-1. the file is read once into a writable buffer and cut into chunks of about 8 MB at event
-   boundaries ("}, {" between two top-level events); each chunk is framed as a JSON array in place;
+1. the file is read a block at a time into one reused buffer of about 10 MB (never whole in memory)
+   and cut into chunks of about 8 MB at event boundaries ("}, {" between two top-level events); each
+   chunk is framed as a JSON array in place;
 2. each chunk is decoded into small per-phase structs: 'X' (name, pid, tid, ts, dur), 'C' (name,
    pid, ts, args), 'M' (name, pid, tid, args.name); every other phase, and every other field (the
    large ``args`` of 'X' events, call stacks included), is skipped by the decoder, never built;
-3. the chunk's events become columns (names and (pid, tid) pairs interned to integer codes, times as
-   float64 arrays) and are dropped before the next chunk is decoded;
+3. the chunk's events become columns (names, pids and (pid, tid) pairs interned to integer codes by
+   one dict lookup per event at C speed, times as float64 arrays) and are dropped before the next
+   chunk is decoded;
 4. at the end, when every process and thread name is known, the (pid, tid) codes are classified into
    lanes and the tables are built from the columns.
 
 A cut that falls inside an event (a string or a nested array holding "}, {") makes its chunk invalid
-JSON; the reader then starts over with a careful split (a full parse into ``msgspec.Raw`` slices), so
-the fast cut can cost time but never change a result. The careful split also reports what is wrong
-with a broken file.
+JSON; the reader then starts over with a careful split (the whole file read, then a full parse into
+``msgspec.Raw`` slices), so the fast cut can cost time but never change a result. The careful split
+also reports what is wrong with a broken file, and reads a file that is not a plain array (an object
+with ``traceEvents``).
 
 Real-world dirt handled here: ``ts``/``dur`` written as numbers or as strings (possibly with trailing
 whitespace), a JSON array or an object with ``traceEvents``, process and thread names that come after
@@ -48,16 +51,18 @@ from __future__ import annotations
 
 import codecs
 import gc
+import io
 import mmap
 import os
 import re
 import sys
+from collections import deque
 from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import compress, repeat
 from operator import attrgetter, is_
 from pathlib import Path
-from typing import Any, Iterator, Union
+from typing import Any, Callable, Iterable, Iterator, Union
 
 import msgspec
 import numpy as np
@@ -203,21 +208,15 @@ def read_trace_view(path: Path, rank: int) -> TraceView:
     or for JSON that is not a Chrome trace.
     """
     path = Path(path)
-    data = _read_bytes(path)
     with _gc_paused():
-        acc = None
-        cuts = _fast_cuts(data)
-        if cuts is not None:
-            try:
-                acc = _accumulate(path, _framed(data, cuts))
-            except _BadCut:
-                acc = None  # a cut fell inside an event, or the JSON is broken: take the careful path
+        acc = _fast_read(path)  # None: not a plain array, a cut fell inside an event, or the JSON is broken
         if acc is None:
+            data = _read_bytes(path)
             try:
                 acc = _accumulate(path, _raw_chunks(path, data))
             except _BadCut as e:  # the file is valid JSON syntax, yet an event cannot be decoded
                 raise ParseError(path, _undecodable(data, e)) from None
-    del data
+            del data
     if acc.events and not acc.phased:
         raise ParseError(path, f"not a trace: none of its {acc.events} JSON objects has a 'ph' (event phase) field")
     return acc.finish(rank)
@@ -277,7 +276,7 @@ def _accumulate(path: Path, chunks: Iterator[Any]) -> "_Accumulator":
 
 
 def _read_bytes(path: Path) -> bytearray | mmap.mmap:
-    """The file's bytes in a writable buffer (the fast split frames chunks in place).
+    """The file's bytes in one buffer (for the careful split).
 
     On Linux the buffer is an anonymous mapping filled in one go (MAP_POPULATE): reading into it is
     about twice as fast as into a bytearray, whose pages fault in one at a time.
@@ -317,48 +316,95 @@ _LEAD_RE = re.compile(rb"(?:\xef\xbb\xbf)?[ \t\r\n]*")
 _CUT_RE = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
 
 
-def _fast_cuts(data: bytearray | mmap.mmap) -> list[tuple[int, int]] | None:
-    """Chunk byte ranges of a top-level JSON array, found by searching for "}, {" near every
-    _CHUNK_BYTES; None when the file is not a plain array (then the careful split is used).
-
-    Each range (start, end) becomes the JSON array data[start:end+1] once data[start] is set to "["
-    and data[end] to "]" (both are separators or the array's own brackets). A cut that falls inside
-    a string or a nested array leaves a chunk that is not valid JSON: the decoder then fails and the
-    reader falls back to the careful split, so a wrong cut can cost time but never change a result.
-    """
-    lead = _LEAD_RE.match(data)
-    lo = lead.end() if lead else 0
-    hi = len(data) - 1
-    while hi > lo and data[hi] in _WS:
-        hi -= 1
-    if lo >= hi or data[lo] != ord("[") or data[hi] != ord("]"):
-        return None
-    cuts: list[tuple[int, int]] = []
-    start = lo
-    pos = lo + _CHUNK_BYTES
-    while pos < hi:
-        m = _CUT_RE.search(data, pos, hi)
-        if m is None:
-            break
-        comma = m.start() + m.group().index(b",")
-        brace = m.end() - 1
-        cuts.append((start, comma))
-        start = brace - 1
-        pos = brace + _CHUNK_BYTES
-    cuts.append((start, hi))
-    return cuts
-
-
-def _framed(data: bytearray | mmap.mmap, cuts: list[tuple[int, int]]) -> Iterator[memoryview]:
-    """Each cut as a JSON array, framed in place (the two bytes are restored after use)."""
-    view = memoryview(data)
-    for start, end in cuts:
-        saved = data[start], data[end]
-        data[start], data[end] = 0x5B, 0x5D  # "[" and "]"
+def _fast_read(path: Path) -> _Accumulator | None:
+    """The fast path: the file read a block at a time into one reused buffer (never whole in memory)
+    and cut into chunks at event boundaries (:func:`_streamed`); None when it is not a plain JSON
+    array, or a chunk does not decode (a cut inside an event, broken JSON): the caller then takes the
+    careful path over the whole file, so a wrong cut can cost time but never change a result."""
+    try:
+        f = open(path, "rb")
+    except IsADirectoryError:
+        raise ParseError(path, "is a folder, not a trace_view.json file") from None
+    except OSError as e:
+        raise ParseError(path, f"cannot be read ({e.strerror or e})") from None
+    with f:
         try:
-            yield view[start : end + 1]
-        finally:
-            data[start], data[end] = saved
+            return _accumulate(path, _streamed(path, f))
+        except _BadCut:
+            return None
+
+
+def _streamed(path: Path, f: io.BufferedReader) -> Iterator[memoryview]:
+    """Chunks of about _CHUNK_BYTES of a top-level JSON array, each framed as a JSON array in place.
+
+    The buffer holds the events not yet decoded plus the next block of the file. A cut is searched
+    for ("}, {" between two events) in the last part of what is buffered; the byte after the chunk's
+    last "}" becomes its "]", and the rest moves to the front of the buffer behind a "[". An event
+    longer than the buffer grows it. Raises _BadCut when the file is not a plain array (the careful
+    path decides what it is).
+    """
+    tail = _CHUNK_BYTES // 4 + 1
+    buf = bytearray(_CHUNK_BYTES + tail + 2)
+    fill, eof = _fill(path, f, buf, 0)
+    if not fill:
+        raise ParseError(path, "the file is empty (0 bytes)")
+    lead = _LEAD_RE.match(buf, 0, fill)
+    start = lead.end() if lead else 0
+    if start == fill and eof:
+        raise ParseError(path, "the file is empty (only whitespace)")
+    if start == fill or buf[start] != ord("["):
+        raise _BadCut(0, "not a plain JSON array")
+    while True:
+        if eof:
+            hi = fill - 1
+            while hi > start and buf[hi] in _WS:
+                hi -= 1
+            if hi == start or buf[hi] != ord("]"):
+                raise _BadCut(0, "the array does not end")
+            yield memoryview(buf)[start : hi + 1]
+            return
+        cut = _cut(buf, max(start + 1, fill - tail), fill) or _cut(buf, start + 1, fill, last=True)
+        if cut is None:  # no boundary in what is buffered: an event longer than the buffer
+            grown = bytearray(2 * len(buf))
+            grown[:fill] = buf[:fill]
+            buf = grown
+        else:
+            comma, brace = cut
+            buf[comma] = 0x5D  # "]"
+            yield memoryview(buf)[start : comma + 1]
+            rest = fill - brace
+            buf[1 : 1 + rest] = buf[brace:fill]
+            buf[0] = 0x5B  # "["
+            start, fill = 0, 1 + rest
+        fill, eof = _fill(path, f, buf, fill)
+
+
+def _cut(buf: bytearray, lo: int, hi: int, last: bool = False) -> tuple[int, int] | None:
+    """(the separator's comma, the next event's "{") of the first "}, {" in buf[lo:hi] (the last with ``last``)."""
+    if last:
+        found = deque(_CUT_RE.finditer(buf, lo, hi), maxlen=1)
+        m = found[0] if found else None
+    else:
+        m = _CUT_RE.search(buf, lo, hi)
+    if m is None:
+        return None
+    return m.start() + m.group().index(b","), m.end() - 1
+
+
+def _fill(path: Path, f: io.BufferedReader, buf: bytearray, fill: int) -> tuple[int, bool]:
+    """Read into buf[fill:] until it is full or the file ends: (bytes buffered, the file ended)."""
+    view = memoryview(buf)
+    try:
+        while fill < len(buf):
+            n = f.readinto(view[fill:])
+            if not n:
+                return fill, True
+            fill += n
+    except OSError as e:
+        raise ParseError(path, f"cannot be read ({e.strerror or e})") from None
+    finally:
+        view.release()
+    return fill, False
 
 
 _KIND = {
@@ -535,22 +581,21 @@ def _loose_float(v: Any) -> float | None:
 # events -> compact columns
 
 
-class _Interner:
-    """Maps hashable values to dense integer codes (first-seen order), a chunk at a time."""
+class _Interner(dict):  # type: ignore[type-arg]
+    """Maps hashable values to dense integer codes (first-seen order).
 
-    def __init__(self) -> None:
-        self.codes: dict[Any, int] = {}
+    A dict whose missing keys get the next code: ``codes_of`` looks every value up at C speed (one
+    ``map`` over the values, no intermediate list or object array), and only the few distinct values
+    run Python code, once each.
+    """
 
-    def codes_of(self, values: list[Any]) -> np.ndarray:
-        """int32 codes of ``values``; hashing runs in pandas, the dict only sees each chunk's uniques."""
-        local, uniques = pd.factorize(_array(values), use_na_sentinel=False)
-        table = self.codes
-        glob = np.fromiter(
-            (table.setdefault(_none_if_nan(u), len(table)) for u in uniques.tolist()),
-            dtype=np.int32,
-            count=len(uniques),
-        )
-        return glob[local]
+    def __missing__(self, key: Any) -> int:
+        code = self[key] = len(self)
+        return code
+
+    def codes_of(self, values: Iterable[Any], n: int) -> np.ndarray:
+        """int32 codes of the ``n`` values."""
+        return np.fromiter(map(self.__getitem__, values), dtype=np.int32, count=n)
 
     def pair_codes(self, a: list[Any], b: list[Any]) -> np.ndarray:
         """int32 codes of the pairs (a[i], b[i])."""
@@ -558,11 +603,8 @@ class _Interner:
         if aa.dtype.kind == ba.dtype.kind == "i" and len(aa) and min(aa.min(), ba.min()) >= 0 and ba.max() < 2**32:
             if aa.max() < 2**32:  # the usual case: (pid, tid) as one uint64, factorized once
                 local, uniques = pd.factorize((aa.astype(np.uint64) << np.uint64(32)) | ba.astype(np.uint64))
-                table = self.codes
                 glob = np.fromiter(
-                    (table.setdefault((u >> 32, u & 0xFFFFFFFF), len(table)) for u in uniques.tolist()),
-                    dtype=np.int32,
-                    count=len(uniques),
+                    (self[(u >> 32, u & 0xFFFFFFFF)] for u in uniques.tolist()), dtype=np.int32, count=len(uniques)
                 )
                 return glob[local]
         ac, au = pd.factorize(aa, use_na_sentinel=False)
@@ -570,27 +612,32 @@ class _Interner:
         nb = max(len(bu), 1)
         local, uniques = pd.factorize(ac.astype(np.int64) * nb + bc)
         aul, bul = [_none_if_nan(u) for u in au.tolist()], [_none_if_nan(u) for u in bu.tolist()]
-        table = self.codes
-        glob = np.fromiter(
-            (table.setdefault((aul[u // nb], bul[u % nb]), len(table)) for u in uniques.tolist()),
-            dtype=np.int32,
-            count=len(uniques),
-        )
+        glob = np.fromiter((self[(aul[u // nb], bul[u % nb])] for u in uniques.tolist()), dtype=np.int32, count=len(uniques))
         return glob[local]
 
-    def values(self) -> list[Any]:
-        return list(self.codes)
+    def in_order(self) -> list[Any]:
+        """The values in code order."""
+        return list(self)
 
 
 def _array(values: list[Any]) -> np.ndarray:
     """An array for factorizing: int64 when every value is an int, else object."""
     if values and type(values[0]) is int:
-        arr = np.array(values)
-        if arr.dtype.kind in "iO":  # (ints mixed with strings give a "U" array: not those)
-            return arr
+        try:
+            return np.fromiter(values, dtype=np.int64, count=len(values))
+        except (TypeError, ValueError, OverflowError):  # a null, a string or a huge number among them
+            pass
     out = np.empty(len(values), dtype=object)
     out[:] = values
     return out
+
+
+def _floats(events: list[Any], field: Callable[[Any], Any]) -> np.ndarray:
+    """float64 column of one field of the events (None -> NaN)."""
+    try:
+        return np.fromiter(map(field, events), dtype=np.float64, count=len(events))
+    except TypeError:  # a missing value among them: np.array turns None into NaN
+        return np.array(list(map(field, events)), dtype=np.float64)
 
 
 def _none_if_nan(v: Any) -> Any:
@@ -630,16 +677,16 @@ class _Accumulator:
         self.phased += len(events) - types.count(type(None))
         del events, types
         if xs:
-            self.x_name.append(self.names.codes_of(list(map(_NAME, xs))))
+            self.x_name.append(self.names.codes_of(map(_NAME, xs), len(xs)))
             self.x_key.append(self.keys.pair_codes(list(map(_PID, xs)), list(map(_TID, xs))))
-            self.x_ts.append(np.array(list(map(_TS, xs)), dtype=np.float64))
-            self.x_dur.append(np.array(list(map(_DUR, xs)), dtype=np.float64))
+            self.x_ts.append(_floats(xs, _TS))
+            self.x_dur.append(_floats(xs, _DUR))
         if cs:
-            self.c_name.append(self.names.codes_of(list(map(_NAME, cs))))
-            self.c_pid.append(self.pids.codes_of(list(map(_PID, cs))))
-            self.c_ts.append(np.array(list(map(_TS, cs)), dtype=np.float64))
+            self.c_name.append(self.names.codes_of(map(_NAME, cs), len(cs)))
+            self.c_pid.append(self.pids.codes_of(map(_PID, cs), len(cs)))
+            self.c_ts.append(_floats(cs, _TS))
             units, values = _counter_values(list(map(_ARGS, cs)))
-            self.c_unit.append(self.units.codes_of(units))
+            self.c_unit.append(self.units.codes_of(units, len(units)))
             self.c_val.append(values)
         for e in ms:
             self._meta(e)
@@ -658,7 +705,7 @@ class _Accumulator:
     # ---------------------------------------------------------------------------------------------
 
     def finish(self, rank: int) -> TraceView:
-        names = np.array(self.names.values() or [""], dtype=object)
+        names = np.array(self.names.in_order() or [""], dtype=object)
         timeline, host_ops = self._timeline(rank, names)
         counters = self._counters(rank, names)
         return TraceView(
@@ -672,7 +719,7 @@ class _Accumulator:
     def _classify_keys(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
         """Per (pid, tid) code: lane code, track code, process-track code (for step markers); tracks."""
         tracks: dict[str, int] = {}
-        keys = self.keys.values()
+        keys = self.keys.in_order()
         lane = np.full(len(keys), _SKIP, dtype=np.int8)
         track = np.zeros(len(keys), dtype=np.int32)
         proc_track = np.zeros(len(keys), dtype=np.int32)
@@ -750,9 +797,9 @@ class _Accumulator:
         ts = np.concatenate(self.c_ts)
         val = np.concatenate(self.c_val)
         pid_track = np.array(
-            [self.process_of.get(p, "" if p is None else str(p)) for p in self.pids.values()], dtype=object
+            [self.process_of.get(p, "" if p is None else str(p)) for p in self.pids.in_order()], dtype=object
         )
-        units = np.array(self.units.values(), dtype=object)
+        units = np.array(self.units.in_order(), dtype=object)
         keep = ~np.isnan(ts)
         name_c, pid_c, unit_c, ts, val = name_c[keep], pid_c[keep], unit_c[keep], ts[keep], val[keep]
         order = np.lexsort((ts, _ranks(names)[name_c], _ranks(pid_track)[pid_c]))

@@ -42,8 +42,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-import yaml
-
 RECOMPUTE_MODES = ("none", "selective", "full")
 
 OWN_KEYS = (
@@ -143,6 +141,8 @@ def _number(path: Path, key: str, value: Any) -> float:
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
+    import yaml  # only when a model description is given: not on every analysis' import path
+
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as e:

@@ -156,24 +156,32 @@ def _reduce(rd: RankData, p: Plan) -> RankData:
 
 
 def _reduce_timeline(tl: pd.DataFrame, p: Plan) -> pd.DataFrame:
-    """Whole lanes kept, name-only lanes one row per name plus the rows a pattern names, unread lanes dropped."""
-    lane = tl["lane"].to_numpy(dtype=object, na_value="")
+    """Whole lanes kept, name-only lanes one row per name plus the rows a pattern names, unread lanes dropped.
+
+    Lanes and names are factorized once (a few distinct values, hashed in pandas / Arrow): every
+    test below runs on integer codes or on the distinct values, never on the rows' strings."""
+    lane_c, lanes = pd.factorize(tl["lane"], use_na_sentinel=False)
+    lane_v = [("" if v is None or v is pd.NA else str(v)) for v in lanes.tolist()]
     partial = tuple(dict.fromkeys(p.name_lanes + tuple(lane for lane, _ in p.lane_rows)))
-    keep = ~np.isin(lane, p.dropped_lanes + partial)
-    names = tl["name"]
+    keep = ~np.isin(np.array(lane_v, dtype=object), p.dropped_lanes + partial)[lane_c]
+    if not any(v in partial for v in lane_v):
+        return tl if keep.all() else tl[keep].reset_index(drop=True)
+    name_c, names = pd.factorize(tl["name"])  # null names: code -1
     for which in partial:
-        m = lane == which
-        if not m.any():
+        if which not in lane_v:
             continue
-        sub = names[m]
-        first = ~sub.duplicated(keep="first").to_numpy(bool) if which in p.name_lanes else np.zeros(len(sub), bool)
+        idx = np.flatnonzero(lane_c == lane_v.index(which))
+        codes = name_c[idx]
+        first = np.zeros(len(idx), dtype=bool)
+        if which in p.name_lanes:  # the first row of each name (and of the null name)
+            first[np.unique(codes, return_index=True)[1]] = True
         patterns = [pat for lane_, pat in p.lane_rows if lane_ == which]
         if patterns:
             # the distinct names are few: match them, not every event
-            distinct = pd.Series(sub.dropna().unique()).astype("string")
+            present = np.unique(codes[codes >= 0])
+            distinct = pd.Series(names.take(present)).astype("string")
             hits = distinct.str.contains("|".join(f"(?:{pat})" for pat in patterns), regex=True, na=False)
-            first |= sub.isin(set(distinct[hits])).fillna(False).to_numpy(bool)
-        idx = np.flatnonzero(m)
+            first |= np.isin(codes, present[hits.to_numpy(bool)])
         keep[idx[first]] = True
     if keep.all():
         return tl

@@ -138,8 +138,14 @@ def declare_reads(name: str, reads: Reads) -> None:
     READERS[name] = reads
 
 
+_LOADED: list[bool] = []  # [True] once every module of msdiag.metrics is imported
+
+
 def _load_metric_modules() -> None:
-    """Import every module of msdiag.metrics: each registers its metrics where they are defined."""
+    """Import every module of msdiag.metrics: each registers its metrics where they are defined (the
+    package folder is listed once per process)."""
+    if _LOADED:
+        return
     import importlib
     import pkgutil
 
@@ -147,6 +153,7 @@ def _load_metric_modules() -> None:
 
     for mod in pkgutil.iter_modules(pkg.__path__):
         importlib.import_module(f"msdiag.metrics.{mod.name}")
+    _LOADED.append(True)
 
 
 def all_metrics() -> dict[str, Metric]:

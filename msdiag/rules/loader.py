@@ -7,18 +7,22 @@ is a load error that names the file and line. Conditions are declarative (``all`
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
 import stat
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterable, Mapping
-
-import yaml
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from msdiag.errors import RuleError
 from msdiag.model import ESTIMATE_MODELS, REQUEST_KINDS, STEP_KINDS
 from msdiag.units import BYTES_PER_KIB
+
+if TYPE_CHECKING:
+    import yaml
 
 CATEGORIES = ("compute", "communication", "data", "memory", "host", "bubble", "inference", "stability")
 SEVERITIES = ("info", "warning", "critical")
@@ -116,37 +120,33 @@ class _Lines(dict):  # type: ignore[type-arg]
     lines: dict[str, int]
 
 
-def _construct(node: yaml.Node, path: Path) -> Any:
-    if isinstance(node, yaml.MappingNode):
-        out = _Lines()
-        out.lines = {}
-        for k, v in node.value:
-            key = _construct(k, path)
-            if not isinstance(key, str):
-                raise RuleError(path, f"keys must be text, found {key!r}", k.start_mark.line + 1)
-            if key in out:
-                raise RuleError(path, f"key '{key}' appears twice", k.start_mark.line + 1)
-            out[key] = _construct(v, path)
-            out.lines[key] = k.start_mark.line + 1
-        out.lines["__self__"] = node.start_mark.line + 1
-        return out
-    if isinstance(node, yaml.SequenceNode):
-        return [_construct(v, path) for v in node.value]
-    return _scalar(node)
+@lru_cache(maxsize=1)
+def _yaml() -> Any:
+    """PyYAML, imported when a rule file is parsed (a run whose rules are all kept parsed never does)."""
+    import yaml
+
+    return yaml
 
 
-#: libyaml's parser where PyYAML was built with it (about ten times faster than the pure-Python one,
-#: the same events, nodes and marks); the pure-Python loader otherwise.
-_Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-#: One constructor for every scalar (a scalar node holds no reference to others: nothing is shared).
-_SCALARS = yaml.SafeLoader("")
+@lru_cache(maxsize=1)
+def _loader() -> Any:
+    """libyaml's parser where PyYAML was built with it (about ten times faster than the pure-Python one,
+    the same events, nodes and marks); the pure-Python loader otherwise."""
+    return getattr(_yaml(), "CSafeLoader", _yaml().SafeLoader)
+
+
+@lru_cache(maxsize=1)
+def _scalars() -> Any:
+    """One constructor for every scalar (a scalar node holds no reference to others: nothing is shared)."""
+    return _yaml().SafeLoader("")
 
 
 def _scalar(node: yaml.Node) -> Any:
+    scalars = _scalars()
     try:
-        return _SCALARS.construct_object(node, deep=True)
+        return scalars.construct_object(node, deep=True)
     finally:
-        _SCALARS.constructed_objects.clear()
+        scalars.constructed_objects.clear()
 
 
 def _line(d: Any, key: str | None = None) -> int | None:
@@ -177,34 +177,114 @@ def _read_text(path: Path) -> str:
         raise RuleError(path, f"is not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start})", line) from None
 
 
-def _check_shape(text: str, path: Path) -> None:
-    """Refuse anchors / aliases and nesting deeper than MAX_DEPTH, from the parser's event stream.
+_NOTHING = object()
 
-    The parser is iterative and keeps no graph, so this check costs a pass over the text whatever it
-    holds; the recursive composer and constructor then only ever see a small tree without shared or
-    cyclic nodes (an alias bomb or a self-referencing alias never reaches them)."""
-    depth = 0
-    for ev in yaml.parse(text, Loader=_Loader):
+
+def _lines() -> _Lines:
+    out = _Lines()
+    out.lines = {}
+    return out
+
+
+class _Builder:
+    """The rule file's tree built from libyaml's event stream, in one pass (no node graph).
+
+    Anchors / aliases and nesting deeper than MAX_DEPTH are refused as they come, so an alias bomb
+    or a self-referencing alias is never expanded; what the composer and the constructor would have
+    refused (a second document; a key that is not text or appears twice) is kept and raised at the
+    end, so that a file's error is the one a check of its shape, then composing, then building gives.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.stack: list[list[Any]] = []  # per open collection: [container, pending key, key line, start line]
+        self.root: Any = _NOTHING
+        self.document: Any = None  # the first document's start mark
+        self.composing: Exception | None = None
+        self.building: RuleError | None = None
+
+    def feed(self, ev: Any) -> None:
+        yaml = _yaml()
         line = ev.start_mark.line + 1
         if isinstance(ev, yaml.AliasEvent) or getattr(ev, "anchor", None) is not None:
-            raise RuleError(path, "YAML anchors and aliases (&name, *name) are not allowed in a rule file", line)
+            raise RuleError(self.path, "YAML anchors and aliases (&name, *name) are not allowed in a rule file", line)
         if isinstance(ev, yaml.CollectionStartEvent):
-            depth += 1
-            if depth > MAX_DEPTH:
-                raise RuleError(path, f"nested more than {MAX_DEPTH} levels deep: not a rule", line)
+            if len(self.stack) >= MAX_DEPTH:
+                raise RuleError(self.path, f"nested more than {MAX_DEPTH} levels deep: not a rule", line)
+            self.stack.append([_lines() if isinstance(ev, yaml.MappingStartEvent) else [], _NOTHING, 0, line])
         elif isinstance(ev, yaml.CollectionEndEvent):
-            depth -= 1
+            c, _, _, start = self.stack.pop()
+            if isinstance(c, _Lines):
+                c.lines["__self__"] = start
+            self._place(c, start)
+        elif isinstance(ev, yaml.ScalarEvent):
+            self._place(_scalar_of(ev), line)
+        elif isinstance(ev, yaml.DocumentStartEvent):
+            if self.document is None:
+                self.document = ev.start_mark
+            elif self.composing is None:
+                self.composing = yaml.composer.ComposerError(
+                    "expected a single document in the stream", self.document, "but found another document", ev.start_mark
+                )
+
+    def _place(self, value: Any, line: int) -> None:
+        if self.composing is not None or self.building is not None:
+            return
+        if not self.stack:
+            self.root = value
+            return
+        top = self.stack[-1]
+        c = top[0]
+        if isinstance(c, list):
+            c.append(value)
+        elif top[1] is _NOTHING:  # a key
+            if not isinstance(value, str):
+                self.building = RuleError(self.path, f"keys must be text, found {value!r}", line)
+            elif value in c:
+                self.building = RuleError(self.path, f"key '{value}' appears twice", line)
+            else:
+                top[1], top[2] = value, line
+        else:
+            c[top[1]] = value
+            c.lines[top[1]] = top[2]
+            top[1] = _NOTHING
+
+    def result(self) -> Any:
+        """The tree (None for an empty document), or the first error composing or building found."""
+        if self.composing is not None:
+            raise self.composing
+        if self.building is not None:
+            raise self.building
+        if self.root is _NOTHING:
+            raise RuleError(self.path, "the file is empty")
+        return self.root
+
+
+def _scalar_of(ev: Any) -> Any:
+    """A scalar event's value, as the composer and SafeLoader's constructor make it."""
+    yaml = _yaml()
+    scalars = _scalars()
+    tag = ev.tag
+    if tag is None or tag == "!":
+        tag = scalars.resolve(yaml.ScalarNode, ev.value, ev.implicit)
+    if tag == "tag:yaml.org,2002:str":
+        return ev.value
+    return _scalar(yaml.ScalarNode(tag, ev.value, ev.start_mark, ev.end_mark, style=ev.style))
 
 
 def _read_yaml(path: Path) -> Any:
     """The rule file as dicts (with key lines), lists and scalars; any problem is a RuleError with its line."""
-    text = _read_text(path)
+    return _yaml_of(_read_text(path), path)
+
+
+def _yaml_of(text: str, path: Path) -> Any:
+    """A rule file's text as dicts (with key lines), lists and scalars (RuleError naming ``path``)."""
+    yaml = _yaml()
+    build = _Builder(path)
     try:
-        _check_shape(text, path)
-        node = yaml.compose(text, Loader=_Loader)
-        if node is None:
-            raise RuleError(path, "the file is empty")
-        return _construct(node, path)
+        for ev in yaml.parse(text, Loader=_loader()):
+            build.feed(ev)
+        return build.result()
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         raise RuleError(path, f"not valid YAML: {getattr(e, 'problem', None) or e}", mark.line + 1 if mark else None) from None
@@ -315,7 +395,11 @@ def _check_projection(p: Any, path: Path, metrics: set[str]) -> dict[str, Any]:
 
 def parse_rule(path: Path, metrics: set[str]) -> Rule:
     """Load and validate one rule file."""
-    d = _read_yaml(path)
+    return _validate(_read_yaml(path), path, metrics)
+
+
+def _validate(d: Any, path: Path, metrics: set[str]) -> Rule:
+    """The Rule of a parsed rule file, every key and reference checked (RuleError naming file:line)."""
     _keys(d, RULE_KEYS, "the rule", path)
     for k in REQUIRED:
         if k not in d:
@@ -402,21 +486,30 @@ def default_rules_dir() -> Path:
     return resource_dir("rules")
 
 
-def load_rules(extra_dirs: Iterable[str | Path] = (), metrics: set[str] | None = None) -> dict[str, Rule]:
-    """The built-in rules, then each extra folder's (a rule with the same id overrides)."""
+def load_rules(
+    extra_dirs: Iterable[str | Path] = (), metrics: set[str] | None = None, cache: str | Path | None = None
+) -> dict[str, Rule]:
+    """The built-in rules, then each extra folder's (a rule with the same id overrides).
+
+    With ``cache`` (a folder), a rule file whose text was validated before against the same metric ids
+    is taken from there (:class:`_ParsedRules`) instead of being parsed again.
+    """
     from msdiag.metrics.registry import all_metrics
 
     known = metrics if metrics is not None else set(all_metrics())
+    kept = _ParsedRules(Path(cache), known) if cache is not None else None
     rules: dict[str, Rule] = {}
     for d in [default_rules_dir(), *map(Path, extra_dirs)]:
         files = sorted(Path(d).glob("*.yaml")) + sorted(Path(d).glob("*.yml"))
         seen: dict[str, str] = {}
         for f in files:
-            r = parse_rule(f, known)
+            r = kept.rule(f) if kept is not None else parse_rule(f, known)
             if r.id in seen:
                 raise RuleError(f, f"rule id '{r.id}' is also defined in {seen[r.id]}")
             seen[r.id] = str(f)
             rules[r.id] = r
+    if kept is not None:
+        kept.save()
     return rules
 
 
@@ -440,3 +533,90 @@ def apply_overrides(rules: dict[str, Rule], overrides: Mapping[str, str], where:
             raise RuleError(where, f"{key}={raw}: outside the parameter's bounds [{lo}, {hi}]")
         values[rid][pname] = v
     return values
+
+
+# ---- parsed rules kept between runs -------------------------------------------------------------
+
+#: Bumped whenever Rule or what _validate builds changes: part of the key of every kept rule.
+RULES_CACHE_VERSION = 1
+#: Rules kept in one cache file (the built-in ones and a few extra folders' worth).
+MAX_KEPT_RULES = 256
+
+
+def _rule_doc(r: Rule) -> dict[str, Any]:
+    """A Rule as JSON (Param as a list of its fields)."""
+    doc = dict(r.__dict__)
+    doc["params"] = {k: [p.name, p.default, p.unit, list(p.bounds), p.doc] for k, p in r.params.items()}
+    return doc
+
+
+def _rule_of(doc: dict[str, Any], path: Path) -> Rule:
+    """The Rule of a kept JSON doc, at ``path`` (where the file is read from in this run)."""
+    d = dict(doc)
+    d["params"] = {k: Param(n, float(v), u, (float(b[0]), float(b[1])), t) for k, (n, v, u, b, t) in d["params"].items()}
+    d["path"] = str(path)
+    return Rule(**d)
+
+
+class _ParsedRules:
+    """Rule files already validated, kept as JSON in ``<cache>/msdiag-rules-v<N>.json`` (data, never code).
+
+    Parsing the YAML with line marks is most of what loading the rules costs; a rule file is the same
+    rule as long as its text, msdiag's version and the metric ids it is checked against are the same,
+    so that is the key (the text is still read, with every check of :func:`_read_text`, each run).
+    A rule is kept only when it comes back from JSON equal to the parsed one; a cache that cannot be
+    read, parsed or written is silently not used: the files are parsed as without it. A file that
+    fails to load is never kept, so its RuleError is raised every run.
+    """
+
+    def __init__(self, folder: Path, metrics: set[str]) -> None:
+        from msdiag import __version__
+
+        self.file = folder / f"msdiag-rules-v{RULES_CACHE_VERSION}.json"
+        self.metrics = metrics
+        self.salt = json.dumps([__version__, RULES_CACHE_VERSION, sorted(metrics)]).encode()
+        self.used: dict[str, Any] = {}
+        self.changed = False
+        try:
+            kept = json.loads(self.file.read_bytes())
+            self.kept: dict[str, Any] = kept if isinstance(kept, dict) else {}
+        except (OSError, ValueError):
+            self.kept = {}
+
+    def rule(self, path: Path) -> Rule:
+        """The rule of ``path``: the kept one for this text, else parsed and validated (then kept)."""
+        text = _read_text(path)
+        key = hashlib.sha256(self.salt + b"\0" + text.encode()).hexdigest()
+        doc = self.kept.get(key)
+        if isinstance(doc, dict):
+            try:
+                r = _rule_of(doc, path)
+                self.used[key] = doc
+                return r
+            except (TypeError, ValueError, KeyError):
+                pass  # not what this version writes: parsed again below
+        r = _validate(_yaml_of(text, path), path, self.metrics)
+        doc = _rule_doc(r)
+        try:
+            same = _rule_of(json.loads(json.dumps(doc)), path) == r
+        except (TypeError, ValueError):
+            same = False
+        if same:
+            self.used[key] = doc
+            self.changed = True
+        return r
+
+    def save(self) -> None:
+        """Write the kept rules when one was added (atomically; any failure leaves the cache as it was)."""
+        if not self.changed:
+            return
+        keep = {**{k: v for k, v in self.kept.items() if k not in self.used}, **self.used}
+        if len(keep) > MAX_KEPT_RULES:
+            keep = dict(self.used)
+        try:
+            self.file.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            tmp = self.file.with_name(f".{self.file.name}.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(keep), encoding="utf-8")
+            os.replace(tmp, self.file)
+        except OSError:
+            pass
