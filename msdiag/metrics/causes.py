@@ -110,19 +110,28 @@ def _outermost(ev: pd.DataFrame) -> pd.DataFrame:
     return ev[keep]
 
 
-def _events(host: pd.DataFrame, pattern: str) -> pd.DataFrame:
-    """Host events whose name matches, with their thread: the id at the end of the track name
-    ('Python/Thread 3096504' and 'CANN/Thread 3096504' are one thread)."""
-    names = host["name"].astype("string")
-    ev = host[names.str.contains(pattern, regex=True).fillna(False).to_numpy(bool)]
-    codes, tracks = pd.factorize(ev["track"].astype(object), use_na_sentinel=False)
-    threads = np.array([str(t).rsplit(" ", 1)[-1] for t in tracks], dtype=object)
-    return ev.assign(thread=threads[codes] if len(codes) else [])
+class _Host:
+    """A rank's host events: each distinct name matched against a pattern once (not each event, once per
+    pattern), and each event's thread: the id at the end of its track name ('Python/Thread 3096504' and
+    'CANN/Thread 3096504' are one thread)."""
+
+    def __init__(self, host: pd.DataFrame) -> None:
+        self.host = host
+        self.codes, self.names = pd.factorize(host["name"].astype(object))  # a missing name: -1, never matches
+        tcodes, tracks = pd.factorize(host["track"].astype(object), use_na_sentinel=False)
+        threads = np.array([str(t).rsplit(" ", 1)[-1] for t in tracks], dtype=object)
+        self.thread = threads[tcodes] if len(tcodes) else np.empty(0, dtype=object)
+
+    def events(self, pattern: str) -> pd.DataFrame:
+        """The events whose name matches ``pattern`` (re.search, as pandas' str.contains), with their thread."""
+        rx = re.compile(pattern)
+        hit = np.array([rx.search(str(n)) is not None for n in self.names] + [False], dtype=bool)
+        rows = hit[self.codes]
+        return self.host[rows].assign(thread=self.thread[rows])
 
 
-def _sites(ev: pd.DataFrame, frames: pd.DataFrame) -> list[str | None]:
+def _sites(ev: pd.DataFrame, by_thread: dict[str, _Frames]) -> list[str | None]:
     """The call site stack ('inner < outer') of each event; the MAX_RESOLVED longest only."""
-    by_thread = {str(t): _Frames(g) for t, g in frames.groupby("thread")}
     resolved = set(ev.nlargest(MAX_RESOLVED, "dur_us").index)
     out: list[str | None] = []
     for idx, t, s, d in zip(ev.index, ev["thread"], ev["start_us"], ev["dur_us"]):
@@ -141,14 +150,19 @@ def rank_activity(ctx: Context, rank: int) -> pd.DataFrame:
     tl = rd.tables.get("timeline")
     if tl is None or not len(tl):
         return _NO_ACTIVITY
+    return _activity_in(tl, _windows(ctx, rank, tl))
+
+
+def _activity_in(tl: pd.DataFrame, win: pd.DataFrame) -> pd.DataFrame:
+    """rank_activity of a rank's timeline ``tl`` and its steps ``win`` (_windows)."""
     host = tl[tl["lane"] == "host"]
-    win = _windows(ctx, rank, tl)
     if not len(host) or not len(win):
         return _NO_ACTIVITY
-    frames = _events(host, FRAME_PATTERN)
+    events = _Host(host)
+    by_thread = {str(t): _Frames(g) for t, g in events.events(FRAME_PATTERN).groupby("thread")}
     parts = []
     for cause, pattern in (("host-sync", SYNC_PATTERN), *ACTIVITY_PATTERNS.items()):
-        ev = _outermost(_events(host, pattern))
+        ev = _outermost(events.events(pattern))
         if not len(ev):
             continue
         s = ev["start_us"].to_numpy(float)
@@ -156,7 +170,7 @@ def rank_activity(ctx: Context, rank: int) -> pd.DataFrame:
         lo, hi = win["lo"].to_numpy(float), win["hi"].to_numpy(float)
         i = np.searchsorted(lo, s, side="right") - 1  # the step that began last before the event
         ok = (i >= 0) & (s < hi[np.clip(i, 0, None)])
-        sites = _sites(ev, frames)
+        sites = _sites(ev, by_thread)
         parts.append(pd.DataFrame({
             "cause": cause, "step": win["step"].to_numpy(object)[i[ok]], "start_us": s[ok],
             "end_us": np.minimum(e[ok], hi[i[ok]]), "site": [x for x, k in zip(sites, ok) if k],
@@ -179,8 +193,11 @@ def _activity(ctx: Context) -> dict[int, tuple[pd.DataFrame, int]]:
         out = {}
         for rd in ctx.capture.ranks:
             tl = rd.tables.get("timeline")
-            n = len(_windows(ctx, rd.rank, tl)) if tl is not None and len(tl) else 0
-            out[rd.rank] = (rank_activity(ctx, rd.rank), n)
+            if tl is None or not len(tl):
+                out[rd.rank] = (_NO_ACTIVITY, 0)
+                continue
+            win = _windows(ctx, rd.rank, tl)  # once per rank: its steps and its activities in them
+            out[rd.rank] = (_activity_in(tl, win), len(win))
         ctx.cache["causes"] = out
     cached: dict[int, tuple[pd.DataFrame, int]] = ctx.cache["causes"]
     return cached

@@ -91,14 +91,14 @@ def _side_ran(k: pd.DataFrame, side: str) -> pd.Series:
     return (t > 0) | (t.isna() & any_ratio)
 
 
-def pipe_ratios(k: pd.DataFrame, by: pd.Series) -> pd.DataFrame:
-    """Duration-weighted mean of each PipeUtilization column per group of ``by`` (NaN where no kernel
-    of the group measured it), over the kernels whose core side ran."""
+def pipe_ratios(k: pd.DataFrame, by: pd.Series | list[pd.Series]) -> pd.DataFrame:
+    """Duration-weighted mean of each PipeUtilization column per group of ``by`` (one key, or several:
+    a MultiIndex; NaN where no kernel of the group measured it), over the kernels whose core side ran."""
     dur = k["dur_us"].astype(float).fillna(0.0)
     out = {}
     present = [c for c in RATIO_COLUMNS if c in k.columns and k[c].notna().any()]
     if not present:  # no PipeUtilization value at all (CPU ops, Level0, another metrics group): every ratio NaN
-        index = pd.Index(by.unique(), name=by.name)
+        index = dur.groupby(by, sort=False).size().index
         return pd.DataFrame({c: pd.Series(np.nan, index=index) for c in RATIO_COLUMNS}, index=index)
     for side in ("aic", "aiv"):
         ran = _side_ran(k, side)
@@ -146,6 +146,11 @@ def _l2_rates(capture: Tables, comp: pd.DataFrame, types: pd.Series) -> pd.DataF
     return g.rename(columns={"hit_rate": "l2_hit_rate", "victim_rate": "l2_victim_rate"}).astype(float)
 
 
+def _types(comp: pd.DataFrame) -> pd.Series:
+    """Each compute kernel's op type: its type, the name where it has none."""
+    return comp["type"].fillna(comp["name"]).fillna("").astype(str).rename("type")
+
+
 def type_table(capture: Tables, with_flops: bool = True) -> pd.DataFrame:
     """One row per compute op type over every rank, largest time first: launches, time_us, share,
     flops (null when no kernel of the type has FLOPs, or ``with_flops`` is off), tflops, the pipe
@@ -153,7 +158,7 @@ def type_table(capture: Tables, with_flops: bool = True) -> pd.DataFrame:
     comp = _compute(capture)
     if not len(comp):
         return pd.DataFrame()
-    types = comp["type"].fillna(comp["name"]).fillna("").astype(str).rename("type")  # the name where no type
+    types = _types(comp)
     f = ph.compute_kernel_flops(capture) if with_flops else None  # type: ignore[arg-type]  # reads table() only
     flops = pd.Series(np.nan, index=comp.index) if f is None else pd.Series(f.to_numpy(dtype=float), index=comp.index)
     dur = comp["dur_us"].astype(float)
@@ -246,10 +251,35 @@ def _mte2_bound(table: pd.DataFrame, max_cube: float) -> pd.Series:
     return (table["bound"] == "mte2") & table["bound_note"].isna() & (cube < max_cube)
 
 
+def rank_type_tables(capture: Capture) -> dict[int, pd.DataFrame]:
+    """What :func:`type_table` of each rank (without FLOPs) says of its op types: ``time_us``, ``share``,
+    ``cube``, ``bound``, ``bound_note``, largest time first; ranks with compute kernels only.
+
+    One grouping by (rank, op type) over the whole capture instead of a type table per rank (a
+    thousand ranks: a thousand type tables). Each group sums the same kernels in the same order as
+    the rank's own table, and each rank's total and shares are summed by numpy as there: the same
+    values to the last bit."""
+    comp = _compute(capture)
+    if not len(comp):
+        return {}
+    key = [comp["rank"].rename("rank"), _types(comp)]
+    time = comp["dur_us"].astype(float).groupby(key, sort=False).sum()
+    units = unit_ratios(pipe_ratios(comp, key))
+    table = pd.DataFrame({"time_us": time}).join(units[["cube"]]).join(bound_of(units))
+    out: dict[int, pd.DataFrame] = {}
+    ranks = table.index.get_level_values(0).to_numpy()
+    for rank, pos in pd.Series(np.arange(len(table))).groupby(ranks, sort=False).groups.items():
+        rt = table.iloc[np.asarray(pos)].droplevel(0)
+        total = float(rt["time_us"].sum())
+        rt = rt.assign(share=rt["time_us"] / total if total > 0 else np.nan)
+        out[int(rank)] = rt.sort_values("time_us", ascending=False, kind="stable")
+    return out
+
+
 def _per_rank_tables(ctx: Context) -> dict[int, pd.DataFrame]:
     key = _KEY + ".per_rank"
     if key not in ctx.cache:
-        ctx.cache[key] = {rd.rank: type_table(rd, with_flops=False) for rd in ctx.capture.ranks}
+        ctx.cache[key] = rank_type_tables(ctx.capture)
     return ctx.cache[key]  # type: ignore[no-any-return]
 
 
