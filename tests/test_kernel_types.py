@@ -133,6 +133,27 @@ def test_mte2_bound_share_on_level1(analysed: Callable[[str], Any]) -> None:
     assert not any(f["rule_id"] == "kernel-memory-bound" for f in a.findings)
 
 
+def test_rank_type_tables_are_each_ranks_own_type_table(analysed: Callable[[str], Any]) -> None:
+    """The per-rank op types come from one grouping by (rank, type) over the capture (the warm path at many ranks):
+    each rank's rows are exactly its own type_table's (same order, same floats to the bit), so the per-rank
+    mte2_bound_share is unchanged. Both ranks of level1 carry PipeUtilization columns."""
+    cap = analysed("level1").capture
+    tables = kt.rank_type_tables(cap)
+    assert sorted(tables) == [rd.rank for rd in cap.ranks] == [0, 1]
+    for rd in cap.ranks:
+        own = kt.type_table(rd, with_flops=False)
+        got = tables[rd.rank]
+        assert list(got.index) == list(own.index) and len(own) > 10
+        for col in ("time_us", "share", "cube", "bound_ratio"):
+            assert got[col].astype(float).tolist() == pytest.approx(own[col].astype(float).tolist(), rel=0, abs=0, nan_ok=True)
+        assert [None if pd.isna(b) else b for b in got["bound"]] == own["bound"].tolist()  # null: NaN or None
+        assert got["bound_note"].isna().tolist() == own["bound_note"].isna().tolist()
+    per_rank = analysed("level1").metrics["mte2_bound_share"].per_rank
+    for rd in cap.ranks:
+        own = kt.type_table(rd, with_flops=False)
+        assert per_rank[rd.rank] == float(own.loc[kt._mte2_bound(own, 0.5), "share"].sum())
+
+
 def test_l2_cache_and_api_statistic_readers(corpus: Path) -> None:
     # l2_cache.csv of level1 rank 0: 180 lines = header + 179 rows; first row "2,11052,N/A,0.23264,trans_TransData_1"
     l2 = ascend_stats.read_l2_cache(corpus / LEVEL1_OUT / "l2_cache.csv", 0)
