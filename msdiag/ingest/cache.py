@@ -167,7 +167,7 @@ class RankCache:
         with ThreadPoolExecutor(max(1, min(4, os.cpu_count() or 1))) as pool:
             got = list(pool.map(lambda k: self._read_entry(k, stats), keys))
         heads = [h for h, _ in got]
-        frames, broken = _to_pandas([t for _, t in got])
+        frames, broken, dtypes = _to_pandas([t for _, t in got])
         del got
         out: list[RankData | None] = []
         for i, (key, head, tables) in enumerate(zip(keys, heads, frames)):
@@ -176,7 +176,7 @@ class RankCache:
                 try:
                     if i in broken:
                         raise _Invalid(broken[i])
-                    rd = _restore(head, tables, given[i])
+                    rd = _restore(head, tables, given[i], dtypes[i])
                 except _Invalid as e:
                     _note(stats, "ignored", f"{self.entry(key)}: {e}")
             out.append(rd)
@@ -368,12 +368,20 @@ def _hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
 
-def _restore(head: dict[str, Any], tables: dict[str, Any], rank_path: str) -> RankData:
+def _dtypes(df: Any) -> list[list[str]]:
+    """A frame's [[column, dtype], ...] as rank.json stores them."""
+    return [[str(c), str(t)] for c, t in df.dtypes.items()]
+
+
+def _restore(head: dict[str, Any], tables: dict[str, Any], rank_path: str,
+             dtypes: dict[str, list[list[str]]] | None = None) -> RankData:
     """The RankData of a checked rank.json and its tables (each with the dtypes stored), its paths
-    rooted at ``rank_path``."""
+    rooted at ``rank_path``; ``dtypes``: the tables' [[column, dtype], ...] where already known (the
+    ranks' slices of one converted table share its dtypes: computed once, not per rank and table)."""
+    known = dtypes or {}
     for name, columns in head["tables"].items():
         df = tables.get(name)
-        if df is None or [[str(c), str(t)] for c, t in df.dtypes.items()] != columns:
+        if df is None or (known[name] if name in known else _dtypes(df)) != columns:
             raise _Invalid(f"{name}.parquet does not read back with the columns and dtypes stored")
     info = dict(head["info"])
     info["info_json"] = _rooted(info["info_json"], rank_path)
@@ -393,13 +401,15 @@ def _restore(head: dict[str, Any], tables: dict[str, Any], rank_path: str) -> Ra
     )
 
 
-def _to_pandas(arrow: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[int, str]]:
-    """Each rank's Arrow tables as pandas, converted one table name at a time over all ranks; and
-    the ranks whose tables could not be converted (index -> why)."""
+def _to_pandas(arrow: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[int, str], list[dict[str, list[list[str]]]]]:
+    """Each rank's Arrow tables as pandas, converted one table name at a time over all ranks; the
+    ranks whose tables could not be converted (index -> why); and the dtypes of the tables cut from
+    one converted table (the same for every rank: index -> {table: [[column, dtype], ...]})."""
     import pyarrow as pa
 
     frames: list[dict[str, Any]] = [{} for _ in arrow]
     broken: dict[int, str] = {}
+    dtypes: list[dict[str, list[list[str]]]] = [{} for _ in arrow]
     for name in sorted({n for t in arrow for n in t}):
         idx = [i for i, t in enumerate(arrow) if name in t]
         parts = [arrow[i].pop(name) for i in idx]  # held here only: freed once converted
@@ -414,11 +424,12 @@ def _to_pandas(arrow: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[
                 except Exception as e:  # noqa: BLE001 - a table that does not convert: that rank is rebuilt
                     broken[i] = f"{name}.parquet: {type(e).__name__}: {e}"
             continue
-        lo = 0
+        lo, shared = 0, _dtypes(whole)
         for i, t in zip(idx, parts):
             frames[i][name] = whole.iloc[lo : lo + t.num_rows].reset_index(drop=True)
+            dtypes[i][name] = shared
             lo += t.num_rows
-    return frames, broken
+    return frames, broken, dtypes
 
 
 def _same(a: Any, b: Any) -> bool:

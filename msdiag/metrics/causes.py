@@ -329,13 +329,14 @@ def _comm_overlap(ctx: Context) -> tuple[float | None, str | None]:
     acts = _activity(ctx)
     k = ctx.capture.table("kernels")
     comm = k[k["kind"] == "communication"] if len(k) else k
+    by_rank = dict(tuple(comm.groupby("rank", sort=False)))  # split once, not the whole table filtered per rank
     sync_us = over_us = 0.0
     for r, (act, _) in acts.items():
         a = act[act["cause"] == "host-sync"]
         if not len(a):
             continue
         s = (a["start_us"].to_numpy(float), a["end_us"].to_numpy(float))
-        c = comm[comm["rank"] == r]
+        c = by_rank.get(r, comm.iloc[:0])
         sync_us += iv.total(s)
         over_us += iv.total(iv.intersect(s, iv.make(c["start_us"].to_numpy(float), c["dur_us"].to_numpy(float))))
     if not sync_us:

@@ -537,9 +537,10 @@ def _per_step(ctx: Context, col: str, attention_only: bool) -> Value:
         return Value(None, reason=why)
     f = fwd[fwd["attention"].to_numpy(bool)] if attention_only else fwd
     steps = fwd.groupby("rank")["step"].nunique()
+    by_rank = dict(tuple(f.groupby("rank", sort=False)))  # split once, not the kernels filtered per rank
     per: dict[int, float | str | None] = {}
     for r, n in steps.items():
-        g = f[(f["rank"] == r).to_numpy(bool)]
+        g = by_rank.get(r, f.iloc[:0])
         if col == "flops" and len(g) and g["flops"].isna().all():
             per[int(r)] = None
             continue
