@@ -136,7 +136,7 @@ def _cache_dir(kw: dict[str, Any]) -> str | None:
         if kw.get("cache_dir"):
             raise click.UsageError("--cache and --no-cache exclude each other")
         return None
-    from msdiag.ingest.cache import default_dir, untrusted
+    from msdiag.ingest.cachedir import default_dir, untrusted
 
     folder = str(kw["cache_dir"]) if kw.get("cache_dir") else str(default_dir())
     why = untrusted(folder)
@@ -285,14 +285,20 @@ def _exit_for(report: dict[str, Any], fail_on: str | None) -> int:
 @analysis_options
 def analyze(path: str, fmt: str, fail_on: str | None, baseline_name: str | None, verbose: bool, **kw: Any) -> None:
     """Analyze a profiler capture (a rank folder or a folder of ranks) or a request timing log: verdict, findings, figures."""
-    from msdiag.contract import build
-
     try:
         saved = _load_baseline(baseline_name) if baseline_name else None  # a wrong name fails before any work
-        a = _analyze(path, _options(kw), kw["strict"])
-        report = build(a)
-        if saved is not None:
-            report["baseline_diff"] = _against_baseline(saved, a, report, path)
+        opts = _options(kw)
+        stored = _result_cache(path, opts, kw["strict"], saved)
+        report = stored.get() if stored is not None else None
+        if report is None:
+            from msdiag.contract import build
+
+            a = _analyze(path, opts, kw["strict"])
+            report = build(a)
+            if saved is not None:
+                report["baseline_diff"] = _against_baseline(saved, a, report, path)
+            if stored is not None:
+                stored.put(report)
     except MsdiagError as e:
         _fail(e, kw["debug"])
         return
@@ -307,6 +313,17 @@ def analyze(path: str, fmt: str, fail_on: str | None, baseline_name: str | None,
 
             click.echo(render_section(report["baseline_diff"]), nl=False)
     sys.exit(max(_exit_for(report, fail_on), _goal_exit(report, kw["fail_on_goal"])))
+
+
+def _result_cache(path: str, opts: Any, strict: bool, saved: dict[str, Any] | None) -> Any:
+    """The result cache entry of this `msdiag analyze` (msdiag/result_cache.py), or None: no cache folder
+    (--no-cache, refused), or an input that cannot be fingerprinted. The saved baseline is keyed by its content."""
+    if opts.cache is None:
+        return None
+    from msdiag import result_cache
+
+    base = None if saved is None else result_cache.digest(saved)
+    return result_cache.open_for(opts.cache, path, opts, {"command": "analyze", "strict": strict, "baseline": base})
 
 
 def _inside(child: Path, folder: Path) -> bool:

@@ -45,9 +45,10 @@ def top_kernels(k: pd.DataFrame, n: int = TOP_KERNELS) -> list[dict[str, Any]]:
     ]
 
 
-def _comm_summary(a: Analysis, rank: int) -> dict[str, Any] | None:
-    ops = a.capture.table("comm_ops")
-    ops = ops[ops["rank"] == rank]
+def _comm_summary(rd: Any) -> dict[str, Any] | None:
+    """The rank's communication: its own tables (the capture's rows of that rank, in the same order), not the
+    capture's filtered once per rank (a thousand ranks: a thousand scans of every rank's rows)."""
+    ops = rd.table("comm_ops")
     if len(ops):
         return {
             "source": "communication analysis",
@@ -58,8 +59,8 @@ def _comm_summary(a: Analysis, rank: int) -> dict[str, Any] | None:
             "sync_us": float(ops["sync_us"].sum()),
             "idle_us": float(ops["idle_us"].sum()),
         }
-    k = a.capture.table("kernels")
-    k = k.loc[(k["rank"] == rank) & (k["kind"] == "communication"), ["dur_us"]]
+    k = rd.table("kernels")
+    k = k.loc[k["kind"] == "communication", ["dur_us"]]
     if len(k):
         return {"source": "kernels", "ops": int(len(k)), "elapse_us": float(k["dur_us"].sum())}
     return None
@@ -79,7 +80,7 @@ def _rank_entry(a: Analysis, rd: Any) -> dict[str, Any]:
         "kernels": int(len(k)),
         "kernels_from": rd.info.kernels_from,
         "top_kernels": top_kernels(k),
-        "communication": _comm_summary(a, rd.rank),
+        "communication": _comm_summary(rd),
         "memory_peak_allocated_mb": finite_or_none(peak),
         "notes": list(rd.notes),
     }

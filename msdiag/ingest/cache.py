@@ -38,7 +38,6 @@ import json
 import math
 import os
 import shutil
-import stat
 import tempfile
 import types
 import typing
@@ -50,42 +49,18 @@ from typing import Any
 
 from msdiag import __version__
 from msdiag.errors import InputError
+from msdiag.ingest.cachedir import PRIVATE as _PRIVATE
+from msdiag.ingest.cachedir import code_fingerprint, default_dir, untrusted
+from msdiag.ingest.cachedir import owner_problem as _owner_problem
 from msdiag.ingest.paths import Seen
 from msdiag.model import ABSENT, FAILED, PRESENT, SCHEMA_VERSION, TABLES, UNUSED, RankData, RankInfo, Source
+
+__all__ = ["CACHE_FORMAT", "CacheStats", "RankCache", "code_fingerprint", "default_dir", "files_of", "untrusted"]
 
 #: Bumped whenever the layout or the encoding of an entry changes.
 CACHE_FORMAT = 3  # 2: rank.json holds the rank's RankInfo; 3: paths relative to the rank folder, tables' dtypes
 _ROOT = f"msdiag-ranks-v{CACHE_FORMAT}"
 _MAX_DEPTH = 8  # folders walked under a rank folder for its fingerprint
-
-
-def default_dir() -> Path:
-    """The user's cache folder: ``$MSDIAG_HOME/cache``, else ``$XDG_CACHE_HOME/msdiag``, else ``~/.cache/msdiag``."""
-    home = os.environ.get("MSDIAG_HOME")
-    if home:
-        return Path(home).expanduser() / "cache"
-    base = os.environ.get("XDG_CACHE_HOME")
-    return (Path(base) if base and os.path.isabs(base) else Path.home() / ".cache") / "msdiag"
-
-
-#: msdiag's sources that decide what a rank read holds: the readers and what they build on. The
-#: reduction applied to the stored tables is identified by its caller (``reduce_id``).
-_CODE = ("__init__.py", "errors.py", "model.py", "units.py", "intervals.py", "ingest")
-
-
-def code_fingerprint(parts: tuple[str, ...] = _CODE) -> str:
-    """A hash of msdiag's sources ``parts`` (files or folders under msdiag/): by default those that
-    build a rank's tables, so that a changed reader never meets an old entry."""
-    pkg = Path(__file__).resolve().parents[1]
-    h = hashlib.sha256(__version__.encode())
-    files = [p for c in parts for p in ([pkg / c] if c.endswith(".py") else (pkg / c).rglob("*.py"))]
-    for p in sorted(files):
-        try:
-            data = p.read_bytes()
-        except OSError:
-            continue
-        h.update(str(p.relative_to(pkg)).encode() + b"\0" + data + b"\0")
-    return h.hexdigest()[:32]
 
 
 def files_of(folder: Path) -> list[list[Any]]:
@@ -192,7 +167,7 @@ class RankCache:
         with ThreadPoolExecutor(max(1, min(4, os.cpu_count() or 1))) as pool:
             got = list(pool.map(lambda k: self._read_entry(k, stats), keys))
         heads = [h for h, _ in got]
-        frames, broken = _to_pandas([t for _, t in got])
+        frames, broken, dtypes = _to_pandas([t for _, t in got])
         del got
         out: list[RankData | None] = []
         for i, (key, head, tables) in enumerate(zip(keys, heads, frames)):
@@ -201,7 +176,7 @@ class RankCache:
                 try:
                     if i in broken:
                         raise _Invalid(broken[i])
-                    rd = _restore(head, tables, given[i])
+                    rd = _restore(head, tables, given[i], dtypes[i])
                 except _Invalid as e:
                     _note(stats, "ignored", f"{self.entry(key)}: {e}")
             out.append(rd)
@@ -272,51 +247,6 @@ class RankCache:
 def _note(stats: CacheStats | None, which: str, text: str) -> None:
     if stats is not None:
         getattr(stats, which).append(text)
-
-
-# ---- trust: a cache folder is trusted like code ---------------------------------------------------
-
-_PRIVATE = 0o700  # folders the cache creates
-_OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
-
-
-def _owner_problem(st: os.stat_result) -> str | None:
-    """Why a folder's owner or mode lets someone else change what is in it, or None."""
-    if st.st_uid not in (os.geteuid(), 0):
-        return f"is owned by another user (uid {st.st_uid})"
-    if st.st_mode & _OTHERS_WRITE:
-        return f"is writable by others (mode {stat.S_IMODE(st.st_mode):04o})"
-    return None
-
-
-def untrusted(folder: str | Path) -> str | None:
-    """Why the cache folder ``folder`` cannot be trusted, or None when it can.
-
-    Parquet and JSON read from a cache decide every figure of a report, so the folder is trusted as
-    ssh trusts ~/.ssh: it (when it exists) must be owned by the user (or root) and writable by no one
-    else; each folder above it must be owned by the user or root and, when others may write in it,
-    sticky (like /tmp), so that no one else can rename the cache folder away and put another in its
-    place. Nothing is read to decide: a few stat calls."""
-    p = Path(folder).expanduser().resolve()
-    try:
-        if p.exists():
-            st = os.stat(p)
-            if not stat.S_ISDIR(st.st_mode):
-                return "is not a folder"
-            why = _owner_problem(st)
-            if why is not None:
-                return why
-        for up in p.parents:
-            if not up.exists():
-                continue
-            st = os.stat(up)
-            if st.st_uid not in (os.geteuid(), 0):
-                return f"lies in {up}, owned by another user (uid {st.st_uid})"
-            if st.st_mode & _OTHERS_WRITE and not st.st_mode & stat.S_ISVTX:
-                return f"lies in {up}, writable by others without the sticky bit (mode {stat.S_IMODE(st.st_mode):04o})"
-    except OSError as e:
-        return f"cannot be checked ({e.strerror or e})"
-    return None
 
 
 def _untrusted_entry(d: Path) -> str | None:
@@ -438,12 +368,20 @@ def _hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
 
-def _restore(head: dict[str, Any], tables: dict[str, Any], rank_path: str) -> RankData:
+def _dtypes(df: Any) -> list[list[str]]:
+    """A frame's [[column, dtype], ...] as rank.json stores them."""
+    return [[str(c), str(t)] for c, t in df.dtypes.items()]
+
+
+def _restore(head: dict[str, Any], tables: dict[str, Any], rank_path: str,
+             dtypes: dict[str, list[list[str]]] | None = None) -> RankData:
     """The RankData of a checked rank.json and its tables (each with the dtypes stored), its paths
-    rooted at ``rank_path``."""
+    rooted at ``rank_path``; ``dtypes``: the tables' [[column, dtype], ...] where already known (the
+    ranks' slices of one converted table share its dtypes: computed once, not per rank and table)."""
+    known = dtypes or {}
     for name, columns in head["tables"].items():
         df = tables.get(name)
-        if df is None or [[str(c), str(t)] for c, t in df.dtypes.items()] != columns:
+        if df is None or (known[name] if name in known else _dtypes(df)) != columns:
             raise _Invalid(f"{name}.parquet does not read back with the columns and dtypes stored")
     info = dict(head["info"])
     info["info_json"] = _rooted(info["info_json"], rank_path)
@@ -463,13 +401,15 @@ def _restore(head: dict[str, Any], tables: dict[str, Any], rank_path: str) -> Ra
     )
 
 
-def _to_pandas(arrow: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[int, str]]:
-    """Each rank's Arrow tables as pandas, converted one table name at a time over all ranks; and
-    the ranks whose tables could not be converted (index -> why)."""
+def _to_pandas(arrow: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[int, str], list[dict[str, list[list[str]]]]]:
+    """Each rank's Arrow tables as pandas, converted one table name at a time over all ranks; the
+    ranks whose tables could not be converted (index -> why); and the dtypes of the tables cut from
+    one converted table (the same for every rank: index -> {table: [[column, dtype], ...]})."""
     import pyarrow as pa
 
     frames: list[dict[str, Any]] = [{} for _ in arrow]
     broken: dict[int, str] = {}
+    dtypes: list[dict[str, list[list[str]]]] = [{} for _ in arrow]
     for name in sorted({n for t in arrow for n in t}):
         idx = [i for i, t in enumerate(arrow) if name in t]
         parts = [arrow[i].pop(name) for i in idx]  # held here only: freed once converted
@@ -484,11 +424,12 @@ def _to_pandas(arrow: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[
                 except Exception as e:  # noqa: BLE001 - a table that does not convert: that rank is rebuilt
                     broken[i] = f"{name}.parquet: {type(e).__name__}: {e}"
             continue
-        lo = 0
+        lo, shared = 0, _dtypes(whole)
         for i, t in zip(idx, parts):
             frames[i][name] = whole.iloc[lo : lo + t.num_rows].reset_index(drop=True)
+            dtypes[i][name] = shared
             lo += t.num_rows
-    return frames, broken
+    return frames, broken, dtypes
 
 
 def _same(a: Any, b: Any) -> bool:

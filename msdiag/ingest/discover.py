@@ -19,7 +19,7 @@ from msdiag.ingest import cann_msprof, legacy
 from msdiag.ingest.engine import RankDir
 from msdiag.ingest.folders import ASCEND_MS, ASCEND_PT, MINDSPORE_CPU, PROFILER_INFO
 from msdiag.ingest.formats import FORMATS
-from msdiag.ingest.paths import Seen
+from msdiag.ingest.paths import Seen, capture_root
 
 __all__ = ["ASCEND_MS", "ASCEND_PT", "CANN_MSPROF", "MINDSPORE_CPU", "MINDSPORE_LEGACY", "Discovery", "RankDir",
            "discover"]
@@ -190,8 +190,7 @@ def discover(path: str | Path) -> Discovery:
             "is a file; give the capture folder (a *_ascend_ms / *_ascend_pt rank folder or the folder holding the ranks), "
             "or a request timing log (msdiag JSONL/CSV with arrival_s, or vLLM benchmark_serving JSON)",
         )
-    if root.name in ("ASCEND_PROFILER_OUTPUT", "FRAMEWORK"):
-        root = root.parent
+    root = capture_root(root)
     rank_dirs, hints, skipped = _walk(root)
     for r in rank_dirs:
         r.root = root  # files may resolve anywhere in the folder the user gave (ingest/paths.py)

@@ -105,3 +105,9 @@ class Seen:
     def new(self, folders: Iterable[Path]) -> list[Path]:
         """The folders of ``folders`` met for the first time, in order."""
         return [f for f in folders if self.first(f)]
+
+
+def capture_root(folder: Path) -> Path:
+    """The folder discovery walks for ``folder``: a rank's ASCEND_PROFILER_OUTPUT/ or FRAMEWORK/ belongs to the
+    rank folder above it (every file a run may read lies under it)."""
+    return folder.parent if folder.name in ("ASCEND_PROFILER_OUTPUT", "FRAMEWORK") else folder

@@ -111,38 +111,28 @@ def _outermost(ev: pd.DataFrame) -> pd.DataFrame:
     return ev[keep]
 
 
-class _Names:
-    """A host lane's event names, each distinct name once: a pattern is matched against the distinct names
-    (a few hundred) instead of every event (tens of thousands, most of them repeats)."""
+class _Host:
+    """A rank's host events: each distinct name matched against a pattern once (not each event, once per
+    pattern), and each event's thread: the id at the end of its track name ('Python/Thread 3096504' and
+    'CANN/Thread 3096504' are one thread)."""
 
     def __init__(self, host: pd.DataFrame) -> None:
-        self.codes, uniques = pd.factorize(host["name"].astype(object), use_na_sentinel=True)
-        self.uniques = pd.Series(uniques, dtype="string")
-        self._hits: dict[str, np.ndarray] = {}
+        self.host = host
+        self.codes, self.names = pd.factorize(host["name"].astype(object))  # a missing name: -1, never matches
+        tcodes, tracks = pd.factorize(host["track"].astype(object), use_na_sentinel=False)
+        threads = np.array([str(t).rsplit(" ", 1)[-1] for t in tracks], dtype=object)
+        self.thread = threads[tcodes] if len(tcodes) else np.empty(0, dtype=object)
 
-    def matching(self, pattern: str) -> np.ndarray:
-        """Per event: its name matches ``pattern`` (a null name never does)."""
-        if pattern not in self._hits:
-            hit = self.uniques.str.contains(pattern, regex=True).fillna(False).to_numpy(bool)
-            self._hits[pattern] = (
-                np.where(self.codes >= 0, hit[np.clip(self.codes, 0, None)], False) if len(hit) else np.zeros(len(self.codes), bool)
-            )
-        return self._hits[pattern]
-
-
-def _events(host: pd.DataFrame, pattern: str, names: _Names | None = None) -> pd.DataFrame:
-    """Host events whose name matches, with their thread: the id at the end of the track name
-    ('Python/Thread 3096504' and 'CANN/Thread 3096504' are one thread). ``names``: the lane's
-    :class:`_Names`, when the caller matches several patterns."""
-    ev = host[(names or _Names(host)).matching(pattern)]
-    codes, tracks = pd.factorize(ev["track"].astype(object), use_na_sentinel=False)
-    threads = np.array([str(t).rsplit(" ", 1)[-1] for t in tracks], dtype=object)
-    return ev.assign(thread=threads[codes] if len(codes) else [])
+    def events(self, pattern: str) -> pd.DataFrame:
+        """The events whose name matches ``pattern`` (re.search, as pandas' str.contains), with their thread."""
+        rx = re.compile(pattern)
+        hit = np.array([rx.search(str(n)) is not None for n in self.names] + [False], dtype=bool)
+        rows = hit[self.codes]
+        return self.host[rows].assign(thread=self.thread[rows])
 
 
-def _sites(ev: pd.DataFrame, frames: pd.DataFrame) -> list[str | None]:
+def _sites(ev: pd.DataFrame, by_thread: dict[str, _Frames]) -> list[str | None]:
     """The call site stack ('inner < outer') of each event; the MAX_RESOLVED longest only."""
-    by_thread = {str(t): _Frames(g) for t, g in frames.groupby("thread")}
     resolved = set(ev.nlargest(MAX_RESOLVED, "dur_us").index)
     out: list[str | None] = []
     for idx, t, s, d in zip(ev.index, ev["thread"], ev["start_us"], ev["dur_us"]):
@@ -161,18 +151,22 @@ def rank_activity(ctx: Context, rank: int) -> pd.DataFrame:
     tl = rd.tables.get("timeline")
     if tl is None or not len(tl):
         return _NO_ACTIVITY
+    return _activity_in(tl, _windows(ctx, rank, tl), rd.info.read_depth == "shallow")
+
+
+def _activity_in(tl: pd.DataFrame, win: pd.DataFrame, shallow: bool) -> pd.DataFrame:
+    """rank_activity of a rank's timeline ``tl`` and its steps ``win`` (_windows); ``shallow``: the rank was
+    read shallow (its call sites are unknown)."""
     host = tl[tl["lane"] == "host"]
-    win = _windows(ctx, rank, tl)
     if not len(host) or not len(win):
         return _NO_ACTIVITY
-    names = _Names(host)
+    events = _Host(host)
     # a rank read shallow holds only the first frame of each name: its call sites are unknown, never guessed
-    frames = _events(host, FRAME_PATTERN, names) if rd.info.read_depth != "shallow" else _events(host.iloc[:0], FRAME_PATTERN)
+    frames = events.events(FRAME_PATTERN) if not shallow else events.events(FRAME_PATTERN).iloc[:0]
+    by_thread = {str(t): _Frames(g) for t, g in frames.groupby("thread")}
     parts = []
     for cause, pattern in (("host-sync", SYNC_PATTERN), *ACTIVITY_PATTERNS.items()):
-        if not names.matching(pattern).any():
-            continue
-        ev = _outermost(_events(host, pattern, names))
+        ev = _outermost(events.events(pattern))
         if not len(ev):
             continue
         s = ev["start_us"].to_numpy(float)
@@ -180,7 +174,7 @@ def rank_activity(ctx: Context, rank: int) -> pd.DataFrame:
         lo, hi = win["lo"].to_numpy(float), win["hi"].to_numpy(float)
         i = np.searchsorted(lo, s, side="right") - 1  # the step that began last before the event
         ok = (i >= 0) & (s < hi[np.clip(i, 0, None)])
-        sites = _sites(ev, frames)
+        sites = _sites(ev, by_thread)
         parts.append(pd.DataFrame({
             "cause": cause, "step": win["step"].to_numpy(object)[i[ok]], "start_us": s[ok],
             "end_us": np.minimum(e[ok], hi[i[ok]]), "site": [x for x, k in zip(sites, ok) if k],
@@ -212,8 +206,11 @@ def _activity(ctx: Context) -> dict[int, tuple[pd.DataFrame, int]]:
                 out[rd.rank] = known[rd.rank]
                 continue
             tl = rd.tables.get("timeline")
-            n = len(_windows(ctx, rd.rank, tl)) if tl is not None and len(tl) else 0
-            out[rd.rank] = (rank_activity(ctx, rd.rank), n)
+            if tl is None or not len(tl):
+                out[rd.rank] = (_NO_ACTIVITY, 0)
+                continue
+            win = _windows(ctx, rd.rank, tl)  # once per rank: its steps and its activities in them
+            out[rd.rank] = (_activity_in(tl, win, rd.info.read_depth == "shallow"), len(win))
         ctx.cache["causes"] = ctx.cache[ACTIVITY_CACHE] = out
     cached: dict[int, tuple[pd.DataFrame, int]] = ctx.cache["causes"]
     return cached
@@ -366,13 +363,14 @@ def _comm_overlap(ctx: Context) -> tuple[float | None, str | None]:
     acts = _activity(ctx)
     k = ctx.capture.table("kernels")
     comm = k[k["kind"] == "communication"] if len(k) else k
+    by_rank = dict(tuple(comm.groupby("rank", sort=False)))  # split once, not the whole table filtered per rank
     sync_us = over_us = 0.0
     for r, (act, _) in acts.items():
         a = act[act["cause"] == "host-sync"]
         if not len(a):
             continue
         s = (a["start_us"].to_numpy(float), a["end_us"].to_numpy(float))
-        c = comm[comm["rank"] == r]
+        c = by_rank.get(r, comm.iloc[:0])
         sync_us += iv.total(s)
         over_us += iv.total(iv.intersect(s, iv.make(c["start_us"].to_numpy(float), c["dur_us"].to_numpy(float))))
     if not sync_us:

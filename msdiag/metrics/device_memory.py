@@ -107,20 +107,26 @@ def _group_of(component: str) -> str:
     return "other"
 
 
-def _module_series(g: pd.DataFrame) -> pd.DataFrame:
-    """One rank's npu_module_mem rows -> one row per sample time: the groups and their sum."""
-    g = g[g["reserved_mb"].notna() & g["ts_us"].notna()]
+def _module_series(m: pd.DataFrame) -> dict[int, pd.DataFrame]:
+    """Every rank's npu_module_mem rows -> per rank, one row per sample time: the groups and their sum.
+
+    One pivot over (rank, sample time) for all ranks, not one per rank: each cell sums the same rows in
+    the same order as the rank's own pivot would, and a group a rank lacks is 0 either way."""
+    g = m[(m["source"] == DEVICE_SOURCE).fillna(False).to_numpy(bool) & m["reserved_mb"].notna().to_numpy(bool)
+          & m["ts_us"].notna().to_numpy(bool) & m["rank"].notna().to_numpy(bool)]
+    if not len(g):
+        return {}
     grp = g["component"].fillna("").astype(str).map(_group_of)
-    wide = g.assign(group=grp.to_numpy()).pivot_table(
-        index="ts_us", columns="group", values="reserved_mb", aggfunc="sum", fill_value=0.0
+    wide = g.assign(group=grp.to_numpy(), rank=g["rank"].astype(int).to_numpy()).pivot_table(
+        index=["rank", "ts_us"], columns="group", values="reserved_mb", aggfunc="sum", fill_value=0.0
     )
-    out = pd.DataFrame({"ts_us": wide.index.to_numpy(float)})
+    out = pd.DataFrame({"rank": wide.index.get_level_values(0).to_numpy(), "ts_us": wide.index.get_level_values(1).to_numpy(float)})
     for key in COMPOSITION_KEYS:
         col = key.removesuffix("_mb")
         out[key] = wide[col].to_numpy(float) if col in wide.columns else 0.0
     out["total_mb"] = out[list(COMPOSITION_KEYS)].sum(axis=1)
     out["basis"] = DEVICE_SOURCE
-    return out
+    return {int(r): s.drop(columns="rank").reset_index(drop=True) for r, s in out.groupby("rank", sort=False)}
 
 
 def _app_series(g: pd.DataFrame) -> pd.DataFrame:
@@ -145,14 +151,14 @@ def _device_series(ctx: Context) -> dict[int, pd.DataFrame]:
     c = ctx.capture.table("counters")
     c = c[(c["track"] == NPU_MEM_TRACK).fillna(False).to_numpy(bool)]
     counters = dict(tuple(c.groupby("rank")))
+    modules = _module_series(m)
+    app_rows = m[((m["source"] == "memory_record") & (m["component"] == APP_COMPONENT)).fillna(False).to_numpy(bool)]
+    apps = dict(tuple(app_rows.groupby("rank")))  # split once, not the whole table filtered per rank
     out: dict[int, pd.DataFrame] = {}
     for rank in sorted(set(m["rank"].dropna().astype(int)) | {int(r) for r in counters}):
-        g = m[(m["rank"] == rank).fillna(False).to_numpy(bool)]
-        mod = g[(g["source"] == DEVICE_SOURCE).fillna(False).to_numpy(bool)]
-        s = _module_series(mod) if len(mod) else pd.DataFrame()
+        s = modules.get(rank, pd.DataFrame())
         if not len(s):
-            app = g[((g["source"] == "memory_record") & (g["component"] == APP_COMPONENT)).fillna(False).to_numpy(bool)]
-            s = _app_series(app)
+            s = _app_series(apps.get(rank, app_rows.iloc[:0]))
         if not len(s) and rank in counters:
             s = _counter_series(counters[rank])
         if len(s):
@@ -531,9 +537,10 @@ def _per_step(ctx: Context, col: str, attention_only: bool) -> Value:
         return Value(None, reason=why)
     f = fwd[fwd["attention"].to_numpy(bool)] if attention_only else fwd
     steps = fwd.groupby("rank")["step"].nunique()
+    by_rank = dict(tuple(f.groupby("rank", sort=False)))  # split once, not the kernels filtered per rank
     per: dict[int, float | str | None] = {}
     for r, n in steps.items():
-        g = f[(f["rank"] == r).to_numpy(bool)]
+        g = by_rank.get(r, f.iloc[:0])
         if col == "flops" and len(g) and g["flops"].isna().all():
             per[int(r)] = None
             continue
