@@ -108,6 +108,14 @@ def rank_cache(_user_cache: None) -> str:
     return str(default_dir())
 
 
+def page_of(ctx: dict[str, Any]) -> str:
+    """The HTML page of a template context (``html.context``): what ``html.render`` returns for the same analysis and
+    report object, without drawing the charts again for a test that reads both."""
+    from msdiag.report import html
+
+    return html.environment().get_template(html.BASE_TEMPLATE).render(**ctx)
+
+
 @pytest.fixture(scope="session")
 def _pages(analysed: Callable[[str], Analysis]) -> Callable[[str], tuple[dict[str, Any], str]]:
     """``_pages(name)``: (context, page) of ``analysed(name)``'s HTML report, made once per session: the page is
@@ -122,7 +130,7 @@ def _pages(analysed: Callable[[str], Analysis]) -> Callable[[str], tuple[dict[st
         a = analysed(name)
         if id(a) not in done:
             ctx = html.context(a, build(a))
-            done[id(a)] = ctx, html.environment().get_template(html.BASE_TEMPLATE).render(**ctx)
+            done[id(a)] = ctx, page_of(ctx)
         return done[id(a)]
 
     return get

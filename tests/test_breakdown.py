@@ -63,6 +63,8 @@ def test_breakdown_identities_on_every_row(analysed: Analysed) -> None:
 def test_data_wait_from_torch_dataloader_events(analysed: Analysed) -> None:
     # rank0 level1 trace_view.json: the host event "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"
     # (dur 3332.40 us) lies inside ProfilerStep#50; its __next__ frame (3481.13 us) contains it.
-    a, s = _steps(analysed, "ascend/torchnpu-2rank-level1/rank0_ascend_pt")
+    # the session's analysis of the whole capture: each rank's steps are computed from that rank's own timeline
+    a, s = _steps(analysed, "level1")
+    assert (s.loc[0, "rank"], s.loc[0, "step"]) == (0, 50)
     # absolute times near 1.7e15 us resolve to 0.25 us in float64
     assert s.loc[0, "data_wait_us"] == pytest.approx(3332.40, abs=0.5)

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from conftest import SAMPLE_TRACES
+from conftest import SAMPLE_TRACES, page_of
 
 from msdiag.analysis import Analysis, analyze
 from msdiag.cli import main
@@ -50,7 +50,8 @@ def _truncated_level0(corpus: Path, tmp_path: Path) -> Path:
 
 def test_a_rank_left_out_is_said_in_the_header_the_banner_and_the_json(corpus: Path, tmp_path: Path) -> None:
     cap = _truncated_level0(corpus, tmp_path)
-    a = analyze(cap, Options(jobs=1))
+    cache = str(tmp_path / "cache")  # rank 1 parsed once, read back by the two CLI runs; rank 0 fails each time
+    a = analyze(cap, Options(jobs=1, cache=cache))
     rep = build(a)
     assert [r["rank"] for r in rep["ranks"]] == [1]
     left = rep["ranks_left_out"]
@@ -64,11 +65,11 @@ def test_a_rank_left_out_is_said_in_the_header_the_banner_and_the_json(corpus: P
     )
     ctx = html.context(a, rep)
     assert ctx["partial"][0].startswith("1 of 2 ranks analysed (rank 0 left out: ")
-    page = html.render(a, rep)
+    page = page_of(ctx)  # html.render(a, rep), its charts drawn once
     assert page.index('class="partial"') < page.index('class="verdict"')  # the banner comes before the verdict
     # exit code: 0 (no --fail-on), 2 with --strict naming the file
-    assert CliRunner().invoke(main, ["analyze", str(cap), "--no-cache"]).exit_code == 0
-    strict = CliRunner().invoke(main, ["analyze", str(cap), "--no-cache", "--strict"])
+    assert CliRunner().invoke(main, ["analyze", str(cap), "--cache", cache]).exit_code == 0
+    strict = CliRunner().invoke(main, ["analyze", str(cap), "--cache", cache, "--strict"])
     assert strict.exit_code == 2 and "trace_view.json" in strict.output and "(--strict)" in strict.output
 
 
@@ -81,13 +82,14 @@ def test_a_rank_analysed_without_a_failed_file_names_it(corpus: Path, tmp_path: 
         p.chmod(0o755 if p.is_dir() else 0o644)
     comm = cap / "test_rank_1" / "ASCEND_PROFILER_OUTPUT" / "communication.json"
     comm.write_bytes(comm.read_bytes()[:100])
-    a = analyze(cap, Options(jobs=1))
+    cache = str(tmp_path / "cache")  # the CLI run reads both ranks back from the analysis' cache
+    a = analyze(cap, Options(jobs=1, cache=cache))
     rep = build(a)
     assert sorted(r["rank"] for r in rep["ranks"]) == [0, 1] and rep["ranks_left_out"] == []
     head = render(rep).splitlines()[:6]
     said = [ln for ln in head if ln.startswith("  PARTIAL: rank 1 analysed without test_rank_1/ASCEND_PROFILER_OUTPUT/communication.json: ")]
     assert said, head
-    assert CliRunner().invoke(main, ["analyze", str(cap), "--no-cache", "--strict"]).exit_code == 2
+    assert CliRunner().invoke(main, ["analyze", str(cap), "--cache", cache, "--strict"]).exit_code == 2
 
 
 def test_runs_under_one_folder_are_told_apart(corpus: Path, analysed: Callable[[str], Analysis]) -> None:
@@ -204,9 +206,10 @@ def test_corroborating_is_checked_by_the_loader(tmp_path: Path) -> None:
 # ---- point 3: a request log's own verdict and report -----------------------------------------------------
 
 
-def test_a_request_log_gets_its_own_verdict_and_no_training_boxes(analysed: Callable[[str], Analysis]) -> None:
-    a = analysed(str(RATE50))
-    rep = build(a)
+def test_a_request_log_gets_its_own_verdict_and_no_training_boxes(
+    analysed: Callable[[str], Analysis], page_context: Callable[[str], dict[str, Any]], rendered: Callable[[str], str]
+) -> None:
+    rep = build(analysed(str(RATE50)))
     v = rep["verdict"]
     # static batches: 11 of 12 requests arrived while another was in flight and none got its first token while
     # another decoded (join 0%); queueing is 85% of the median TTFT: batching is why they queue
@@ -219,10 +222,10 @@ def test_a_request_log_gets_its_own_verdict_and_no_training_boxes(analysed: Call
     assert "Verdict: BATCHING (85% of TTFT)" in text
     # 12 requests: P99 lies at rank 0.99 x 11 = 10.89, between the two slowest; P90 at 9.9 does not
     assert "(P99 and P99.9 of 12 requests: set by the two slowest requests (interpolated between them), not a measured tail)" in text
-    ctx = html.context(a, rep)
+    ctx = page_context(str(RATE50))  # html.context of the shared analysis and its report object
     assert ctx["log_alone"] and ctx["verdict"]["share"] == "85% of TTFT"
     assert [k for k, _ in ctx["identity"]] == ["request log", "format", "requests"]
-    page = html.render(a, rep)
+    page = rendered(str(RATE50))  # html.render of it
     assert 'class="legend-key"' not in page and "Static batching" in page and "<h3>Request log</h3>" in page
 
 

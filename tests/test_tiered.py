@@ -90,11 +90,13 @@ def test_shallow_plan_leaves_out_only_the_frames() -> None:
 
 
 @pytest.mark.parametrize("capture", [TEXT_CLUSTERS[1], *(pytest.param(c, marks=pytest.mark.slow) for c in TEXT_CLUSTERS[::2])])
-def test_tiered_answer_is_the_full_answer_on_corpus_clusters(corpus: Path, capture: str) -> None:
+def test_tiered_answer_is_the_full_answer_on_corpus_clusters(corpus: Path, capture: str, rank_cache: str) -> None:
     # threshold 0: every rank is read shallow first, then the chosen ones deep (here both ranks are chosen:
-    # the slowest and the fastest); the report equals --deep all but for read_depth
-    auto = _report(corpus / capture, "auto", 0, jobs=1)
-    full = _report(corpus / capture, "all", 0, jobs=1)
+    # the slowest and the fastest); the report equals --deep all but for read_depth. Both read through the
+    # session's rank cache (tests/conftest.py): shallow and deep entries are apart (the depth is part of the key),
+    # so the ranks are parsed shallow once and deep once, not deep twice
+    auto = _report(corpus / capture, "auto", 0, jobs=1, cache=rank_cache)
+    full = _report(corpus / capture, "all", 0, jobs=1, cache=rank_cache)
     assert _answer(auto) == _answer(full)
     assert auto["read_depth"]["mode"] == "auto" and full["read_depth"]["mode"] == "all"
     assert auto["read_depth"]["why"] == full["read_depth"]["why"]  # the same choice at either depth
