@@ -74,3 +74,10 @@ def test_text_na_with_spaces_is_null(corpus: Path, tmp_path: Path) -> None:
     assert pd.isna(got.iloc[0])
     assert got.iloc[1:].tolist() == [r[col].strip() if r[col].strip() not in NA_VALUES else pd.NA for r in rows[2:]]
     pd.testing.assert_series_equal(got, _old_strs(read_csv(out)["Type"]))
+
+
+@pytest.mark.parametrize("n", [0, 1, 1005])
+def test_constant_columns_as_lists_give(n: int) -> None:
+    # the rank and source columns from a numpy fill equal those built from a list of n values
+    pd.testing.assert_series_equal(ac._rank(n, 5), pd.Series([5] * n, dtype=model.INT))
+    pd.testing.assert_series_equal(ac._const(n, "memory_record"), pd.Series(["memory_record"] * n, dtype=model.STR))
