@@ -72,8 +72,11 @@ def read_csv(path: Path, required: Iterable[str] = (), any_of: Iterable[Iterable
         raise ParseError(path, f"not a readable CSV file ({first})") from None
     except OSError as e:
         raise ParseError(path, f"cannot be read ({e.strerror or e})") from None
-    # A trailing comma in the header gives an unnamed empty column.
-    df = df[[c for c in df.columns if not str(c).startswith("Unnamed:")]]
+    # A trailing comma in the header gives an unnamed empty column (selected away only when there is
+    # one: a selection copies every column)
+    named = [c for c in df.columns if not str(c).startswith("Unnamed:")]
+    if len(named) != len(df.columns):
+        df = df[named]
     df.columns = [str(c).strip() for c in df.columns]
     missing = [c for c in required if c not in df.columns]
     for group in any_of:

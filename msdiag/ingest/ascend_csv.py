@@ -18,6 +18,7 @@ import math
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+import numpy as np
 import pandas as pd
 
 from msdiag import model, units
@@ -166,15 +167,27 @@ def _strs(df: pd.DataFrame, names: Sequence[str]) -> pd.Series | None:
     if c is None:
         return None
     s = df[c].astype("string").str.strip()
-    return s.mask(s.isin(NA_VALUES))
+    return s.mask(s.isin(NA_VALUES)) if _holds_na_text(s) else s
+
+
+def _holds_na_text(s: pd.Series) -> bool:
+    """True when a cell of ``s`` is one of NA_VALUES (written with spaces around it: the parser's own
+    NA matching takes exact cells only). One pass in Arrow's C, so the mask is built only when needed."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    arr = pa.array(s.array)
+    return bool(pc.any(pc.is_in(arr, value_set=pa.array(NA_VALUES).cast(arr.type))).as_py())
 
 
 def _rank(n: int, rank: int) -> pd.Series:
-    return pd.Series([rank] * n, dtype=model.INT)
+    """``rank`` on n rows (from one numpy fill: a Python list of n ints costs seconds at a million rows)."""
+    return pd.Series(np.full(n, rank, dtype=np.int64), dtype=model.INT)
 
 
 def _const(n: int, value: str) -> pd.Series:
-    return pd.Series([value] * n, dtype=model.STR)
+    """``value`` on n rows."""
+    return pd.Series(np.full(n, value, dtype=object), dtype=model.STR)
 
 
 def _present(cols: Mapping[str, pd.Series | None]) -> dict[str, pd.Series]:
@@ -254,7 +267,8 @@ def read_kernel_details(path: Path, rank: int, notes: list[str] | None = None) -
         | name.fillna("").str.lower().str.startswith("hcom")
     )
     cols["kind"] = pd.Series("compute", index=comm.index, dtype=model.STR).mask(comm.to_numpy(), "communication")
-    cols["type"] = typ.fillna(type_from_kernel_name(name))
+    if typ.isna().any():  # (the names are parsed only when a type is missing)
+        cols["type"] = typ.fillna(type_from_kernel_name(name))
     return model.KERNELS.frame(_present(cols))
 
 

@@ -204,8 +204,8 @@ def _frame(table: model.Table, cols: list[str], rows: list[tuple[Any, ...]], ran
     if not rows:
         return table.empty()
     df = pd.DataFrame.from_records(rows, columns=cols)
-    df.insert(0, "rank", rank)
-    return table.frame(df)
+    # the rank beside the columns (not inserted into df: the frame takes the columns as they are)
+    return table.frame({"rank": pd.Series(rank, index=df.index, dtype=model.INT), **{c: df[c] for c in df.columns}})
 
 
 def read_communication_matrix(path: Path, rank: int) -> pd.DataFrame:
