@@ -600,6 +600,15 @@ def _pss_kb(pid):
             return next((int(line.split()[1]) for line in f if line.startswith("Pss:")), 0)
     except (OSError, ValueError, IndexError):
         return _rss_kb(pid)
+TICK = os.sysconf("SC_CLK_TCK")
+def _cpu_ticks(pid):
+    # utime + stime of this process alone (fields 14 and 15 of /proc/<pid>/stat)
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            rest = f.read().rsplit(")", 1)[1].split()
+        return int(rest[11]) + int(rest[12])
+    except (OSError, ValueError, IndexError):
+        return None
 cmd = json.loads(sys.argv[2]); out = sys.argv[3]; cwd = sys.argv[4] or None; timeout = float(sys.argv[5])
 t0 = time.perf_counter()
 # the child's stdout and stderr go to files, never to a pipe: a verbose tool cannot block on a full pipe
@@ -607,6 +616,7 @@ with open(out, "wb") as so, open(out + ".err", "wb") as se:
     p = subprocess.Popen(cmd, stdout=so, stderr=se, stdin=subprocess.DEVNULL, cwd=cwd)
     peak = [0]
     peak_rss = [0]
+    ticks = {}  # pid -> its last CPU ticks seen: counts descendants that nobody waits for (rusage misses them)
     done = threading.Event()
     def poll():
         tree, n = [p.pid], 0
@@ -615,6 +625,10 @@ with open(out, "wb") as so, open(out + ".err", "wb") as se:
                 tree = _tree(p.pid)
             peak[0] = max(peak[0], sum(_pss_kb(q) for q in tree))
             peak_rss[0] = max(peak_rss[0], sum(_rss_kb(q) for q in tree))
+            for q in tree:
+                t = _cpu_ticks(q)
+                if t is not None:
+                    ticks[q] = t
             n += 1
             time.sleep(0.05)
     th = threading.Thread(target=poll, daemon=True); th.start()
@@ -631,7 +645,10 @@ with open(out, "wb") as so, open(out + ".err", "wb") as se:
 wall = time.perf_counter() - t0
 done.set(); th.join()
 ru = resource.getrusage(resource.RUSAGE_CHILDREN)
-print(json.dumps({"rc": rc, "wall_s": wall, "cpu_s": ru.ru_utime + ru.ru_stime, "peak_kb": max(peak[0], ru.ru_maxrss),
+# CPU: the child's rusage (itself and the descendants it waited for), or the sum over the tree sampled from /proc
+# (which also counts descendants nobody waited for), whichever is larger: both can only miss time
+print(json.dumps({"rc": rc, "wall_s": wall, "cpu_s": max(ru.ru_utime + ru.ru_stime, sum(ticks.values()) / TICK),
+                  "peak_kb": max(peak[0], ru.ru_maxrss),
                   "peak_rss_sum_kb": peak_rss[0], "maxrss_kb": ru.ru_maxrss}))
 """
 
@@ -705,11 +722,14 @@ class Msdiag:
         return r
 
 
+ANSWER_KEYS = ("slow_rank", "slow_rank_votes", "slowest_rank_by_compute", "slow_link", "stage_imbalance",
+               "groups_spanning_nodes", "verdict")  # fmt: skip
+
+
 def _answer(rep: dict[str, Any]) -> dict[str, Any]:
     """What msdiag's JSON says about the planted rank and link (and why, when it names no slow rank)."""
     m = rep["metrics"]
-    a = {k: m.get(k) for k in ("slow_rank", "slow_rank_votes", "slowest_rank_by_compute", "slow_link", "stage_imbalance",
-                               "groups_spanning_nodes")}  # fmt: skip
+    a = {k: m.get(k) for k in ANSWER_KEYS if k != "verdict"}
     a["verdict"] = (rep.get("verdict") or {}).get("bottleneck")
     if m.get("slow_rank") is None:
         a["slow_rank_reason"] = ((rep.get("metric_details") or {}).get("slow_rank") or {}).get("reason")
@@ -970,6 +990,9 @@ def print_details(results: list[dict[str, Any]]) -> None:
             what = ("ok" if _ok(r) else f"FAILED: rc {r.get('rc')} {r.get('error') or ''}")[:300]
             if label == "msdiag analyze cold" and _ok(r):
                 what += f"; slow rank {r.get('slow_rank')} (planted {p['slow_rank']}), slow link {r.get('slow_link')} (planted {p['slow_link']})"
+            if label == "msdiag analyze warm" and _ok(r) and _ok(row.get("msdiag_cold")):
+                same = all(r.get(k) == row["msdiag_cold"].get(k) for k in ANSWER_KEYS)
+                what += "; the same answer as cold" if same else "; ANSWER DIFFERS FROM COLD"
             if r.get("input_changed"):
                 what += f"; WROTE INTO THE JOB: {r['input_changed']}"
             wall, cpu = r.get("wall_s", float("nan")), r.get("cpu_s", float("nan"))
