@@ -666,7 +666,9 @@ def measure(cmd: list[str], out: Path, env: dict[str, str], cwd: Path | None = N
     r: dict[str, Any] = json.loads(res.stdout.strip().splitlines()[-1])
     if r["rc"] not in (0, 1):
         err = Path(str(out) + ".err").read_text(errors="replace")
-        r["error"] = (err.strip().splitlines() or ["(no stderr)"])[-12:]
+        r["error"] = ([f"killed after {timeout:g} s"] if r["rc"] == "timeout" else []) + (
+            err.strip().splitlines() or ["(no stderr)"]
+        )[-12:]
     return r
 
 
