@@ -664,11 +664,11 @@ def measure(cmd: list[str], out: Path, env: dict[str, str], cwd: Path | None = N
     if res.returncode != 0:
         return {"rc": "wrapper failed", "wall_s": float("nan"), "peak_kb": 0, "error": res.stderr[-2000:]}
     r: dict[str, Any] = json.loads(res.stdout.strip().splitlines()[-1])
+    err_lines = Path(str(out) + ".err").read_text(errors="replace").splitlines()
+    r["warnings"] = [ln[:300] for ln in err_lines if "warning" in ln.lower()][:5]  # e.g. msdiag's cache refused
     if r["rc"] not in (0, 1):
-        err = Path(str(out) + ".err").read_text(errors="replace")
-        r["error"] = ([f"killed after {timeout:g} s"] if r["rc"] == "timeout" else []) + (
-            err.strip().splitlines() or ["(no stderr)"]
-        )[-12:]
+        tail = [ln for ln in err_lines if ln.strip()][-12:] or ["(no stderr)"]
+        r["error"] = ([f"killed after {timeout:g} s"] if r["rc"] == "timeout" else []) + tail
     return r
 
 
@@ -995,6 +995,8 @@ def print_details(results: list[dict[str, Any]]) -> None:
             if label == "msdiag analyze warm" and _ok(r) and _ok(row.get("msdiag_cold")):
                 same = all(r.get(k) == row["msdiag_cold"].get(k) for k in ANSWER_KEYS)
                 what += "; the same answer as cold" if same else "; ANSWER DIFFERS FROM COLD"
+            if r.get("warnings") and label.startswith("msdiag"):
+                what += f"; warnings: {r['warnings']}"
             if r.get("input_changed"):
                 what += f"; WROTE INTO THE JOB: {r['input_changed']}"
             wall, cpu = r.get("wall_s", float("nan")), r.get("cpu_s", float("nan"))
