@@ -864,6 +864,12 @@ def _wall(row: dict[str, Any], key: str) -> float | None:
     return float(r["wall_s"]) if r is not None and _ok(r) else None
 
 
+def _killed_after(row: dict[str, Any], key: str) -> float | None:
+    """The wall time of a run killed by its timeout: a lower bound of its time (a target under it is not met)."""
+    r = row.get(key)
+    return float(r["wall_s"]) if r is not None and r.get("rc") == "timeout" else None
+
+
 def _peer_wall(row: dict[str, Any]) -> float | None:
     return _wall(row.get("msprof") or {}, "cluster")
 
@@ -882,12 +888,17 @@ def _cold_vs_peer(row: dict[str, Any], factor: float) -> dict[str, Any]:
     cold, peer = _wall(row, "msdiag_cold"), _peer_wall(row)
     text = "cold no slower than msprof-analyze" if factor == 1 else f"cold at least {factor:g}x faster than msprof-analyze"
     met = None if cold is None or peer is None else cold * factor <= peer
-    shown = f"{cold:.1f} s vs {peer:.1f} s ({peer / cold:.1f}x)" if cold and peer is not None else ""
+    shown = f"{cold:.1f} s vs {peer:.1f} s ({peer / cold:.2g}x)" if cold and peer is not None else ""
+    killed = _killed_after(row, "msdiag_cold")
+    if killed is not None and peer is not None and killed * factor > peer:
+        met, shown = False, f"killed after {killed:.0f} s vs {peer:.1f} s"
     return _target(text, cold, None if peer is None else peer / factor, met, shown)
 
 
 def _under(row: dict[str, Any], key: str, limit: float, text: str) -> dict[str, Any]:
-    v = _wall(row, key)
+    v, killed = _wall(row, key), _killed_after(row, key)
+    if killed is not None and killed >= limit:
+        return _target(text, killed, limit, False, f"killed after {killed:.0f} s")
     return _target(text, v, limit, None if v is None else v < limit, f"{v:.1f} s" if v is not None else "")
 
 
@@ -940,7 +951,9 @@ def _mb(r: dict[str, Any] | None) -> str:
 def _found(row: dict[str, Any]) -> str:
     p, c = row["plan"], row.get("msdiag_cold") or {}
     if not _ok(c):
-        return "-"
+        c = row.get("msdiag_warm") or {}  # the cold run failed: the warm run's answer
+        if not _ok(c):
+            return "-"
     rank = "yes" if c.get("slow_rank") == p["slow_rank"] else f"no ({c.get('slow_rank')})"
     link = "yes" if str(c.get("slow_link") or "").split(" ")[0] == p["slow_link"].split(" ")[0] else f"no ({c.get('slow_link')})"
     out = f"rank {rank}, link {link}"
@@ -959,7 +972,10 @@ def markdown(results: list[dict[str, Any]]) -> str:
         p, ts = row["plan"], row.get("targets") or []
         peer = (row.get("msprof") or {}).get("cluster")
         met = "-" if not ts else f"{sum(t['met'] is True for t in ts)} of {len(ts)}"
-        lines.append(f"| {p['ranks']:,} | {p['bytes'] / GB:.2f} | {_s(row.get('msdiag_cold'))} | {_s(row.get('msdiag_warm'), 2)} "
+        warm = _s(row.get("msdiag_warm"), 2)
+        if _ok(row.get("msdiag_warm")) and not _ok(row.get("msdiag_cold")):
+            warm += " (after a failed cold run: its cache partly written)"
+        lines.append(f"| {p['ranks']:,} | {p['bytes'] / GB:.2f} | {_s(row.get('msdiag_cold'))} | {warm} "
                      f"| {_mb(row.get('msdiag_cold'))} | {_s(row.get('report_cold'))} | {_s(peer)} | {_mb(peer)} "
                      f"| {_found(row)} | {met} |")  # fmt: skip
     lines.append("")
