@@ -24,29 +24,58 @@ Why the slow factor is 3 by default: in this capture the first allreduce of a st
 launched early and idles until backward is done) and the compute before it is ~2.5 ms, so a rank is
 a late arriver by msdiag's rule (5% of the op's elapse, ~3.7 ms) only when its compute is ~2.5x slower.
 
-Measured (peak memory: the proportional set size (PSS) summed over the process tree, sampled from
-/proc every 50 ms, and never below the largest single process's ru_maxrss; the RSS sum, which counts
-the pages forked workers share with their parent once per process, is recorded too):
-  msdiag analyze --format json, cold (fresh cache: parse and store) and warm (cache read);
-  msprof-analyze 26.2 ``cluster -m all`` and ``advisor all`` on the same folder, when installed in a
-  separate venv (``--msprof-venv``; ``--install-msprof`` creates it with pip). Errors are recorded.
+Kept jobs: ``--out '/tmp/cluster{n}'`` builds the job of n ranks in /tmp/cluster<n>/job and writes
+/tmp/cluster<n>/manifest.json last (the parameters, the source rank's file sizes, a digest of the builder's
+code, the job's file count and bytes); a later run with the same parameters reuses the job (``--reuse``:
+only reuse, never build; ``--rebuild``: build again; ``--build-only``: build and measure nothing). The
+builder is importable (``build(out, n, steps, seed, jitter, slow_factor, slow_link_factor, jobs)``).
+
+Measured, per job, each run a fresh process started by a small wrapper (stdout and stderr to files, so a
+verbose tool never blocks on a full pipe); every file of the job is read once first, so that both tools
+find it in the page cache (none drops it):
+  1. ``msdiag analyze JOB --format json --cache C --no-config``, cold (C empty: parse, and write the
+     cache), then warm (the same C); the answer is checked: the planted slow rank and link named?
+  2. ``msdiag report JOB -o x.html --cache C2 --no-config``, cold (C2 empty), up to ``--report-max-ranks``
+     ranks (64);
+  3. msprof-analyze ``cluster -m all -d JOB -o OUT`` (OUT outside the job; the job is checked unchanged
+     after it), installed in its own venv (``--msprof-venv``; ``--install-msprof`` creates it with pip:
+     msprof-analyze 26.2.0 and its dependencies, torch is not needed); ok when it exits 0 and writes
+     cluster_step_trace_time.csv, else its exit, stderr and [ERROR] log lines are recorded; the rank
+     with the most Computing in that table is shown. ``--advisor`` also times ``advisor all``.
+  Time: wall seconds (``wall_s``, what the targets judge) and the CPU seconds of the process tree
+  (``cpu_s``, user + system, the figure to compare on a loaded machine). Peak memory: the proportional
+  set size (PSS) summed over the process tree (msdiag and its workers), sampled from /proc every 50 ms,
+  never below the largest single process's ru_maxrss (the RSS sum, which counts the pages forked workers
+  share with their parent once per process, is recorded too). ``--repeat K`` keeps the median of K runs.
+  Targets (issue 17, ``TARGETS``): 64 ranks cold no slower than msprof-analyze, warm under 2 s, HTML report
+  cold under 5 s; 512 ranks cold at least 2x faster than msprof-analyze, cold peak under 1 GB (10^9 bytes),
+  warm at least 10x faster than cold; 1,024 ranks cold under 2 min. Each is met, not met, or cannot be
+  told (a run failed or msprof-analyze was not measured). Output: a line per run (stderr), then a markdown
+  table for the README and a line per target (stdout); ``--json`` the whole record, written after each job.
+  Bounded: each msdiag run is killed after ``--timeout`` (900 s), each msprof-analyze run after
+  ``--msprof-timeout`` (1,200 s); the JSON and the table say so.
 
 Usage:
-  python bench/cluster.py --ranks 8 64                 # build, measure, delete
-  python bench/cluster.py --ranks 512 --keep --out /tmp/msdiag-cluster
-  python bench/cluster.py --ranks 64 --no-msprof --json results.json
+  python bench/cluster.py --ranks 8 64                 # build in a temp folder, measure, delete
+  python bench/cluster.py --ranks 64 512 1024 --out '/tmp/cluster{n}' --json cluster.json   # keep, reuse
+  python bench/cluster.py --ranks 512 1024 --out '/tmp/cluster{n}' --build-only             # build once
+  python bench/cluster.py --ranks 64 --no-msprof --msdiag-args '--deep all'
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import hashlib
+import inspect
 import io
 import json
 import math
 import multiprocessing as mp
 import os
 import re
+import resource
+import shlex
 import shutil
 import subprocess
 import sys
@@ -233,11 +262,14 @@ class Warp:
 
 
 def _layout(n: int) -> dict[str, int]:
-    if n <= 8:
-        tp, pp = 2, 2
-    else:
-        tp, pp = 8, 4
-    return {"tp": tp, "pp": pp, "dp": max(n // (tp * pp), 1)}
+    """A Megatron layout whose tp x pp x dp is ``n``: tp 2 x pp 2 up to 8 ranks, else tp 8 (a node) x pp 4,
+    each halved down to what divides ``n`` (16 ranks: tp 8 x pp 2 x dp 1; 8, 64, 512, 1,024 as before)."""
+    tp, pp = (2, 2) if n <= 8 else (8, 4)
+    while tp > 1 and n % tp:
+        tp //= 2
+    while pp > 1 and (n // tp) % pp:
+        pp //= 2
+    return {"tp": tp, "pp": pp, "dp": n // (tp * pp)}
 
 
 def _groups(rank: int, n: int) -> dict[str, Any]:
@@ -411,9 +443,10 @@ def write_rank(t: Template, out: Path, rank: int, n: int, warp: Warp, world_hash
 _T: Template | None = None
 
 
-def _init(steps: int) -> None:
+def _init(steps: int, source: Path = SOURCE) -> None:
+    """The template, parsed once in this process (the build's workers are forked with it)."""
     global _T
-    _T = Template(SOURCE, steps)
+    _T = Template(source, steps)
 
 
 def _one(args: tuple[Any, ...]) -> int:
@@ -425,6 +458,7 @@ def _one(args: tuple[Any, ...]) -> int:
 
 
 def plan(n: int, seed: int, jitter: float, slow_factor: float) -> dict[str, Any]:
+    """What is planted in a job of ``n`` ranks: the slow rank, every rank's compute stretch and clock offset, the slow link."""
     rng = np.random.default_rng(seed)
     slow = (n * 5) // 8 | 1  # an odd rank past the middle: 8 -> 5, 64 -> 41, 512 -> 321
     g = 1.0 + rng.uniform(-jitter, jitter, n)
@@ -435,9 +469,12 @@ def plan(n: int, seed: int, jitter: float, slow_factor: float) -> dict[str, Any]
     return {"ranks": n, "slow_rank": slow, "g": g, "offsets": offsets, "slow_link": link}
 
 
-def build(out: Path, n: int, steps: int, seed: int, jitter: float, slow_factor: float, slow_link_factor: float,
-          jobs: int) -> dict[str, Any]:  # fmt: skip
-    """Lay out ``n`` rank folders under ``out``; return the plan (what was planted)."""
+def build(out: Path, n: int, steps: int = 3, seed: int = 20261129, jitter: float = 0.01, slow_factor: float = 3.0,
+          slow_link_factor: float = 2.5, jobs: int = 1, source: Path = SOURCE) -> dict[str, Any]:  # fmt: skip
+    """Lay out ``n`` rank folders under ``out``; return the plan (what was planted).
+
+    Importable (tests build their jobs with it): ``build(out, 8, 3, 20261129, 0.01, 3.0, 2.5, 1)`` is the
+    8-rank job of tests/conftest.py; ``jobs`` > 1 forks that many writer processes."""
     from msdiag.ingest.metadata import group_hash
 
     p = plan(n, seed, jitter, slow_factor)
@@ -446,7 +483,7 @@ def build(out: Path, n: int, steps: int, seed: int, jitter: float, slow_factor: 
     tasks = [(out, r, n, float(p["g"][r]), g_max, float(p["offsets"][r]), world_hash, p["slow_link"], slow_link_factor)
              for r in range(n)]  # fmt: skip
     out.mkdir(parents=True, exist_ok=True)
-    _init(steps)  # in this process: the workers are forked with it
+    _init(steps, source)  # in this process: the workers are forked with it
     if jobs <= 1:
         for a in tasks:
             _one(a)
@@ -457,6 +494,95 @@ def build(out: Path, n: int, steps: int, seed: int, jitter: float, slow_factor: 
     size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
     return {"ranks": n, "steps": steps, "slow_rank": p["slow_rank"], "slow_factor": slow_factor,
             "slow_link": f"{p['slow_link'][0]}-{p['slow_link'][1]} HCCS", "bytes": size}  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------
+# built jobs kept for reuse: ROOT/job/ holds the ranks, ROOT/manifest.json what built them
+
+
+MANIFEST = "manifest.json"
+_BUILDER = (_rel, _fmt, _union, _length, _clip, _intersect, Template, deltas, Warp, _layout, _groups, _peer, write_rank,
+            _init, _one, plan, build)  # fmt: skip
+
+
+def builder_hash() -> str:
+    """A digest of the builder's code and constants: a built job is reused only by the builder that wrote it."""
+    h = hashlib.sha256()
+    for obj in _BUILDER:
+        h.update(inspect.getsource(obj).encode())
+    from msdiag.ingest.metadata import group_hash
+
+    h.update(repr((TEMPLATE_RANK, RANKS_PER_NODE, GAP_US, TOL_US, WORLD_GROUP_ID, COPIED, group_hash(WORLD_GROUP_ID))).encode())
+    return h.hexdigest()[:16]
+
+
+def job_params(n: int, steps: int, seed: int, jitter: float, slow_factor: float, slow_link_factor: float,
+               source: Path = SOURCE) -> dict[str, Any]:  # fmt: skip
+    """Everything a built job depends on: the arguments, the source rank's files (name and size), the builder."""
+    files = sorted([str(f.relative_to(source)), f.stat().st_size] for f in source.rglob("*") if f.is_file())
+    return {"ranks": n, "steps": steps, "seed": seed, "jitter": jitter, "slow_factor": slow_factor,
+            "slow_link_factor": slow_link_factor, "source": str(source), "source_files": files,
+            "builder": builder_hash()}  # fmt: skip
+
+
+def tree_stat(d: Path) -> dict[str, int]:
+    """Number of files and their bytes under ``d``: a built job's cheap integrity check."""
+    files = size = 0
+    for dirpath, _, names in os.walk(d):
+        for name in names:
+            files += 1
+            size += os.stat(os.path.join(dirpath, name)).st_size
+    return {"files": files, "bytes": size}
+
+
+def reusable(root: Path, params: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
+    """The plan of the job built under ``root`` when its manifest matches ``params`` and its files are all
+    there; else None and why not."""
+    mf = root / MANIFEST
+    if not mf.is_file():
+        return None, f"no {MANIFEST} in {root}"
+    try:
+        man = json.loads(mf.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        return None, f"{mf}: unreadable ({e})"
+    diff = sorted(k for k in set(params) | set(man.get("params", {})) if man.get("params", {}).get(k) != params.get(k))
+    if diff:
+        return None, f"{mf}: built with other parameters ({', '.join(diff)})"
+    if tree_stat(root / "job") != man.get("tree"):
+        return None, f"{root / 'job'}: files differ from {mf} (a partial build or changed files)"
+    return dict(man["plan"]), "reused"
+
+
+def ensure_job(root: Path, params: dict[str, Any], build_jobs: int, must_reuse: bool, rebuild: bool) -> dict[str, Any]:
+    """The job of ``params`` under ``root``/job: reused when the manifest matches, else built (and the
+    manifest written last, so an interrupted build is never reused). Never deletes a folder it did not build."""
+    meta, why = (None, "--rebuild") if rebuild else reusable(root, params)
+    if meta is not None:
+        meta["reused"] = True
+        return meta
+    if must_reuse:
+        sys.exit(f"--reuse: cannot reuse {root}: {why}")
+    if root.exists() and any(root.iterdir()) and not (root / MANIFEST).is_file():
+        sys.exit(f"{root} exists and was not built by bench/cluster.py (no {MANIFEST}): refusing to overwrite it")
+    (root / MANIFEST).unlink(missing_ok=True)
+    shutil.rmtree(root / "job", ignore_errors=True)
+    print(f"building {params['ranks']} ranks under {root / 'job'} ({why})", file=sys.stderr)
+    t0 = time.perf_counter()
+    c0 = _cpu_self()
+    meta = build(root / "job", params["ranks"], params["steps"], params["seed"], params["jitter"], params["slow_factor"],
+                 params["slow_link_factor"], build_jobs, Path(params["source"]))  # fmt: skip
+    meta.update(build_s=round(time.perf_counter() - t0, 1), build_cpu_s=round(_cpu_self() - c0, 1), build_jobs=build_jobs)
+    os.sync()
+    man = {"params": params, "plan": meta, "tree": tree_stat(root / "job")}
+    (root / MANIFEST).write_text(json.dumps(man, indent=1), encoding="utf-8")
+    meta["reused"] = False
+    return meta
+
+
+def _cpu_self() -> float:
+    """CPU seconds (user + system) of this process and its reaped children."""
+    a, b = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return a.ru_utime + a.ru_stime + b.ru_utime + b.ru_stime
 
 
 # ---------------------------------------------------------------------------------------------
@@ -474,12 +600,23 @@ def _pss_kb(pid):
             return next((int(line.split()[1]) for line in f if line.startswith("Pss:")), 0)
     except (OSError, ValueError, IndexError):
         return _rss_kb(pid)
+TICK = os.sysconf("SC_CLK_TCK")
+def _cpu_ticks(pid):
+    # utime + stime of this process alone (fields 14 and 15 of /proc/<pid>/stat)
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            rest = f.read().rsplit(")", 1)[1].split()
+        return int(rest[11]) + int(rest[12])
+    except (OSError, ValueError, IndexError):
+        return None
 cmd = json.loads(sys.argv[2]); out = sys.argv[3]; cwd = sys.argv[4] or None; timeout = float(sys.argv[5])
 t0 = time.perf_counter()
+# the child's stdout and stderr go to files, never to a pipe: a verbose tool cannot block on a full pipe
 with open(out, "wb") as so, open(out + ".err", "wb") as se:
-    p = subprocess.Popen(cmd, stdout=so, stderr=se, cwd=cwd)
+    p = subprocess.Popen(cmd, stdout=so, stderr=se, stdin=subprocess.DEVNULL, cwd=cwd)
     peak = [0]
     peak_rss = [0]
+    ticks = {}  # pid -> its last CPU ticks seen: counts descendants that nobody waits for (rusage misses them)
     done = threading.Event()
     def poll():
         tree, n = [p.pid], 0
@@ -488,6 +625,10 @@ with open(out, "wb") as so, open(out + ".err", "wb") as se:
                 tree = _tree(p.pid)
             peak[0] = max(peak[0], sum(_pss_kb(q) for q in tree))
             peak_rss[0] = max(peak_rss[0], sum(_rss_kb(q) for q in tree))
+            for q in tree:
+                t = _cpu_ticks(q)
+                if t is not None:
+                    ticks[q] = t
             n += 1
             time.sleep(0.05)
     th = threading.Thread(target=poll, daemon=True); th.start()
@@ -503,13 +644,18 @@ with open(out, "wb") as so, open(out + ".err", "wb") as se:
         p.wait()
 wall = time.perf_counter() - t0
 done.set(); th.join()
-ru = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-print(json.dumps({"rc": rc, "wall_s": wall, "peak_kb": max(peak[0], ru), "peak_rss_sum_kb": peak_rss[0], "maxrss_kb": ru}))
+ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+# CPU: the child's rusage (itself and the descendants it waited for), or the sum over the tree sampled from /proc
+# (which also counts descendants nobody waited for), whichever is larger: both can only miss time
+print(json.dumps({"rc": rc, "wall_s": wall, "cpu_s": max(ru.ru_utime + ru.ru_stime, sum(ticks.values()) / TICK),
+                  "peak_kb": max(peak[0], ru.ru_maxrss),
+                  "peak_rss_sum_kb": peak_rss[0], "maxrss_kb": ru.ru_maxrss}))
 """
 
 
 def measure(cmd: list[str], out: Path, env: dict[str, str], cwd: Path | None = None, timeout: float = 3600) -> dict[str, Any]:
-    """Run ``cmd`` (stdout to ``out``, stderr to ``out.err``): rc, wall_s, peak_kb (process tree)."""
+    """Run ``cmd`` (stdout to ``out``, stderr to ``out.err``): rc, wall_s, cpu_s (user + system of the process
+    tree), peak_kb (PSS summed over the process tree); the stderr's last lines when it failed."""
     res = subprocess.run(
         [sys.executable, "-c", WRAPPER, str(Path(__file__).resolve().parent), json.dumps(cmd), str(out),
          str(cwd or ""), str(timeout)],
@@ -518,61 +664,146 @@ def measure(cmd: list[str], out: Path, env: dict[str, str], cwd: Path | None = N
     if res.returncode != 0:
         return {"rc": "wrapper failed", "wall_s": float("nan"), "peak_kb": 0, "error": res.stderr[-2000:]}
     r: dict[str, Any] = json.loads(res.stdout.strip().splitlines()[-1])
+    err_lines = Path(str(out) + ".err").read_text(errors="replace").splitlines()
+    r["warnings"] = [ln[:300] for ln in err_lines if "warning" in ln.lower()][:5]  # e.g. msdiag's cache refused
     if r["rc"] not in (0, 1):
-        err = Path(str(out) + ".err").read_text(errors="replace")
-        r["error"] = (err.strip().splitlines() or ["(no stderr)"])[-12:]
+        tail = [ln for ln in err_lines if ln.strip()][-12:] or ["(no stderr)"]
+        r["error"] = ([f"killed after {timeout:g} s"] if r["rc"] == "timeout" else []) + tail
     return r
 
 
-def msdiag_run(cap: Path, cache: Path, work: Path, env: dict[str, str], label: str, jobs: int | None) -> dict[str, Any]:
-    out = work / f"msdiag-{label}.json"
-    cmd = [sys.executable, "-m", "msdiag.cli", "analyze", str(cap), "--format", "json", "--cache", str(cache)]
-    if jobs:
-        cmd += ["--jobs", str(jobs)]
-    r = measure(cmd, out, env)
-    if r["rc"] in (0, 1):
-        rep = json.loads(out.read_text())
-        m = rep["metrics"]
-        r.update(slow_rank=m.get("slow_rank"), slow_rank_votes=m.get("slow_rank_votes"),
-                 slowest_rank_by_compute=m.get("slowest_rank_by_compute"), slow_link=m.get("slow_link"),
-                 stage_imbalance=m.get("stage_imbalance"), groups_spanning_nodes=m.get("groups_spanning_nodes"),
-                 verdict=(rep.get("verdict") or {}).get("bottleneck"), json_bytes=out.stat().st_size)  # fmt: skip
-        if m.get("slow_rank") is None:
-            r["slow_rank_reason"] = rep["metric_details"]["slow_rank"]["reason"]
-    out.unlink(missing_ok=True)
-    return r
+def _ok(r: dict[str, Any] | None) -> bool:
+    """A run that finished with an answer (msdiag: exit 0, or 1 for --fail-on findings; the peer: its ``ok``)."""
+    if not r or not r.get("ok", r.get("rc") in (0, 1)):
+        return False
+    wall = r.get("wall_s")
+    return isinstance(wall, float) and not math.isnan(wall)
 
 
-def msprof_runs(venv: Path, cap: Path, work: Path, timeout: float) -> dict[str, Any]:
-    exe = venv / "bin" / "msprof-analyze"
-    if not exe.exists():
-        return {"cluster": {"error": f"{exe} not found (use --install-msprof)"}}
-    env = dict(os.environ)
-    res: dict[str, Any] = {}
-    o1 = work / "msprof-cluster-out"
-    shutil.rmtree(o1, ignore_errors=True)
-    o1.mkdir()
-    r = measure([str(exe), "cluster", "-d", str(cap), "-m", "all", "-o", str(o1)], work / "msprof-cluster.log", env, cwd=work,
-                timeout=timeout)  # fmt: skip
-    r["outputs"] = sorted(str(p.relative_to(o1)) for p in o1.rglob("*") if p.is_file())[:30]
-    r["log_tail"] = (work / "msprof-cluster.log").read_text(errors="replace").strip().splitlines()[-8:]
-    r["max_computing_rank"] = _max_computing_rank(o1 / "cluster_analysis_output" / "cluster_step_trace_time.csv")
-    res["cluster"] = r
-    o2 = work / "msprof-advisor-out"
-    shutil.rmtree(o2, ignore_errors=True)
-    o2.mkdir()
-    r = measure([str(exe), "advisor", "all", "-d", str(cap), "-o", str(o2), "-l", "en"], work / "msprof-advisor.log", env,
-                cwd=work, timeout=timeout)  # fmt: skip
-    r["outputs"] = sorted(str(p.relative_to(o2)) for p in o2.rglob("*") if p.is_file())[:30]
-    log = (work / "msprof-advisor.log").read_text(errors="replace")
-    r["log_tail"] = log.strip().splitlines()[-8:]
-    # the advisor names no slow rank in its table; it drills into one: "Kernel compare of Rank5 Step51 and Rank2 ..."
-    m = re.search(r"Kernel compare of Rank(\d+) Step\d+ and Rank(\d+)", log)
-    r["drilled_rank"] = int(m.group(1)) if m else None
-    r["slow_rank_lines"] = [" ".join(ln.split("|")[2:4]).strip()[:160] for ln in log.splitlines()
-                            if re.search(r"slow rank|slow link|has reached|bandwidth", ln, re.I)][:12]  # fmt: skip
-    res["advisor"] = r
-    return res
+def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run of median wall time among the successful ones (all runs' times kept); the first failure if none succeeded."""
+    good = sorted((r for r in runs if _ok(r)), key=lambda r: r["wall_s"])
+    pick = dict(good[(len(good) - 1) // 2] if good else runs[0])
+    if len(runs) > 1:
+        pick["runs_wall_s"] = [round(r.get("wall_s", float("nan")), 2) for r in runs]
+        pick["runs_cpu_s"] = [round(r.get("cpu_s", float("nan")), 2) for r in runs]
+    return pick
+
+
+class Msdiag:
+    """msdiag's runs on one job: analyze cold and warm, report cold, each a fresh process of this checkout."""
+
+    def __init__(self, cap: Path, work: Path, env: dict[str, str], jobs: int | None, extra: list[str], timeout: float):
+        self.cap, self.work, self.env, self.timeout = cap, work, env, timeout
+        self.opts = ["--no-config"] + (["--jobs", str(jobs)] if jobs else []) + extra
+
+    def analyze(self, cache: Path, label: str) -> dict[str, Any]:
+        """``msdiag analyze JOB --format json --cache CACHE``, and what its answer says of the planted rank and link."""
+        out = self.work / f"msdiag-{label}.json"
+        cmd = [sys.executable, "-m", "msdiag.cli", "analyze", str(self.cap), "--format", "json", "--cache", str(cache)]
+        r = measure(cmd + self.opts, out, self.env, timeout=self.timeout)
+        if r["rc"] in (0, 1):
+            try:
+                r.update(_answer(json.loads(out.read_text())), json_bytes=out.stat().st_size)
+            except (OSError, ValueError, KeyError) as e:
+                r.update(rc=f"unreadable JSON ({e})")
+        out.unlink(missing_ok=True)
+        return r
+
+    def report(self, cache: Path) -> dict[str, Any]:
+        """``msdiag report JOB -o x.html --cache CACHE``: the HTML report's time and size."""
+        html = self.work / "report.html"
+        cmd = [sys.executable, "-m", "msdiag.cli", "report", str(self.cap), "-o", str(html), "--cache", str(cache)]
+        r = measure(cmd + self.opts, self.work / "msdiag-report.log", self.env, timeout=self.timeout)
+        if r["rc"] in (0, 1):
+            if html.is_file() and html.stat().st_size:
+                r["html_bytes"] = html.stat().st_size
+            else:
+                r.update(rc=f"exit {r['rc']} but no {html.name} written")
+        html.unlink(missing_ok=True)
+        return r
+
+
+ANSWER_KEYS = ("slow_rank", "slow_rank_votes", "slowest_rank_by_compute", "slow_link", "stage_imbalance",
+               "groups_spanning_nodes", "verdict")  # fmt: skip
+
+
+def _answer(rep: dict[str, Any]) -> dict[str, Any]:
+    """What msdiag's JSON says about the planted rank and link (and why, when it names no slow rank)."""
+    m = rep["metrics"]
+    a = {k: m.get(k) for k in ANSWER_KEYS if k != "verdict"}
+    a["verdict"] = (rep.get("verdict") or {}).get("bottleneck")
+    if m.get("slow_rank") is None:
+        a["slow_rank_reason"] = ((rep.get("metric_details") or {}).get("slow_rank") or {}).get("reason")
+    deep = rep.get("ranks_read_deep") or (rep.get("capture") or {}).get("ranks_read_deep")
+    if deep is not None:
+        a["ranks_read_deep"] = deep
+    return a
+
+
+def _snapshot(d: Path) -> dict[str, tuple[int, int]]:
+    """Every file under ``d``: (size, mtime_ns), to tell whether a tool wrote into its input."""
+    snap = {}
+    for dirpath, _, names in os.walk(d):
+        for name in names:
+            p = os.path.join(dirpath, name)
+            st = os.stat(p)
+            snap[os.path.relpath(p, d)] = (st.st_size, st.st_mtime_ns)
+    return snap
+
+
+def _input_changes(before: dict[str, tuple[int, int]], cap: Path) -> list[str]:
+    """Files of ``cap`` added, removed or rewritten since ``before`` (at most 10 named)."""
+    after = _snapshot(cap)
+    changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
+    return changed[:10] + ([f"... {len(changed) - 10} more"] if len(changed) > 10 else [])
+
+
+class Msprof:
+    """msprof-analyze (installed in its own venv) on one job, its output written under ``work``, never into the job."""
+
+    def __init__(self, venv: Path, cap: Path, work: Path, timeout: float):
+        self.exe, self.cap, self.work, self.timeout = venv / "bin" / "msprof-analyze", cap, work, timeout
+
+    def _run(self, name: str, args: list[str]) -> tuple[dict[str, Any], Path, str]:
+        o = self.work / f"msprof-{name}-out"
+        shutil.rmtree(o, ignore_errors=True)
+        o.mkdir()
+        log = self.work / f"msprof-{name}.log"
+        before = _snapshot(self.cap)
+        r = measure([str(self.exe), *args, "-d", str(self.cap), "-o", str(o)], log, dict(os.environ), cwd=self.work,
+                    timeout=self.timeout)  # fmt: skip
+        text = log.read_text(errors="replace") + Path(str(log) + ".err").read_text(errors="replace")
+        r["outputs"] = sorted(str(p.relative_to(o)) for p in o.rglob("*") if p.is_file())[:30]
+        r["log_tail"] = text.strip().splitlines()[-8:]
+        r["log_errors"] = [ln[:300] for ln in text.splitlines() if "[ERROR]" in ln][:8]
+        r["input_changed"] = _input_changes(before, self.cap)
+        return r, o, text
+
+    def cluster(self) -> dict[str, Any]:
+        """``msprof-analyze cluster -m all``: ok when it exits 0 and writes its step trace table."""
+        if not self.exe.exists():
+            return {"ok": False, "error": f"{self.exe} not found (use --install-msprof)"}
+        r, o, _ = self._run("cluster", ["cluster", "-m", "all"])
+        table = o / "cluster_analysis_output" / "cluster_step_trace_time.csv"
+        r["ok"] = r["rc"] == 0 and table.is_file()
+        if r["rc"] == 0 and not table.is_file():
+            r["error"] = [f"exit 0 but no {table.relative_to(o)}"] + r["log_errors"]
+        r["max_computing_rank"] = _max_computing_rank(table)
+        return r
+
+    def advisor(self) -> dict[str, Any]:
+        """``msprof-analyze advisor all`` (opt-in: slower), and the rank it drills into."""
+        if not self.exe.exists():
+            return {"ok": False, "error": f"{self.exe} not found (use --install-msprof)"}
+        r, _, log = self._run("advisor", ["advisor", "all", "-l", "en"])
+        r["ok"] = r["rc"] == 0
+        # the advisor names no slow rank in its table; it drills into one: "Kernel compare of Rank5 Step51 and Rank2 ..."
+        m = re.search(r"Kernel compare of Rank(\d+) Step\d+ and Rank(\d+)", log)
+        r["drilled_rank"] = int(m.group(1)) if m else None
+        r["slow_rank_lines"] = [" ".join(ln.split("|")[2:4]).strip()[:160] for ln in log.splitlines()
+                                if re.search(r"slow rank|slow link|has reached|bandwidth", ln, re.I)][:12]  # fmt: skip
+        return r
 
 
 def _max_computing_rank(csv_path: Path) -> int | None:
@@ -588,7 +819,7 @@ def _max_computing_rank(csv_path: Path) -> int | None:
 
 
 def install_msprof(venv: Path) -> str | None:
-    """Create ``venv`` and pip install msprof-analyze==26.2.0 into it; the error text, or None."""
+    """Create ``venv`` and pip install msprof-analyze==26.2.0 into it (torch is not needed by ``cluster``); the error text, or None."""
     try:
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True, text=True)
         subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "msprof-analyze==26.2.0"], check=True,
@@ -598,11 +829,201 @@ def install_msprof(venv: Path) -> str | None:
     return None
 
 
-def _mb(kb: Any) -> str:
-    return f"{kb / 1024:.0f}" if isinstance(kb, (int, float)) and kb else "-"
+def msprof_version(venv: Path) -> str | None:
+    """``msprof-analyze -V`` of the venv, or None when it is not installed."""
+    exe = venv / "bin" / "msprof-analyze"
+    if not exe.exists():
+        return None
+    r = subprocess.run([str(exe), "-V"], capture_output=True, text=True, stdin=subprocess.DEVNULL, check=False)
+    m = re.search(
+        r"^msprof-analyze \S+", r.stdout + r.stderr, re.M
+    )  # (on stderr) its banner's version line (not the build info under it)
+    return m.group(0) if m else f"-V: exit {r.returncode}, no version line"
 
 
-def main(argv: list[str] | None = None) -> int:
+def prime(cap: Path) -> dict[str, float]:
+    """Read every file of the job once, so that both tools start with it in the page cache (none drops it)."""
+    t0, n = time.perf_counter(), 0
+    for dirpath, _, names in os.walk(cap):
+        for name in names:
+            with open(os.path.join(dirpath, name), "rb", buffering=0) as f:
+                while chunk := f.read(1 << 22):
+                    n += len(chunk)
+    return {"bytes": n, "s": round(time.perf_counter() - t0, 2)}
+
+
+# ---------------------------------------------------------------------------------------------
+# targets (issue 17, point 3): per rank count, what is compared and the limit; "cold" is a first run into an
+# empty --cache folder (writing the cache included), times are wall seconds, peak memory PSS over the process tree
+
+GB = 1e9
+
+
+def _wall(row: dict[str, Any], key: str) -> float | None:
+    r = row.get(key)
+    return float(r["wall_s"]) if r is not None and _ok(r) else None
+
+
+def _killed_after(row: dict[str, Any], key: str) -> float | None:
+    """The wall time of a run killed by its timeout: a lower bound of its time (a target under it is not met)."""
+    r = row.get(key)
+    return float(r["wall_s"]) if r is not None and r.get("rc") == "timeout" else None
+
+
+def _peer_wall(row: dict[str, Any]) -> float | None:
+    return _wall(row.get("msprof") or {}, "cluster")
+
+
+def _peak_bytes(row: dict[str, Any]) -> float | None:
+    r = row.get("msdiag_cold")
+    return float(r["peak_kb"]) * 1024 if r is not None and _ok(r) and r.get("peak_kb") else None
+
+
+def _target(text: str, value: float | None, limit: float | None, met: bool | None, shown: str) -> dict[str, Any]:
+    why = None if met is not None else ("not measured or failed" if value is None else "msprof-analyze not measured or failed")
+    return {"target": text, "value": value, "limit": limit, "met": met, "shown": shown if met is not None else why}
+
+
+def _cold_vs_peer(row: dict[str, Any], factor: float) -> dict[str, Any]:
+    cold, peer = _wall(row, "msdiag_cold"), _peer_wall(row)
+    text = "cold no slower than msprof-analyze" if factor == 1 else f"cold at least {factor:g}x faster than msprof-analyze"
+    met = None if cold is None or peer is None else cold * factor <= peer
+    shown = f"{cold:.1f} s vs {peer:.1f} s ({peer / cold:.2g}x)" if cold and peer is not None else ""
+    killed = _killed_after(row, "msdiag_cold")
+    if killed is not None and peer is not None and killed * factor > peer:
+        met, shown = False, f"killed after {killed:.0f} s vs {peer:.1f} s"
+    return _target(text, cold, None if peer is None else peer / factor, met, shown)
+
+
+def _under(row: dict[str, Any], key: str, limit: float, text: str) -> dict[str, Any]:
+    v, killed = _wall(row, key), _killed_after(row, key)
+    if killed is not None and killed >= limit:
+        return _target(text, killed, limit, False, f"killed after {killed:.0f} s")
+    return _target(text, v, limit, None if v is None else v < limit, f"{v:.1f} s" if v is not None else "")
+
+
+def _warm_ratio(row: dict[str, Any], factor: float) -> dict[str, Any]:
+    cold, warm = _wall(row, "msdiag_cold"), _wall(row, "msdiag_warm")
+    ratio = cold / warm if cold and warm else None
+    shown = f"{cold:.1f} s / {warm:.2f} s = {ratio:.1f}x" if ratio is not None else ""
+    return _target(
+        f"warm at least {factor:g}x faster than cold", ratio, factor, None if ratio is None else ratio >= factor, shown
+    )
+
+
+def _peak_under(row: dict[str, Any], limit: float) -> dict[str, Any]:
+    v = _peak_bytes(row)
+    shown = f"{v / 1e6:.0f} MB" if v is not None else ""
+    return _target(f"cold peak memory under {limit / GB:g} GB", v, limit, None if v is None else v < limit, shown)
+
+
+TARGETS: dict[int, list[Any]] = {
+    64: [lambda r: _cold_vs_peer(r, 1.0), lambda r: _under(r, "msdiag_warm", 2.0, "warm under 2 s"),
+         lambda r: _under(r, "report_cold", 5.0, "HTML report cold under 5 s")],
+    512: [lambda r: _cold_vs_peer(r, 2.0), lambda r: _peak_under(r, 1 * GB), lambda r: _warm_ratio(r, 10.0)],
+    1024: [lambda r: _under(r, "msdiag_cold", 120.0, "cold under 2 min")],
+}  # fmt: skip
+
+
+def targets(row: dict[str, Any]) -> list[dict[str, Any]]:
+    """The targets of this row's rank count, each with the measured value, the limit and whether it is met
+    (None: cannot tell, with why)."""
+    return [t(row) for t in TARGETS.get(row["plan"]["ranks"], [])]
+
+
+# ---------------------------------------------------------------------------------------------
+# output
+
+
+def _s(r: dict[str, Any] | None, digits: int = 1) -> str:
+    if r is None:
+        return "-"
+    if not _ok(r):
+        return f"failed ({r.get('rc')})" if "rc" in r else "failed"
+    return f"{r['wall_s']:.{digits}f}"
+
+
+def _mb(r: dict[str, Any] | None) -> str:
+    kb = (r or {}).get("peak_kb")
+    return f"{kb / 1024:.0f}" if r is not None and _ok(r) and kb else "-"
+
+
+def _found(row: dict[str, Any]) -> str:
+    p, c = row["plan"], row.get("msdiag_cold") or {}
+    if not _ok(c):
+        c = row.get("msdiag_warm") or {}  # the cold run failed: the warm run's answer
+        if not _ok(c):
+            return "-"
+    rank = "yes" if c.get("slow_rank") == p["slow_rank"] else f"no ({c.get('slow_rank')})"
+    link = "yes" if str(c.get("slow_link") or "").split(" ")[0] == p["slow_link"].split(" ")[0] else f"no ({c.get('slow_link')})"
+    out = f"rank {rank}, link {link}"
+    peer = (row.get("msprof") or {}).get("cluster")
+    if peer is not None and peer.get("ok"):
+        out += f"; msprof-analyze's most Computing: rank {peer.get('max_computing_rank')}"
+    return out
+
+
+def markdown(results: list[dict[str, Any]]) -> str:
+    """The README table: one row per job, then every target with its measure and whether it is met."""
+    lines = ["| ranks | size (GB) | msdiag cold (s) | msdiag warm (s) | msdiag peak (MB) | HTML report cold (s) "
+             "| msprof-analyze cluster -m all (s) | msprof-analyze peak (MB) | planted slow rank / link found | targets met |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]  # fmt: skip
+    for row in results:
+        p, ts = row["plan"], row.get("targets") or []
+        peer = (row.get("msprof") or {}).get("cluster")
+        met = "-" if not ts else f"{sum(t['met'] is True for t in ts)} of {len(ts)}"
+        warm = _s(row.get("msdiag_warm"), 2)
+        if _ok(row.get("msdiag_warm")) and not _ok(row.get("msdiag_cold")):
+            warm += " (after a failed cold run: its cache partly written)"
+        lines.append(f"| {p['ranks']:,} | {p['bytes'] / GB:.2f} | {_s(row.get('msdiag_cold'))} | {warm} "
+                     f"| {_mb(row.get('msdiag_cold'))} | {_s(row.get('report_cold'))} | {_s(peer)} | {_mb(peer)} "
+                     f"| {_found(row)} | {met} |")  # fmt: skip
+    lines.append("")
+    for row in results:
+        for t in row.get("targets") or []:
+            word = {True: "met", False: "NOT met", None: "cannot tell"}[t["met"]]
+            lines.append(f"- {row['plan']['ranks']:,} ranks, {t['target']}: {word} ({t['shown']})")
+    return "\n".join(lines)
+
+
+def environment(args: argparse.Namespace) -> dict[str, Any]:
+    """Where and with what the bench ran (the table is only as good as the machine was idle)."""
+    rev = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False)
+    return {"date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()), "cpus": os.cpu_count(),
+            "loadavg_at_start": [round(x, 2) for x in os.getloadavg()], "python": sys.version.split()[0],
+            "msdiag_rev": rev.stdout.strip() or None, "msprof_analyze": None if args.no_msprof else msprof_version(args.msprof_venv),
+            "argv": sys.argv[1:]}  # fmt: skip
+
+
+def print_details(results: list[dict[str, Any]]) -> None:
+    """One line per run (stderr): times, CPU time, peak memory and what it found or why it failed."""
+    runs = (("msdiag analyze cold", "msdiag_cold"), ("msdiag analyze warm", "msdiag_warm"), ("msdiag report cold", "report_cold"))
+    for row in results:
+        p = row["plan"]
+        named = [(label, row.get(key)) for label, key in runs]
+        named += [(f"msprof-analyze {w}", (row.get("msprof") or {}).get(w)) for w in ("cluster", "advisor")]
+        for label, r in named:
+            if r is None:
+                continue
+            what = ("ok" if _ok(r) else f"FAILED: rc {r.get('rc')} {r.get('error') or ''}")[:300]
+            if label == "msdiag analyze cold" and _ok(r):
+                what += f"; slow rank {r.get('slow_rank')} (planted {p['slow_rank']}), slow link {r.get('slow_link')} (planted {p['slow_link']})"
+            if label == "msdiag analyze warm" and _ok(r) and _ok(row.get("msdiag_cold")):
+                same = all(r.get(k) == row["msdiag_cold"].get(k) for k in ANSWER_KEYS)
+                what += "; the same answer as cold" if same else "; ANSWER DIFFERS FROM COLD"
+            if r.get("warnings") and label.startswith("msdiag"):
+                what += f"; warnings: {r['warnings']}"
+            if r.get("input_changed"):
+                what += f"; WROTE INTO THE JOB: {r['input_changed']}"
+            wall, cpu = r.get("wall_s", float("nan")), r.get("cpu_s", float("nan"))
+            print(f"{p['ranks']:>5} {label:<24} {wall:8.1f} s wall {cpu:8.1f} s CPU {_mb(r):>6} MB  {what}", file=sys.stderr)
+
+
+# ---------------------------------------------------------------------------------------------
+# main
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ranks", type=int, nargs="+", default=[8, 64], help="rank counts to build (default 8 64)")
     ap.add_argument("--steps", type=int, default=3, help="steps per rank (the capture's step repeated; default 3)")
@@ -610,86 +1031,116 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--slow-link-factor", type=float, default=2.5, help="transit time stretch of the slow link")
     ap.add_argument("--jitter", type=float, default=0.01, help="+/- compute stretch of the other ranks (default 0.01)")
     ap.add_argument("--seed", type=int, default=20261129)
-    ap.add_argument("--out", type=Path, help="build under this folder (kept) instead of a temp folder")
-    ap.add_argument("--keep", action="store_true", help="keep the temp folder")
-    ap.add_argument("--reuse", action="store_true", help="with --out: measure what is there, do not rebuild")
+    ap.add_argument("--out", help="build each job under this folder and keep it: '/tmp/cluster{n}' (one folder per rank "
+                    "count), or DIR (DIR/job<n>); a job built before with the same parameters is reused")  # fmt: skip
+    ap.add_argument("--keep", action="store_true", help="without --out: keep the temp folder of the built jobs")
+    ap.add_argument("--reuse", action="store_true", help="only reuse jobs built before under --out; never build")
+    ap.add_argument("--rebuild", action="store_true", help="build again even when a matching job is there")
+    ap.add_argument("--build-only", action="store_true", help="build (or check) the jobs, measure nothing")
     ap.add_argument("--build-jobs", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()),
+                    help="where each job's caches, logs and msprof-analyze output go (deleted after each job)")  # fmt: skip
     ap.add_argument("--jobs", type=int, default=None, help="msdiag --jobs (default: msdiag's)")
+    ap.add_argument("--msdiag-args", default="", help="more msdiag options for every msdiag run, e.g. '--deep auto'")
+    ap.add_argument("--repeat", type=int, default=1, help="runs of each measure; the median is kept (default 1)")
+    ap.add_argument("--report-max-ranks", type=int, default=64, help="measure the HTML report up to this many ranks (64)")
+    ap.add_argument("--timeout", type=float, default=900.0, help="seconds per msdiag run (default 900)")
     ap.add_argument("--no-msprof", action="store_true", help="do not run msprof-analyze")
+    ap.add_argument("--advisor", action="store_true", help="also time msprof-analyze advisor all (slower)")
     ap.add_argument("--msprof-venv", type=Path, default=Path(tempfile.gettempdir()) / "msprof-analyze-venv")
     ap.add_argument("--install-msprof", action="store_true", help="create --msprof-venv with msprof-analyze 26.2.0")
-    ap.add_argument("--msprof-timeout", type=float, default=1800.0, help="seconds per msprof-analyze run")
+    ap.add_argument("--msprof-timeout", type=float, default=1200.0, help="seconds per msprof-analyze run (default 1200)")
     ap.add_argument("--json", type=Path, help="write the results here")
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
 
+
+def job_root(args: argparse.Namespace, tmp: Path, n: int) -> Path:
+    """Where the job of ``n`` ranks is built: --out with {n} filled in, or DIR/job<n>, or the temp folder."""
+    if args.out is None:
+        return tmp / f"job{n}"
+    return Path(args.out.format(n=n)) if "{n}" in args.out else Path(args.out) / f"job{n}"
+
+
+def _built(meta: dict[str, Any]) -> str:
+    if meta.get("reused"):
+        return "reused"
+    return f"built in {meta.get('build_s')} s ({meta.get('build_cpu_s')} s CPU, {meta.get('build_jobs')} processes)"
+
+
+def run_case(n: int, root: Path, args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
+    """Build or reuse the job of ``n`` ranks and measure everything on it; the row of results."""
+    params = job_params(n, args.steps, args.seed, args.jitter, args.slow_factor, args.slow_link_factor)
+    meta = ensure_job(root, params, args.build_jobs, args.reuse, args.rebuild)
+    cap = root / "job"
+    print(f"job of {n} ranks: {meta['bytes'] / GB:.2f} GB, slow rank {meta['slow_rank']}, slow link {meta['slow_link']} "
+          f"({cap}, {_built(meta)})", file=sys.stderr)  # fmt: skip
+    row: dict[str, Any] = {"plan": meta}
+    if args.build_only:
+        return row
+    args.work.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f"msdiag-bench{n}-", dir=args.work))
+    t0 = time.perf_counter()
+    try:
+        row["prime"] = prime(cap)
+        ms = Msdiag(cap, work, env, args.jobs, shlex.split(args.msdiag_args), args.timeout)
+        cold, warm, rep = [], [], []
+        for i in range(args.repeat):
+            cache = work / f"cache{i}"  # empty: a first run writes it
+            cold.append(ms.analyze(cache, "cold"))
+            warm.append(ms.analyze(cache, "warm"))
+            if n <= args.report_max_ranks:
+                rep.append(ms.report(work / f"report-cache{i}"))
+            shutil.rmtree(cache, ignore_errors=True)
+            shutil.rmtree(work / f"report-cache{i}", ignore_errors=True)
+        row["msdiag_cold"], row["msdiag_warm"] = median_run(cold), median_run(warm)
+        if rep:
+            row["report_cold"] = median_run(rep)
+        if not args.no_msprof:
+            peer = Msprof(args.msprof_venv, cap, work, args.msprof_timeout)
+            row["msprof"] = {"cluster": median_run([peer.cluster() for _ in range(args.repeat)])}
+            if args.advisor:
+                row["msprof"]["advisor"] = median_run([peer.advisor() for _ in range(args.repeat)])
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    row["bench_s"] = round(time.perf_counter() - t0, 1)
+    row["targets"] = targets(row)
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     if not SOURCE.is_dir():
-        sys.exit(f"corpus rank not found: {SOURCE}")
-    msprof_error = None
-    if not args.no_msprof and args.install_msprof and not (args.msprof_venv / "bin" / "msprof-analyze").exists():
-        msprof_error = install_msprof(args.msprof_venv)
-    tmp = args.out or Path(tempfile.mkdtemp(prefix="msdiag-cluster-"))
+        sys.exit(f"corpus rank not found: {SOURCE} (set MSDIAG_CORPUS)")
+    t_start = time.perf_counter()
+    if not args.no_msprof and not args.build_only and not (args.msprof_venv / "bin" / "msprof-analyze").exists():
+        err = install_msprof(args.msprof_venv) if args.install_msprof else "not installed (use --install-msprof)"
+        if err:
+            print(f"msprof-analyze in {args.msprof_venv}: {err}", file=sys.stderr)
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    info = environment(args)
+    tmp = Path(tempfile.mkdtemp(prefix="msdiag-cluster-")) if args.out is None else Path(".")
     results = []
     try:
         for n in args.ranks:
-            cap = tmp / f"job{n}"
-            work = tmp / f"work{n}"
-            work.mkdir(parents=True, exist_ok=True)
-            if args.reuse and cap.is_dir():
-                meta = json.loads((tmp / f"job{n}.plan.json").read_text())
-            else:
-                shutil.rmtree(cap, ignore_errors=True)
-                t0 = time.perf_counter()
-                meta = build(cap, n, args.steps, args.seed, args.jitter, args.slow_factor, args.slow_link_factor,
-                             args.build_jobs)  # fmt: skip
-                meta["build_s"] = time.perf_counter() - t0
-                (tmp / f"job{n}.plan.json").write_text(json.dumps(meta))
-            print(f"job of {n} ranks: {meta['bytes'] / 1e9:.2f} GB, slow rank {meta['slow_rank']}, slow link "
-                  f"{meta['slow_link']} ({cap})", file=sys.stderr)  # fmt: skip
-            os.sync()
-            cache = work / "cache"
-            shutil.rmtree(cache, ignore_errors=True)
-            row: dict[str, Any] = {"plan": meta}
-            row["msdiag_cold"] = msdiag_run(cap, cache, work, env, "cold", args.jobs)
-            row["msdiag_warm"] = msdiag_run(cap, cache, work, env, "warm", args.jobs)
-            if not args.no_msprof:
-                row["msprof"] = {"install_error": msprof_error} if msprof_error else msprof_runs(
-                    args.msprof_venv, cap, work, args.msprof_timeout)  # fmt: skip
-            results.append(row)
-            print(json.dumps(row, indent=1, default=str), file=sys.stderr)
+            results.append(run_case(n, job_root(args, tmp, n), args, env))
+            if args.json:  # after every job: a long run interrupted still leaves what it measured
+                args.json.write_text(json.dumps({"environment": info, "results": results}, indent=1, default=str))
     finally:
         if args.out is None and not args.keep:
             shutil.rmtree(tmp, ignore_errors=True)
-
-    print(f"\n{'ranks':>5} {'GB':>6}  {'run':<26} {'wall s':>7} {'peak MB':>8}  result")
-    for row in results:
-        p = row["plan"]
-        for label, key in (("msdiag analyze (cold)", "msdiag_cold"), ("msdiag analyze (warm)", "msdiag_warm")):
-            r = row[key]
-            found = r.get("slow_rank")
-            ok = "FOUND" if found == p["slow_rank"] else f"NOT FOUND ({found}: {r.get('slow_rank_reason', '')[:60]})"
-            res = (f"slow rank {ok} (planted {p['slow_rank']}), slow link {r.get('slow_link')} (planted {p['slow_link']})"
-                   if r["rc"] in (0, 1) else f"exit {r['rc']}: {r.get('error')}")  # fmt: skip
-            print(f"{p['ranks']:>5} {p['bytes'] / 1e9:6.2f}  {label:<26} {r['wall_s']:7.1f} {_mb(r['peak_kb']):>8}  {res}")
-        for which in ("cluster", "advisor"):
-            r = (row.get("msprof") or {}).get(which)
-            if r is None:
-                continue
-            if "wall_s" not in r:
-                print(f"{p['ranks']:>5} {'':>6}  {'msprof-analyze ' + which:<26} {'-':>7} {'-':>8}  {r.get('error')}")
-                continue
-            if r["rc"] == 0:
-                rank = r.get("max_computing_rank") if which == "cluster" else r.get("drilled_rank")
-                how = "most Computing in cluster_step_trace_time.csv" if which == "cluster" else "rank it drills into"
-                res = f"ok; {how}: {rank} ({'the planted one' if rank == p['slow_rank'] else 'not the planted one'})"
-            else:
-                res = f"exit {r['rc']}: {' | '.join(r.get('error') or [])[-300:]}"
-            print(f"{p['ranks']:>5} {'':>6}  {'msprof-analyze ' + which:<26} {r['wall_s']:7.1f} {_mb(r['peak_kb']):>8}  {res}")
-        if (row.get("msprof") or {}).get("install_error"):
-            print(f"{'':>14}msprof-analyze not installed: {row['msprof']['install_error']}")
+    info["total_s"] = round(time.perf_counter() - t_start, 1)
     if args.json:
-        args.json.write_text(json.dumps(results, indent=1, default=str))
+        args.json.write_text(json.dumps({"environment": info, "results": results}, indent=1, default=str))
+    if args.build_only:
+        for row in results:
+            p = row["plan"]
+            print(f"{p['ranks']} ranks: {p['bytes'] / GB:.2f} GB, {_built(p)}")
+        return 0
+    print_details(results)
+    print(f"\nmsprof-analyze: {info['msprof_analyze']}; {info['cpus']} CPUs, load average at start {info['loadavg_at_start']}; "
+          f"msdiag {info['msdiag_rev']}; the bench took {info['total_s'] / 60:.1f} min\n")  # fmt: skip
+    print(markdown(results))
     return 0
 
 
