@@ -965,8 +965,8 @@ def _found(row: dict[str, Any]) -> str:
 
 def markdown(results: list[dict[str, Any]]) -> str:
     """The README table: one row per job, then every target with its measure and whether it is met."""
-    lines = ["| ranks | size (GB) | msdiag cold (s) | msdiag warm (s) | msdiag peak (MB) | HTML report cold (s) "
-             "| msprof-analyze cluster -m all (s) | msprof-analyze peak (MB) | planted slow rank / link found | targets met |",
+    lines = ["| ranks | size (GB) | msdiag cold (s) | msdiag warm (s) | msdiag peak (MiB) | HTML report cold (s) "
+             "| msprof-analyze cluster -m all (s) | msprof-analyze peak (MiB) | planted slow rank / link found | targets met |",
              "|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]  # fmt: skip
     for row in results:
         p, ts = row["plan"], row.get("targets") or []
