@@ -15,12 +15,16 @@ _FP32 = {"FLOAT", "DT_FLOAT", "FLOAT32", "float32", "Float32"}
 
 
 def _compute(ctx: Context) -> pd.DataFrame:
-    """The compute kernels with a duration, once per analysis (the kernel-mix metrics read them; none changes them)."""
-    return ctx.once("kernels.compute", lambda: _timed_compute(ctx.capture.table("kernels")))
+    """The compute kernels with a duration. Not kept for the analysis: on a CPU trace of millions of host ops
+    the copy would stay in memory under every later metric's own copies (the peak grew by a third)."""
+    return _timed_compute(ctx.capture.table("kernels"))
 
 
 def _timed_compute(k: pd.DataFrame) -> pd.DataFrame:
-    return k[(k["kind"] == "compute") & k["dur_us"].notna()]
+    """The compute kernels with a duration; the table itself when every kernel is one (host ops on CPU):
+    the analysis keeps this for its whole run, and a copy of a large table would stay in memory with it."""
+    keep = ((k["kind"] == "compute") & k["dur_us"].notna()).to_numpy(dtype=bool, na_value=False)
+    return k if keep.all() else k[keep]
 
 
 def _no_kernels() -> Value:

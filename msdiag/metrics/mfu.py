@@ -21,6 +21,8 @@ from msdiag.metrics import chip, devices, model_config, phases
 from msdiag.metrics.registry import Context, Value, metric
 
 _RECOMPUTE = re.compile(r"recompute", re.IGNORECASE)
+#: What the FLOPs resolution reads of the compute kernels (only these are copied)
+_FLOPS_COLUMNS = ("rank", "name", "start_us", "dur_us", "cube_fops", "vector_fops")
 
 
 def _peak(ctx: Context) -> tuple[float | None, str]:
@@ -74,10 +76,11 @@ def _flops(ctx: Context) -> dict[str, Any]:
         return cache
     out: dict[str, Any] = {"model": {}, "hardware": {}, "source": None, "reason": None, "convention": None}
     cfg_path = ctx.options.model_config
-    k = ctx.capture.table("kernels")
-    comp = k[k["kind"] == "compute"].reset_index(drop=True)
-    # the compute kernels' shape FLOPs (host ops on CPU), positional with comp: computed once per analysis
+    # the compute kernels' shape FLOPs (host ops on CPU), positional with comp: computed once per analysis,
+    # before comp exists (a CPU trace holds millions of kernel rows: two copies at once would double the peak)
     kf = phases.kernel_flops_for(ctx)
+    k = ctx.capture.table("kernels")
+    comp = k.loc[k["kind"] == "compute", list(_FLOPS_COLUMNS)].reset_index(drop=True)
     shape_f = pd.Series(dtype=float) if kf is None else kf
     if cfg_path:
         cfg = model_config.load_model_config(str(cfg_path))
