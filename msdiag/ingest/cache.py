@@ -247,7 +247,7 @@ def _write_tables(path: Path, tables: dict[str, Any]) -> None:
     options = pa.ipc.IpcWriteOptions(compression="lz4", use_threads=False)
     with pa.OSFile(str(path), "wb") as sink:
         for name, df in tables.items():
-            t = pa.Table.from_pandas(df, preserve_index=False)
+            t = pa.Table.from_pandas(df, preserve_index=False, nthreads=1)  # no thread pool per table
             t = t.replace_schema_metadata({**(t.schema.metadata or {}), _TABLE_KEY: name.encode()})
             with pa.ipc.new_stream(sink, t.schema, options=options) as w:
                 w.write_table(t)
