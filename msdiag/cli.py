@@ -87,7 +87,7 @@ def analysis_options(f: Callable[..., Any]) -> Callable[..., Any]:
     opts = [
         click.option("--jobs", type=click.IntRange(min=1), default=None, help="Worker processes for reading ranks (default: all CPUs)."),
         click.option("--cache", "cache_dir", type=click.Path(file_okay=False), default=None,
-                     help="Keep each rank's tables here as Parquet and reuse them while its files are unchanged "
+                     help="Keep each rank's tables here (Arrow) and reuse them while its files are unchanged "
                           "(default: $MSDIAG_HOME/cache, else $XDG_CACHE_HOME/msdiag or ~/.cache/msdiag; never inside the capture)."),
         click.option("--no-cache", is_flag=True, help="Parse every rank; neither read nor write the cache."),
         click.option("--scheduler", default=None, metavar="tcp://HOST:PORT",

@@ -21,6 +21,7 @@ from typing import Any, Callable
 import pandas as pd
 import pytest
 from click.testing import CliRunner
+from hostile import mutators as m
 
 from msdiag.analysis import Analysis, Options, analyze
 from msdiag.cli import main
@@ -219,20 +220,23 @@ def test_cache_invalidated_by_size_or_mtime(corpus: Path, tmp_path: Path) -> Non
     assert load(cap, jobs=1, cache=cache, reduce=reduce_rank, reduce_id=reduce_id()).ingest["cache"]["hits"] == 2
 
 
-@pytest.mark.parametrize("damage", ["parquet", "rank.json", "key.json", "missing table"])
+@pytest.mark.parametrize("damage", ["tables file", "rank.json", "key.json", "missing table", "stream after the tables"])
 def test_corrupt_entry_is_rebuilt(corpus: Path, cold_cache: tuple[Path, Analysis], tmp_path: Path, damage: str) -> None:
     path = corpus.joinpath(*LEVEL1)
     cache = _cache_copy(cold_cache, tmp_path / "cache")
     entry = _entries(cache)[0]
-    if damage == "parquet":
-        p = entry / "kernels.parquet"
+    if damage == "tables file":
+        p = entry / "tables.arrow"
         p.write_bytes(p.read_bytes()[:100])  # truncated
     elif damage == "rank.json":
         (entry / "rank.json").write_text("{not json")
     elif damage == "key.json":
         (entry / "key.json").write_bytes(b"\x00\xff garbage")
-    else:
-        (entry / "comm_ops.parquet").unlink()
+    elif damage == "missing table":
+        m.edit_cache_tables(entry, lambda tables: tables.pop("comm_ops"))
+    else:  # every table stored twice: the entry holds more than rank.json says
+        p = entry / "tables.arrow"
+        p.write_bytes(p.read_bytes() * 2)
     # the ranks as an analysis reads them (analyze reads them so: the reduction, its id, the cache): the
     # damaged entry's rank parsed again, the other read back, both the cold analysis' ranks
     cap = load(path, jobs=1, cache=cache, reduce=reduce_rank, reduce_id=reduce_id())

@@ -1,14 +1,18 @@
-"""The rank cache: each rank's canonical tables kept as Parquet, so that a capture is parsed once.
+"""The rank cache: each rank's canonical tables kept as Arrow, so that a capture is parsed once.
 
-Re-analysing a capture (another report, other rule parameters, a diff) then reads a few small
-Parquet files per rank instead of parsing its traces. Layout under the cache folder::
+Re-analysing a capture (another report, other rule parameters, a diff) then reads one Arrow file
+per rank instead of parsing its traces. Layout under the cache folder::
 
     msdiag-ranks-v<CACHE_FORMAT>/<id[:2]>/<id>/
         key.json          what the entry was built from (below)
         rank.json         RankData's rank, family, info (RankInfo), meta, sources, notes, and its tables'
                           columns and dtypes; paths relative to the rank folder (rooted again at the rank
                           folder as the reading run names it: nothing depends on the working folder)
-        <table>.parquet   one file per table (pyarrow; dtypes restored from the pandas metadata)
+        tables.arrow      every table, in rank.json's order, each an Arrow IPC stream (LZ4) written
+                          one after the other; each stream's schema names its table (metadata
+                          ``msdiag.table``); dtypes restored from the pandas metadata. One file per
+                          rank, not one per table: creating, writing and renaming a dozen small
+                          files cost a cold run more than encoding them
 
 ``id`` hashes the rank folder's absolute path, rank id, format family and the reduction applied,
 so one rank folder has one entry (a re-capture in the same place replaces it). ``key.json`` holds
@@ -58,9 +62,12 @@ from msdiag.model import ABSENT, FAILED, PRESENT, SCHEMA_VERSION, TABLES, UNUSED
 __all__ = ["CACHE_FORMAT", "CacheStats", "RankCache", "code_fingerprint", "default_dir", "files_of", "untrusted"]
 
 #: Bumped whenever the layout or the encoding of an entry changes.
-CACHE_FORMAT = 3  # 2: rank.json holds the rank's RankInfo; 3: paths relative to the rank folder, tables' dtypes
+CACHE_FORMAT = 4  # 2: rank.json holds the rank's RankInfo; 3: paths relative to the rank folder, tables' dtypes;
+#                    4: the tables in one file of Arrow IPC streams (tables.arrow), not a Parquet file each
 _ROOT = f"msdiag-ranks-v{CACHE_FORMAT}"
 _MAX_DEPTH = 8  # folders walked under a rank folder for its fingerprint
+_TABLES_FILE = "tables.arrow"
+_TABLE_KEY = b"msdiag.table"  # the schema metadata naming a stream's table
 
 
 def files_of(folder: Path) -> list[list[Any]]:
@@ -163,7 +170,7 @@ class RankCache:
         (its rank.json field by field, each table's columns and dtypes as stored) before it is used:
         anything else is ignored, noted in ``stats`` and the rank parsed again."""
         given = [str(p) for p in paths] if paths is not None else [str(k["path"]) for k in keys]
-        # Parquet decoding releases the GIL: a few threads read the entries about twice as fast
+        # reading and LZ4 decoding release the GIL: a few threads read the entries faster
         with ThreadPoolExecutor(max(1, min(4, os.cpu_count() or 1))) as pool:
             got = list(pool.map(lambda k: self._read_entry(k, stats), keys))
         heads = [h for h, _ in got]
@@ -184,8 +191,6 @@ class RankCache:
 
     def _read_entry(self, key: dict[str, Any], stats: CacheStats | None) -> tuple[dict[str, Any] | None, dict[str, Any]]:
         """(rank.json checked against ``key``, its tables as Arrow) of the entry, or (None, {})."""
-        import pyarrow.parquet as pq
-
         d = self.entry(key)
         try:
             why = _untrusted_entry(d)
@@ -195,13 +200,7 @@ class RankCache:
             if stored != key:
                 return None, {}  # stale: a source file, msdiag or the reduction changed
             head = _checked_head(json.loads((d / "rank.json").read_text(encoding="utf-8")), key)
-            tables = {}
-            for name, columns in head["tables"].items():
-                f = pq.ParquetFile(d / f"{name}.parquet")
-                if f.schema_arrow.names != [c for c, _ in columns]:
-                    raise _Invalid(f"{name}.parquet holds columns {f.schema_arrow.names[:8]}, not the ones stored")
-                tables[name] = f.read(use_threads=False)
-            return head, tables
+            return head, _read_tables(d / _TABLES_FILE, head["tables"])
         except FileNotFoundError as e:
             if (d / "key.json").exists():
                 _note(stats, "ignored", f"{d}: {type(e).__name__}: {e}")
@@ -225,11 +224,7 @@ class RankCache:
         except OSError as e:
             return f"rank {rd.rank}: cannot write in {self.root} ({e.strerror or e})"
         try:
-            import pyarrow as pa
-            import pyarrow.parquet as pq
-
-            for name, df in rd.tables.items():
-                pq.write_table(pa.Table.from_pandas(df, preserve_index=False), tmp / f"{name}.parquet")
+            _write_tables(tmp / _TABLES_FILE, rd.tables)
             (tmp / "rank.json").write_text(json.dumps(head, ensure_ascii=False), encoding="utf-8")
             # key.json last: an entry without it is never used
             (tmp / "key.json").write_text(json.dumps(key, ensure_ascii=False), encoding="utf-8")
@@ -242,6 +237,42 @@ class RankCache:
                 return None  # another msdiag stored it at the same moment
             return f"rank {rd.rank}: {type(e).__name__}: {e}"
         return None
+
+
+def _write_tables(path: Path, tables: dict[str, Any]) -> None:
+    """``tables`` (name -> DataFrame) into one file: an Arrow IPC stream per table, in order, each
+    schema naming its table (LZ4-compressed buffers: a fraction of the cost of Parquet's encoding)."""
+    import pyarrow as pa
+
+    options = pa.ipc.IpcWriteOptions(compression="lz4", use_threads=False)
+    with pa.OSFile(str(path), "wb") as sink:
+        for name, df in tables.items():
+            t = pa.Table.from_pandas(df, preserve_index=False, nthreads=1)  # no thread pool per table
+            t = t.replace_schema_metadata({**(t.schema.metadata or {}), _TABLE_KEY: name.encode()})
+            with pa.ipc.new_stream(sink, t.schema, options=options) as w:
+                w.write_table(t)
+
+
+def _read_tables(path: Path, stored: dict[str, list[list[str]]]) -> dict[str, Any]:
+    """The Arrow tables of an entry's tables file, checked against rank.json's ``stored`` tables: a
+    stream per table in its order, each naming that table and holding exactly its columns, and
+    nothing after the last one (else _Invalid)."""
+    import pyarrow as pa
+
+    data = pa.py_buffer(path.read_bytes())
+    src = pa.BufferReader(data)
+    tables = {}
+    for name, columns in stored.items():
+        reader = pa.ipc.open_stream(src)
+        named = (reader.schema.metadata or {}).get(_TABLE_KEY)
+        if named != name.encode():
+            raise _Invalid(f"{path.name}: the stream where {name} is stored holds {named!r}")
+        if reader.schema.names != [c for c, _ in columns]:
+            raise _Invalid(f"{path.name}: {name} holds columns {reader.schema.names[:8]}, not the ones stored")
+        tables[name] = reader.read_all()
+    if src.tell() != data.size:
+        raise _Invalid(f"{path.name}: {data.size - src.tell()} bytes after the tables stored")
+    return tables
 
 
 def _note(stats: CacheStats | None, which: str, text: str) -> None:
@@ -382,7 +413,7 @@ def _restore(head: dict[str, Any], tables: dict[str, Any], rank_path: str,
     for name, columns in head["tables"].items():
         df = tables.get(name)
         if df is None or (known[name] if name in known else _dtypes(df)) != columns:
-            raise _Invalid(f"{name}.parquet does not read back with the columns and dtypes stored")
+            raise _Invalid(f"{name} does not read back with the columns and dtypes stored")
     info = dict(head["info"])
     info["info_json"] = _rooted(info["info_json"], rank_path)
     try:
@@ -422,7 +453,7 @@ def _to_pandas(arrow: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[
                 try:
                     frames[i][name] = t.to_pandas(use_threads=False)
                 except Exception as e:  # noqa: BLE001 - a table that does not convert: that rank is rebuilt
-                    broken[i] = f"{name}.parquet: {type(e).__name__}: {e}"
+                    broken[i] = f"{name}: {type(e).__name__}: {e}"
             continue
         lo, shared = 0, _dtypes(whole)
         for i, t in zip(idx, parts):

@@ -39,7 +39,7 @@ def load(
     """Discover and read a capture.
 
     ``jobs``: worker processes for many ranks (default: CPUs). ``cache``: a cache folder (outside the
-    capture) where each rank's tables are kept as Parquet and read back while its files are unchanged
+    capture) where each rank's tables are kept as Arrow and read back while its files are unchanged
     (``ingest/cache.py``). ``scheduler``: a Dask scheduler address: ranks are read on its workers.
     ``reduce``: applied to each rank where it is read, before it is gathered (a module-level function:
     it travels to the workers); ``reduce_id``: what the reduction keeps, as its caller declares it (part

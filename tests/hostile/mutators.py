@@ -244,3 +244,22 @@ def edit_rank_json(entry: Path, edit: Callable[[dict[str, Any]], None]) -> None:
     data = json.loads(path.read_text(encoding="utf-8"))
     edit(data)
     path.write_text(json.dumps(data), encoding="utf-8")
+
+
+def edit_cache_tables(entry: Path, edit: Callable[[dict[str, Any]], None]) -> None:
+    """Let ``edit`` change an entry's tables (name -> Arrow table, as stored in tables.arrow: one Arrow
+    IPC stream per table, its schema metadata ``msdiag.table`` naming it) and write them back."""
+    import pyarrow as pa
+
+    path = entry / "tables.arrow"
+    src = pa.BufferReader(pa.py_buffer(path.read_bytes()))
+    tables: dict[str, Any] = {}
+    while src.tell() < src.size():
+        t = pa.ipc.open_stream(src).read_all()
+        tables[t.schema.metadata[b"msdiag.table"].decode()] = t
+    edit(tables)
+    with pa.OSFile(str(path), "wb") as sink:
+        for name, t in tables.items():
+            t = t.replace_schema_metadata({**t.schema.metadata, b"msdiag.table": name.encode()})
+            with pa.ipc.new_stream(sink, t.schema) as w:
+                w.write_table(t)
