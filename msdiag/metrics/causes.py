@@ -139,6 +139,7 @@ class _Host:
         self.start = host["start_us"].to_numpy(float, na_value=np.nan)
         self.dur = host["dur_us"].to_numpy(float, na_value=np.nan)
         self.name = host["name"].to_numpy(object)
+        self.none: pd.DataFrame | None = None  # the (read-only) frame of a pattern that matches nothing
         self.codes, self.names = pd.factorize(host["name"].astype(object))  # a missing name: -1, never matches
         tcodes, tracks = pd.factorize(host["track"].astype(object), use_na_sentinel=False)
         threads = np.array([str(t).rsplit(" ", 1)[-1] for t in tracks], dtype=object)
@@ -151,10 +152,15 @@ class _Host:
         rx = re.compile(pattern)
         hit = np.array([rx.search(str(n)) is not None for n in self.names] + [False], dtype=bool)
         rows = np.flatnonzero(hit[self.codes])
-        return pd.DataFrame(
+        if not len(rows) and self.none is not None:
+            return self.none  # most patterns match nothing on most ranks: one empty frame, built once
+        found = pd.DataFrame(
             {"start_us": self.start[rows], "dur_us": self.dur[rows], "name": self.name[rows], "thread": self.thread[rows]},
             index=self.index[rows],
         )
+        if not len(rows):
+            self.none = found
+        return found
 
 
 def _sites(ev: pd.DataFrame, by_thread: dict[str, _Frames]) -> list[str | None]:
