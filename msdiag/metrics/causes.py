@@ -291,10 +291,10 @@ def cause_per_rank(ctx: Context) -> dict[str, dict[int, float]]:
 
     Exact on ranks read shallow too (their pattern rows are whole): the choice of the ranks read deep
     (metrics/depth.py) reads it."""
-    acts = _activity(ctx)
+    acts, split = _activity(ctx), _by_cause(ctx)
     per_cause: dict[str, dict[int, float]] = {cause: {} for cause in CAUSE_CATEGORY}
-    for r, (act, n) in acts.items():
-        by_cause = {str(k): g for k, g in act.groupby("cause", sort=False)} if len(act) else {}  # split once per rank
+    for r, (_, n) in acts.items():
+        by_cause = split[r]
         for cause, per_rank in per_cause.items():
             if cause == "data-wait":
                 st = _rank_steps(ctx, r)
@@ -307,6 +307,19 @@ def cause_per_rank(ctx: Context) -> dict[str, dict[int, float]]:
     return {cause: {r: v for r, v in per_rank.items() if v > 0} for cause, per_rank in per_cause.items()}
 
 
+def _by_cause(ctx: Context) -> dict[int, dict[str, pd.DataFrame]]:
+    """Per rank, its activities (_activity) split by cause: one grouping per rank and analysis, not a filter
+    per rank and cause (the same rows in the same order)."""
+
+    def split() -> dict[int, dict[str, pd.DataFrame]]:
+        return {
+            r: {str(k): g for k, g in act.groupby("cause", sort=False)} if len(act) else {}
+            for r, (act, _) in _activity(ctx).items()
+        }
+
+    return ctx.once("causes.by_cause", split)
+
+
 def _site_ranks(ctx: Context) -> set[int] | None:
     """The ranks whose call sites count (None: every rank): those the answer rests on when the job is
     large enough to be read tiered (Capture.ingest read_depth "selected", the same in --deep auto and all)."""
@@ -315,9 +328,9 @@ def _site_ranks(ctx: Context) -> set[int] | None:
 
 
 def _cause_rows(ctx: Context) -> list[dict[str, Any]]:
-    acts = _activity(ctx)
+    acts, split = _activity(ctx), _by_cause(ctx)
     sites_from = _site_ranks(ctx)
-    site_acts = [v for r, v in acts.items() if sites_from is None or r in sites_from]
+    site_acts = [(r, v) for r, v in acts.items() if sites_from is None or r in sites_from]
     rows = []
     for cause, per_rank in cause_per_rank(ctx).items():
         category = CAUSE_CATEGORY[cause]
@@ -325,8 +338,9 @@ def _cause_rows(ctx: Context) -> list[dict[str, Any]]:
             continue
         worst = max(per_rank, key=lambda r: per_rank[r])
         step_ms = _step_ms(ctx, worst)
-        all_act = pd.concat([a[a["cause"] == cause] for a, _ in site_acts], ignore_index=True) if site_acts else _NO_ACTIVITY
-        n_all = sum(n for _, n in site_acts)
+        parts = [split[r].get(cause, a.iloc[:0]) for r, (a, _) in site_acts]
+        all_act = pd.concat(parts, ignore_index=True) if parts else _NO_ACTIVITY
+        n_all = sum(n for _, (_, n) in site_acts)
         rows.append({
             "id": cause, "category": category, "ms_per_step": round(per_rank[worst], 3),
             "share_of_step": round(per_rank[worst] / step_ms, 4) if step_ms else None,
