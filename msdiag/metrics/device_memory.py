@@ -433,7 +433,8 @@ def _fill_holders(h: Holders, a: pd.DataFrame, starts: np.ndarray) -> None:
     live = (alloc <= t) & (np.isnan(release) | (release > t))
     mb = a["size_kb"].to_numpy(float) / KB_PER_MB
     held = pd.DataFrame({"name": names.to_numpy()[live], "mb": mb[live], "class": cls[live]})
-    h.classes = {c: float(held.loc[held["class"] == c, "mb"].sum()) for c in HOLDER_CLASSES}
+    held_mb, held_cls = mb[live], cls[live]  # per class on arrays (np.nansum: pandas' sum, missing sizes as 0)
+    h.classes = {c: float(np.nansum(held_mb[held_cls == c])) for c in HOLDER_CLASSES}
     unexplained = float(h.allocated_mb or 0.0) - float(held["mb"].sum())
     # allocated before the capture's first recorded allocation: parameters, optimizer state
     h.classes["parameters_optimizer"] += max(0.0, unexplained)

@@ -12,7 +12,7 @@ records (metrics/chip.py: cube cores x clock x 8192, dense FP16/BF16 whatever th
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
@@ -46,25 +46,34 @@ def _world_size(ctx: Context) -> tuple[int, str]:
 
 
 def _per_step_sum(ctx: Context, values: pd.Series, kernels: pd.DataFrame) -> dict[int, float]:
-    """Median over steps of the per-step sum of ``values`` (aligned with ``kernels``), per rank."""
+    """Median over steps of the per-step sum of ``values`` (aligned with ``kernels``), per rank.
+
+    Float values with float starts are cut and summed on arrays (np.nansum is pandas' float sum: missing
+    values as 0, the same pairwise order), not with a pandas mask per step of every rank."""
     out: dict[int, float] = {}
     steps = ctx.steps
     at = kernels.groupby("rank").indices  # rank -> positions: no pass over every rank's kernels per rank
+    arrays = values.dtype == np.float64 and kernels["start_us"].dtype == np.float64
+    v_all, s_all = (values.to_numpy(), kernels["start_us"].to_numpy()) if arrays else (None, None)
+    total: Callable[[Any], Any] = np.nansum if arrays else (lambda x: x.sum())
     for rank, g in steps.groupby("rank"):
         pos = at.get(rank)
         if pos is None:
             continue
-        vr = values.iloc[pos]
-        start = kernels["start_us"].iloc[pos]
+        vr, start = (
+            (v_all[pos], s_all[pos])
+            if v_all is not None and s_all is not None
+            else (values.iloc[pos], kernels["start_us"].iloc[pos])
+        )
         sums = []
         for lo, hi in zip(g["start_us"], g["end_us"]):
             if pd.isna(lo) or pd.isna(hi):
                 continue
             m = (start >= lo) & (start < hi)
             if m.any():
-                sums.append(float(vr[m].sum()))
+                sums.append(float(total(vr[m])))
         if not sums:
-            sums = [float(vr.sum()) / max(1, len(g))]
+            sums = [float(total(vr)) / max(1, len(g))]
         out[int(rank)] = float(np.median(sums))
     return out
 

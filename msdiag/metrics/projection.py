@@ -22,6 +22,7 @@ so the union is still right; ``host_sync`` is not measured there.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -61,16 +62,22 @@ def timed_steps(steps: pd.DataFrame) -> pd.DataFrame:
     return steps[keep.to_numpy(bool)]
 
 
-def _host_intervals(rd: RankData, pattern: str) -> iv.Intervals:
-    """The host-lane events whose name matches ``pattern``, as intervals (names matched once each)."""
+def _host_intervals(rd: RankData, *patterns: str) -> list[iv.Intervals]:
+    """Per pattern, the host-lane events whose name matches it (re.search, as pandas' str.contains), as
+    intervals: the host rows are taken and their names factorized once for all patterns, each distinct
+    name matched once per pattern (this runs for every rank of the job)."""
     tl = rd.table("timeline")
-    host = tl[tl["lane"] == "host"]
+    host = tl[(tl["lane"] == "host").fillna(False).to_numpy(bool)]
     if not len(host):
-        return iv.EMPTY
-    names = pd.Series(host["name"].dropna().unique()).astype("string")
-    hits = set(names[names.str.contains(pattern, regex=True, na=False)])
-    rows = host[host["name"].isin(hits).fillna(False).to_numpy(bool)]
-    return iv.make(rows["start_us"].to_numpy(float), rows["dur_us"].to_numpy(float))
+        return [iv.EMPTY for _ in patterns]
+    codes, names = pd.factorize(host["name"].astype(object))  # a missing name: -1, never matches
+    start, dur = host["start_us"].to_numpy(float), host["dur_us"].to_numpy(float)
+    out = []
+    for pattern in patterns:
+        rx = re.compile(pattern)
+        hit = np.array([rx.search(str(n)) is not None for n in names] + [False], dtype=bool)[codes]
+        out.append(iv.make(start[hit], dur[hit]))
+    return out
 
 
 def _window_kinds(comp: iv.Intervals, comm: iv.Intervals, recv: iv.Intervals, waits: iv.Intervals,
@@ -106,7 +113,7 @@ def _rank_sets(rd: RankData) -> dict[int | None, dict[str, iv.Intervals]]:
     recv = ops["name"].astype("string").str.lower().str.contains("|".join(_RECEIVE), regex=True, na=False).to_numpy(bool)
     extra = _comm_from_timeline(rd) if src == "kernels" and not is_comm.any() else None
     extra_iv = iv.make(extra["start_us"].to_numpy(float), extra["dur_us"].to_numpy(float)) if extra is not None else iv.EMPTY
-    waits, syncs = _host_intervals(rd, DATA_WAIT_PATTERN), _host_intervals(rd, SYNC_PATTERN)
+    waits, syncs = _host_intervals(rd, DATA_WAIT_PATTERN, SYNC_PATTERN)
     out: dict[int | None, dict[str, iv.Intervals]] = {}
     for w in windows:
         s, d = starts[w.rows], durs[w.rows]
