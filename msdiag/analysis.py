@@ -15,6 +15,7 @@ import pandas as pd
 
 from msdiag.errors import InputError, RuleError
 from msdiag.ingest.loader import Tiered, describe, load
+from msdiag.ingest.paths import within
 from msdiag.metrics.breakdown import step_breakdown
 from msdiag.metrics.registry import Context, Value, compute_all, declared_params
 from msdiag.model import STEPS, Capture, RankData
@@ -271,12 +272,7 @@ def _rules_cache(path: str | Path, opts: Options) -> Path | None:
     inside the capture: the loader then refuses it, and nothing is ever written into a capture)."""
     if opts.cache is None:
         return None
-    where = Path(opts.cache).expanduser().resolve()
-    try:
-        where.relative_to(Path(path).expanduser().resolve())
-    except ValueError:
-        return where
-    return None
+    return None if within(opts.cache, path) else Path(opts.cache).expanduser().resolve()
 
 
 def analyze(path: str | Path, options: Options | None = None) -> Analysis:

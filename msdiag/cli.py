@@ -326,21 +326,14 @@ def _result_cache(path: str, opts: Any, strict: bool, saved: dict[str, Any] | No
     return result_cache.open_for(opts.cache, path, opts, {"command": "analyze", "strict": strict, "baseline": base})
 
 
-def _inside(child: Path, folder: Path) -> bool:
-    try:
-        child.resolve().relative_to(folder.resolve())
-    except (ValueError, OSError):
-        return False
-    return True
-
-
 def _check_output(output: str, folders: list[Path]) -> Path:
     """The report's path, refused inside a capture folder (msdiag never writes into one)."""
     from msdiag.errors import InputError
+    from msdiag.ingest.paths import within
 
     out = Path(output)
     for f in folders:
-        if f.is_dir() and _inside(out, f):
+        if f.is_dir() and within(out, f):
             raise InputError(output, f"is inside the capture folder {f}; msdiag never writes into a capture: choose a path outside it")
     if out.is_dir():
         raise InputError(output, "is a folder; give the report's file name (e.g. report.html)")
@@ -453,10 +446,11 @@ def capture(
     try:
         opts = _options(kw)  # checked before the job runs
         from msdiag.analysis import _check_options, resolve_rules
+        from msdiag.ingest.paths import within
 
         _check_options(opts)
         resolve_rules(opts)  # a bad --set / --disable fails before the job runs
-        if report_path and _inside(Path(report_path), folder):
+        if report_path and within(report_path, folder):
             raise InputError(report_path, f"is inside the capture folder {folder}: choose a path outside it")
         res = run_capture(
             list(command),

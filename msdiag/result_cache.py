@@ -47,7 +47,7 @@ from typing import Any
 
 import msdiag
 from msdiag.ingest.cachedir import PRIVATE, code_fingerprint, owner_problem
-from msdiag.ingest.paths import capture_root
+from msdiag.ingest.paths import capture_root, within
 from msdiag.options import Options
 
 #: Bumped whenever the layout or the key of an entry changes.
@@ -227,7 +227,7 @@ def open_for(folder: str | Path, path: str | Path, opts: Options, run: Mapping[s
     try:
         resolved = given.resolve()
         root = capture_root(resolved) if resolved.is_dir() else resolved
-        if where == root or root in where.parents:
+        if within(where, root):
             return None  # msdiag never writes into a capture (the loader says so)
         inputs = _inputs(given, opts)
     except (_Doubt, OSError):

@@ -18,6 +18,7 @@ from msdiag.errors import InputError
 from msdiag.ingest.discover import MINDSPORE_CPU, MINDSPORE_LEGACY, Discovery, discover
 from msdiag.ingest.engine import RankDir, read_rank
 from msdiag.ingest.formats import BY_NAME
+from msdiag.ingest.paths import within
 from msdiag.model import Capture, RankData
 
 
@@ -153,14 +154,10 @@ def _open_cache(folder: str | Path, disc: Discovery, reduce: Callable[[RankData]
     """The rank cache at ``folder``, refused inside the capture (msdiag never writes into one)."""
     from msdiag.ingest.cache import RankCache
 
-    where = Path(folder).expanduser().resolve()
     for p in [disc.root, *(r.path for r in disc.ranks)]:
-        try:
-            where.relative_to(Path(p).resolve())
-        except ValueError:
-            continue
-        raise InputError(folder, f"is inside the capture folder {p}; msdiag never writes into a capture: choose a cache folder outside it")
-    return RankCache.open(where, _reduce_id(reduce, declared))
+        if within(folder, p):
+            raise InputError(folder, f"is inside the capture folder {p}; msdiag never writes into a capture: choose a cache folder outside it")
+    return RankCache.open(Path(folder).expanduser().resolve(), _reduce_id(reduce, declared))
 
 
 def _reduce_id(reduce: Callable[[RankData], RankData] | None, declared: str | None) -> str:

@@ -36,6 +36,16 @@ def rank_number(digits: str) -> int | None:
     return n if n <= MAX_RANK else None
 
 
+def within(path: str | Path, folder: str | Path) -> bool:
+    """``path`` is ``folder`` or lies under it, links and ``~`` resolved: msdiag never writes there when
+    ``folder`` is a capture (its cache folders, its reports)."""
+    try:
+        p, f = Path(path).expanduser().resolve(), Path(folder).expanduser().resolve()
+    except (OSError, RuntimeError):
+        return False
+    return p == f or f in p.parents
+
+
 def real_roots(*folders: str | Path | None) -> tuple[Path, ...]:
     """The folders a capture's files must resolve into, links resolved (None entries skipped)."""
     return tuple(dict.fromkeys(Path(os.path.realpath(f)) for f in folders if f is not None))
