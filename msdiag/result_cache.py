@@ -20,7 +20,7 @@ Any doubt and there is no result cache for the run (the run is analysed as witho
 cannot be walked or stat'ed completely, a walk past ``_MAX_DEPTH`` or ``_MAX_FILES``, a cache folder
 inside the capture, a report object that does not come back from JSON identical. The report object
 holds nothing of the run itself beyond what is keyed (no timestamp, no cache statistics: Capture.ingest
-is not part of it). The folder is trusted like the rank cache's (``cache.untrusted``, checked by the
+is not part of it). The folder is trusted like the rank cache's (``cachedir.untrusted``, checked by the
 CLI; each entry's folders checked when read). This module imports neither pandas nor the model: a hit
 loads nothing but the report; entries are written to a temp file and renamed into
 place; a damaged or foreign entry is ignored and rewritten, never an error.

@@ -103,7 +103,7 @@ def rank_cache(_user_cache: None) -> str:
     temp folder). An analysis in process with ``Options(cache=rank_cache)`` parses a corpus capture's ranks the
     first time and reads them back after, as repeated CLI runs do: for tests of options, rules and goals, which act
     on what the metrics compute, not on how the ranks were read (the cache's own tests use caches of their own)."""
-    from msdiag.ingest.cache import default_dir
+    from msdiag.ingest.cachedir import default_dir
 
     return str(default_dir())
 

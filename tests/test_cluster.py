@@ -28,7 +28,8 @@ from msdiag.cli import main
 from msdiag.contract import build
 from msdiag.errors import InputError
 from msdiag.ingest import parallel
-from msdiag.ingest.cache import CACHE_FORMAT, default_dir
+from msdiag.ingest.cache import CACHE_FORMAT
+from msdiag.ingest.cachedir import default_dir
 from msdiag.ingest.loader import load
 from msdiag.metrics import reduce as reduce_mod
 from msdiag.metrics.reduce import reduce_id, reduce_rank

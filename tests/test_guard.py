@@ -16,7 +16,8 @@ from click.testing import CliRunner
 from msdiag.cli import EXIT_INTERNAL, main
 from msdiag.errors import ParseError, RuleError
 from msdiag.ingest._sqlite import DbDamaged, open_db
-from msdiag.ingest.cache import RankCache, untrusted
+from msdiag.ingest.cache import RankCache
+from msdiag.ingest.cachedir import untrusted
 from msdiag.ingest.discover import discover
 from msdiag.ingest.loader import load_rank
 from msdiag.rules.loader import MAX_DEPTH, MAX_RULE_BYTES, parse_rule

@@ -54,12 +54,12 @@ from typing import Any
 from msdiag import __version__
 from msdiag.errors import InputError
 from msdiag.ingest.cachedir import PRIVATE as _PRIVATE
-from msdiag.ingest.cachedir import code_fingerprint, default_dir, untrusted
+from msdiag.ingest.cachedir import code_fingerprint, untrusted
 from msdiag.ingest.cachedir import owner_problem as _owner_problem
 from msdiag.ingest.paths import Seen
 from msdiag.model import ABSENT, FAILED, PRESENT, SCHEMA_VERSION, TABLES, UNUSED, RankData, RankInfo, Source
 
-__all__ = ["CACHE_FORMAT", "CacheStats", "RankCache", "code_fingerprint", "default_dir", "files_of", "untrusted"]
+__all__ = ["CACHE_FORMAT", "CacheStats", "RankCache", "files_of"]
 
 #: Bumped whenever the layout or the encoding of an entry changes.
 CACHE_FORMAT = 4  # 2: rank.json holds the rank's RankInfo; 3: paths relative to the rank folder, tables' dtypes;

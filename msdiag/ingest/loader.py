@@ -165,7 +165,7 @@ def _reduce_id(reduce: Callable[[RankData], RankData] | None, declared: str | No
     read), its name and a hash of its package's sources (the step rows it stores are computed there)."""
     if reduce is None:
         return "none"
-    from msdiag.ingest.cache import code_fingerprint
+    from msdiag.ingest.cachedir import code_fingerprint
 
     mod = sys.modules.get(reduce.__module__)
     parts = reduce.__module__.split(".")
