@@ -6,14 +6,16 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from hypothesis import HealthCheck, settings
 
-from msdiag.analysis import Analysis, analyze
-from msdiag.options import Options
-from msdiag.rules.loader import _Lines
+if TYPE_CHECKING:
+    from msdiag.analysis import Analysis
+
+# msdiag is imported where a fixture needs it, not here: under xdist the controller process loads this file and
+# runs no test, and the workers start after it
 
 # Property tests must not depend on the machine's load: hypothesis's default 200 ms deadline per example and its
 # too_slow health check fail a test when the machine is busy, not when the code is wrong. CI (CI set) uses
@@ -44,6 +46,35 @@ def repo() -> Path:
     return REPO
 
 
+def _shared(factory: pytest.TempPathFactory, kind: str, key: str, make: Callable[[], Any]) -> Any:
+    """``make()``, made once for the whole test session, however many xdist workers run it.
+
+    In one process this is ``make()``. Under xdist the first worker to need ``key`` makes it, holding a lock on a
+    file in the folder the workers share (the parent of their temp folders), and keeps it there pickled; the others
+    wait for the lock and read it back (an analysis of a corpus capture: ~1 s to make, ~15 ms to read back). What a
+    worker reads back is what the maker's test saw: the same objects, through pickle."""
+    import hashlib
+    import pickle
+
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return make()
+    import fcntl
+
+    folder = factory.getbasetemp().parent / f"shared-{kind}"
+    folder.mkdir(exist_ok=True)
+    stem = folder / hashlib.sha256(key.encode()).hexdigest()[:24]
+    with open(stem.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = stem.with_suffix(".pickle")
+        if done.is_file():
+            return pickle.loads(done.read_bytes())
+        value = make()
+        tmp = stem.with_suffix(".tmp")
+        tmp.write_bytes(pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
+        tmp.replace(done)
+        return value
+
+
 # The captures the test files analyse most, by short name; `analysed` takes any other corpus-relative path too.
 CAPTURES = {
     "level0": "ascend/torchnpu-2rank-level0",
@@ -58,12 +89,15 @@ CAPTURES = {
 
 
 @pytest.fixture(scope="session")
-def analysed() -> Callable[[str], Analysis]:
+def analysed(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Analysis]:
     """``analysed(name)``: the Analysis of a capture, made once per session with ``Options(jobs=1)`` (no rank cache).
 
     ``name`` is a key of CAPTURES or a path relative to the corpus. The Analysis is shared by every test that
     asks for the same capture: read it, never change it (a test that changes one analyses its own copy).
     """
+    from msdiag.analysis import analyze
+    from msdiag.options import Options
+
     done: dict[Path, Analysis] = {}
 
     def get(name: str) -> Analysis:
@@ -71,7 +105,7 @@ def analysed() -> Callable[[str], Analysis]:
         if not path.exists() and not CORPUS.is_dir():
             pytest.skip(f"corpus folder {CORPUS} is absent: tests on real profiler output are skipped")
         if path not in done:
-            done[path] = analyze(path, Options(jobs=1))
+            done[path] = _shared(tmp_path_factory, "analysed", str(path), lambda: analyze(path, Options(jobs=1)))
         return done[path]
 
     return get
@@ -117,7 +151,8 @@ def page_of(ctx: dict[str, Any]) -> str:
 
 
 @pytest.fixture(scope="session")
-def _pages(analysed: Callable[[str], Analysis]) -> Callable[[str], tuple[dict[str, Any], str]]:
+def _pages(analysed: Callable[[str], Analysis],
+           tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], tuple[dict[str, Any], str]]:
     """``_pages(name)``: (context, page) of ``analysed(name)``'s HTML report, made once per session: the page is
     ``msdiag.report.html.render`` of the analysis and its JSON report object (what ``msdiag report`` writes for
     it), rendered from that context as render() does. Drawing the charts (in the context) is most of a page's cost."""
@@ -129,8 +164,12 @@ def _pages(analysed: Callable[[str], Analysis]) -> Callable[[str], tuple[dict[st
     def get(name: str) -> tuple[dict[str, Any], str]:
         a = analysed(name)
         if id(a) not in done:
-            ctx = html.context(a, build(a))
-            done[id(a)] = ctx, page_of(ctx)
+
+            def make() -> tuple[dict[str, Any], str]:
+                ctx = html.context(a, build(a))
+                return ctx, page_of(ctx)
+
+            done[id(a)] = _shared(tmp_path_factory, "pages", str(CORPUS / CAPTURES.get(name, name)), make)
         return done[id(a)]
 
     return get
@@ -155,40 +194,50 @@ def job8(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     session: 8 ranks x 3 steps, rank 5's compute 3x longer, link 2-3's transit 2.5x (tests/test_cluster.py)."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("msdiag_bench_cluster", REPO / "bench" / "cluster.py")
-    assert spec and spec.loader
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    out = tmp_path_factory.mktemp("cluster") / "job8"
-    plan = bench.build(out, 8, 3, 20261129, 0.01, 3.0, 2.5, 1)
-    assert (plan["slow_rank"], plan["slow_link"]) == (5, "2-3 HCCS")
-    return out
+    def make() -> Path:
+        spec = importlib.util.spec_from_file_location("msdiag_bench_cluster", REPO / "bench" / "cluster.py")
+        assert spec and spec.loader
+        bench = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(bench)
+        out = tmp_path_factory.mktemp("cluster") / "job8"
+        plan = bench.build(out, 8, 3, 20261129, 0.01, 3.0, 2.5, 1)
+        assert (plan["slow_rank"], plan["slow_link"]) == (5, "2-3 HCCS")
+        return out
+
+    return _shared(tmp_path_factory, "job8", "job8", make)
 
 
 @pytest.fixture(scope="session", autouse=True)
 def _user_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """The CLI caches ranks in the user's cache folder by default: the tests' go to a temp folder."""
+    """The CLI caches ranks in the user's cache folder by default: the tests' go to a temp folder, one for the session,
+    which xdist's workers share as users' runs share theirs (the cache writes each entry to a temp name, then
+    renames it into place)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        folder = tmp_path_factory.getbasetemp().parent / "xdg-cache"
+        folder.mkdir(mode=0o700, exist_ok=True)
+    else:
+        folder = tmp_path_factory.mktemp("xdg-cache")
     with pytest.MonkeyPatch.context() as mp:
         mp.delenv("MSDIAG_HOME", raising=False)
-        mp.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache")))
+        mp.setenv("XDG_CACHE_HOME", str(folder))
         yield
 
 
-def _copy_tree(node: object) -> object:
+def _copy_tree(node: object, lines: type) -> object:
     """A copy of a parsed rule file: its dicts (with their key lines) and lists are new, its scalars shared.
 
-    The loader's YAML holds only dicts (``_Lines``), lists and scalars (text, numbers, booleans, dates,
+    The loader's YAML holds only dicts (``lines``: the loader's ``_Lines``), lists and scalars (text, numbers, booleans, dates,
     null: immutable), so this is a deep copy; ``copy.deepcopy`` makes the same one about four times slower
     (its memo and ``__reduce_ex__`` for every dict), which the session paid for every rule file of
     every analysis."""
-    if isinstance(node, _Lines):
-        out = _Lines((k, _copy_tree(v)) for k, v in node.items())
-        out.lines = dict(node.lines)
+    if isinstance(node, lines):
+        out = lines((k, _copy_tree(v, lines)) for k, v in node.items())  # type: ignore[call-arg]
+        out.lines = dict(node.lines)  # type: ignore[attr-defined]
         return out
     if isinstance(node, dict):
-        return {k: _copy_tree(v) for k, v in node.items()}
+        return {k: _copy_tree(v, lines) for k, v in node.items()}
     if isinstance(node, list):
-        return [_copy_tree(v) for v in node]
+        return [_copy_tree(v, lines) for v in node]
     return node
 
 
@@ -209,15 +258,37 @@ def _parsed_rules_once() -> Iterator[None]:
         key = (str(path), loader._read_text(path))
         if key not in parsed:
             parsed[key] = parse(path)
-        return _copy_tree(parsed[key])
+        return _copy_tree(parsed[key], loader._Lines)
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(loader, "_read_yaml", read_yaml)
         yield
 
 
+def _quick_loop(config: pytest.Config) -> bool:
+    """``pytest -m "not slow"`` outside CI: the maintainer's quick loop."""
+    return not os.environ.get("CI") and "not slow" in (config.option.markexpr or "")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """The quick loop runs its tests in one process per core (pytest-xdist, ``-n auto --dist worksteal``) unless the
+    command line says how many (``-n 0``: this process only; ``--pdb`` also keeps to one). The full run stays in one
+    process: its live MindSpore jobs count steps and stalls that a test running beside them on the same cores could
+    stretch. Runs before xdist's own hook, which turns "auto" into :func:`pytest_xdist_auto_num_workers`."""
+    if (_quick_loop(config) and config.pluginmanager.hasplugin("xdist") and config.option.numprocesses is None
+            and not os.environ.get("PYTEST_XDIST_WORKER")):
+        config.option.numprocesses = "auto"
+        config.option.dist = "worksteal"
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: one worker per core, at most four (each worker imports the package and collects the tests)."""
+    return max(1, min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    if not os.environ.get("CI") and "not slow" in (config.option.markexpr or ""):
+    if _quick_loop(config):
         settings.load_profile("msdiag-quick")
     config.addinivalue_line("markers", "mindspore: needs MindSpore installed (capture tests)")
     config.addinivalue_line("markers", "slow: starts subprocesses, MindSpore jobs, a browser or a Dask cluster, or builds inputs of 100+ MB (pytest -m 'not slow')")
