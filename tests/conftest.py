@@ -245,23 +245,24 @@ def _copy_tree(node: object, lines: type) -> object:
 def _parsed_rules_once() -> Iterator[None]:
     """Every analysis loads every rule file, and YAML parsing is much of the time a small capture's
     analysis takes after its metrics: in the test session a rule file is parsed once per distinct text. The
-    key is the path and the file's full text, read again each time (so a test that writes or changes a rule
-    file gets its own parse and its own errors); a hit returns a deep copy (:func:`_copy_tree`), so no caller
+    key is the path and the file's full text, read again each time by the loader (so a test that writes or
+    changes a rule file gets its own parse and its own errors); a hit returns a deep copy (:func:`_copy_tree`), so no caller
     sees another's dicts. Errors are not cached: a bad file raises its RuleError every time, exactly as
     without the cache."""
     from msdiag.rules import loader
 
-    parse = loader._read_yaml
+    parse = loader._yaml_of
     parsed: dict[tuple[str, str], object] = {}
 
-    def read_yaml(path: Path) -> object:
-        key = (str(path), loader._read_text(path))
+    def yaml_of(text: str, path: Path) -> object:
+        key = (str(path), text)
         if key not in parsed:
-            parsed[key] = parse(path)
+            parsed[key] = parse(text, path)
         return _copy_tree(parsed[key], loader._Lines)
 
+    # _yaml_of: what both parse a rule's text (a file read by _read_yaml, and a text the rules cache has not kept)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(loader, "_read_yaml", read_yaml)
+        mp.setattr(loader, "_yaml_of", yaml_of)
         yield
 
 
