@@ -63,9 +63,10 @@ _COLUMNS = ("rank", "name", "type", "core", "dur_us", *RATIO_COLUMNS, *SIDE_TIME
 def _compute(capture: Tables) -> pd.DataFrame:
     """The compute kernels, only the columns a type table reads."""
     k = capture.table("kernels")
-    rows = k["kind"] == "compute"
+    rows = (k["kind"] == "compute").to_numpy(dtype=bool, na_value=False)
     # a PMU column no compute kernel filled (CPU ops, Level0, another metrics group) is left out: all NaN
-    cols = [c for c in _COLUMNS if c in k.columns and (c not in RATIO_COLUMNS or k.loc[rows, c].notna().any())]
+    cols = [c for c in _COLUMNS if c in k.columns
+            and (c not in RATIO_COLUMNS or not np.isnan(k[c].to_numpy(dtype=float, na_value=np.nan)[rows]).all())]
     return k.loc[rows, cols].reset_index(drop=True)
 
 
@@ -82,50 +83,62 @@ def no_pipes_reason(capture: Capture) -> str:
     return NO_PIPES
 
 
-def _side_ran(k: pd.DataFrame, side: str) -> pd.Series:
+def _side_ran(k: pd.DataFrame, side: str) -> np.ndarray:
     """Per kernel, whether its ``side`` core ran: its busy time > 0, or (no busy time recorded) a
     ratio of that side > 0."""
-    t = k[SIDE_TIME[side]].astype(float) if SIDE_TIME[side] in k.columns else pd.Series(np.nan, index=k.index)
+    n = len(k)
+    t = k[SIDE_TIME[side]].to_numpy(dtype=float, na_value=np.nan) if SIDE_TIME[side] in k.columns else np.full(n, np.nan)
     cols = [c for c, (_, s) in RATIO_COLUMNS.items() if s == side and c in k.columns]
-    any_ratio = k[cols].astype(float).fillna(0.0).sum(axis=1) > 0 if cols else pd.Series(False, index=k.index)
-    return (t > 0) | (t.isna() & any_ratio)
+    any_ratio = np.zeros(n, dtype=bool)
+    for c in cols:  # ratios are shares (>= 0): their sum is > 0 exactly when one of them is
+        any_ratio |= np.nan_to_num(k[c].to_numpy(dtype=float, na_value=np.nan), nan=0.0) > 0
+    with np.errstate(invalid="ignore"):
+        return (t > 0) | (np.isnan(t) & any_ratio)  # type: ignore[no-any-return]
 
 
 def pipe_ratios(k: pd.DataFrame, by: pd.Series | list[pd.Series]) -> pd.DataFrame:
     """Duration-weighted mean of each PipeUtilization column per group of ``by`` (a key, or several: NaN where
     no kernel of the group measured it), over the kernels whose core side ran."""
-    dur = k["dur_us"].astype(float).fillna(0.0)
     present = [c for c in RATIO_COLUMNS if c in k.columns and k[c].notna().any()]
     if not present:  # no PipeUtilization value at all (CPU ops, Level0, another metrics group): every ratio NaN
         keys = by if isinstance(by, list) else [by]
         index = pd.MultiIndex.from_frame(pd.concat(keys, axis=1).drop_duplicates()) if len(keys) > 1 else pd.Index(keys[0].unique(), name=keys[0].name)
         return pd.DataFrame({c: pd.Series(np.nan, index=index) for c in RATIO_COLUMNS}, index=index)
-    # each column's weighted values and weights, summed per group in one groupby (the same sums as one per column)
-    parts: dict[str, pd.Series] = {}
+    dur = np.nan_to_num(k["dur_us"].to_numpy(dtype=float, na_value=np.nan), nan=0.0)
+    # each column's weighted values and weights (numpy, the same products as on Series), summed per group in
+    # one groupby (the same sums as one per column)
+    parts: dict[str, np.ndarray] = {}
     for side in ("aic", "aiv"):
         ran = _side_ran(k, side)
         for c, (_, s) in RATIO_COLUMNS.items():
             if s != side or c not in k.columns:
                 continue
-            r = k[c].astype(float)
-            w = dur.where(ran & r.notna(), 0.0)
-            parts[f"num:{c}"], parts[f"den:{c}"] = w * r.fillna(0.0), w
-    sums = pd.DataFrame(parts).groupby(by, sort=False).sum()
+            r = k[c].to_numpy(dtype=float, na_value=np.nan)
+            known = ~np.isnan(r)
+            w = np.where(ran & known, dur, 0.0)
+            parts[f"num:{c}"], parts[f"den:{c}"] = w * np.where(known, r, 0.0), w
+    sums = pd.DataFrame(parts, index=k.index).groupby(by, sort=False).sum()
+    at = {name: i for i, name in enumerate(sums.columns)}
+    table = sums.to_numpy(dtype=float)
     out = {}
-    for c in (c for c in RATIO_COLUMNS if f"den:{c}" in sums.columns):
-        den = sums[f"den:{c}"]
-        out[c] = (sums[f"num:{c}"] / den.where(den > 0)).astype(float)
-    return pd.DataFrame(out).reindex(columns=list(RATIO_COLUMNS))  # a column no kernel filled: NaN
+    for c in RATIO_COLUMNS:  # a column no kernel filled: NaN
+        if f"den:{c}" not in at:
+            out[c] = np.full(len(sums), np.nan)
+            continue
+        den = table[:, at[f"den:{c}"]]
+        out[c] = table[:, at[f"num:{c}"]] / np.where(den > 0, den, np.nan)
+    return pd.DataFrame(out, index=sums.index)
 
 
 def unit_ratios(cols: pd.DataFrame) -> pd.DataFrame:
     """Each unit's ratio: the larger of its cube-side and vector-side column ratios (NaN where neither was measured)."""
+    at = {c: i for i, c in enumerate(cols.columns)}
+    table = cols.to_numpy(dtype=float, na_value=np.nan)
     out = {}
     for u in UNITS:
-        mine = [c for c, (unit, _) in RATIO_COLUMNS.items() if unit == u and c in cols.columns]
+        mine = [at[c] for c, (unit, _) in RATIO_COLUMNS.items() if unit == u and c in at]
         # fmax skips NaN as max(axis=1, skipna=True) does, without a frame per unit
-        vals = np.fmax.reduce(cols[mine].to_numpy(dtype=float), axis=1) if mine else np.nan
-        out[u] = pd.Series(vals, index=cols.index, dtype=float)
+        out[u] = np.fmax.reduce(table[:, mine], axis=1) if mine else np.full(len(cols), np.nan)
     return pd.DataFrame(out, index=cols.index)
 
 
@@ -221,15 +234,19 @@ def bound_shares_by_rank(capture: Capture) -> dict[int, pd.DataFrame]:
         return out
     keys = [comp["rank"].rename("rank"), _types(comp)]
     time_us = comp["dur_us"].astype(float).groupby(keys, sort=False).sum()
-    bounds = _bounds(comp, keys)
+    bounds = _bounds(comp, keys)  # the same groups in the same order as time_us
     ranks_of = time_us.index.get_level_values(0)
-    for r in pd.unique(ranks_of):
-        mine = np.asarray(ranks_of == r, dtype=bool)
-        t = time_us[mine].droplevel(0)
-        total = float(t.sum())
-        share = t / total if total > 0 else pd.Series(np.nan, index=t.index)
-        rt = _none_for_nan(pd.DataFrame({"time_us": t, "share": share}).join(bounds[mine].droplevel(0)))
-        out[int(r)] = rt.sort_values("time_us", ascending=False, kind="stable")
+    codes, uniq = pd.factorize(ranks_of, sort=False)
+    times = time_us.to_numpy(dtype=float)
+    share = np.full(len(times), np.nan)
+    rows_of = [np.flatnonzero(codes == i) for i in range(len(uniq))]
+    for rows in rows_of:  # each rank's share of its own compute time (its total summed as a Series of its rows is)
+        total = float(times[rows].sum())
+        if total > 0:
+            share[rows] = times[rows] / total
+    whole = _none_for_nan(pd.DataFrame({"time_us": times, "share": share}, index=time_us.index).join(bounds))
+    for r, rows in zip(uniq, rows_of):
+        out[int(r)] = whole.iloc[rows].droplevel(0).sort_values("time_us", ascending=False, kind="stable")
     return out
 
 
