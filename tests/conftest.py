@@ -275,14 +275,15 @@ def _quick_loop(config: pytest.Config) -> bool:
 def pytest_cmdline_main(config: pytest.Config) -> None:
     """The quick loop runs its tests in one process per core (pytest-xdist, ``-n auto --dist worksteal``) unless the
     command line says how many (``-n 0``: this process only; ``--pdb`` also keeps to one). The full run stays in one
-    process: its live MindSpore jobs count steps and stalls that a test running beside them on the same cores could
-    stretch. Runs before xdist's own hook, which turns "auto" into :func:`pytest_xdist_auto_num_workers`."""
+    process: its live MindSpore jobs count the steps a capture records, which a test running beside them on the same
+    cores could change. Runs before xdist's own hook, which turns "auto" into :func:`pytest_xdist_auto_num_workers`."""
     if (_quick_loop(config) and config.pluginmanager.hasplugin("xdist") and config.option.numprocesses is None
             and not os.environ.get("PYTEST_XDIST_WORKER")):
         config.option.numprocesses = "auto"
         config.option.dist = "worksteal"
 
 
+@pytest.hookimpl(optionalhook=True)  # xdist's hook: without xdist installed, pytest must not call it unknown
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """``-n auto``: one worker per core, at most four (each worker imports the package and collects the tests)."""
     return max(1, min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
