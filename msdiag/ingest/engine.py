@@ -117,6 +117,13 @@ Result = Union[pd.DataFrame, Read]
 Why = Union[str, Callable[[Ctx], str]]
 
 
+def why_no_memory(ctx: Ctx) -> str:
+    """Why a memory source is absent, in any format: profile_memory off, as far as the capture says."""
+    if ctx.info.profile_memory is False:
+        return "profile_memory was off in this capture"
+    return "not written by this capture (profile_memory off?)"
+
+
 @dataclass(frozen=True)
 class Src:
     """One source of a format: a file (or every file of a glob), or a table of an open database.

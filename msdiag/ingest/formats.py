@@ -13,7 +13,7 @@ from pathlib import Path
 
 from msdiag.errors import InputError
 from msdiag.ingest import ascend_csv, ascend_stats, cann_msprof, communication, legacy, metadata, mindspore_cpu, sqlite_export
-from msdiag.ingest.engine import Ctx, Format, Read, Src, Why
+from msdiag.ingest.engine import Ctx, Format, Read, Src, Why, why_no_memory
 from msdiag.ingest.folders import ASCEND_PT, ascend_rank, is_cpu_rank, is_rank_folder
 from msdiag.ingest.msdiag_markers import MARKERS_FILE, read_markers_source
 from msdiag.ingest.trace_view import read_trace_view
@@ -78,12 +78,6 @@ def _why_comm(ctx: Ctx) -> str:
     if ctx.info.profiler_level == "Level0":
         return "profiler Level0 writes no communication analysis (use Level1 or higher)"
     return "not written by this capture (no HCCL communication recorded, or Level0 profiling)"
-
-
-def _why_memory(ctx: Ctx) -> str:
-    if ctx.info.profile_memory is False:
-        return "profile_memory was off in this capture"
-    return "not written by this capture (profile_memory off?)"
 
 
 def _why_statistic(ctx: Ctx) -> str:
@@ -158,9 +152,9 @@ ASCEND_SOURCES: tuple[Src, ...] = (
     Src("l2_cache.csv", "l2_cache", rows=ascend_stats.read_l2_cache, folder=OUT,
         absent="not written by this capture (the profiler writes it only with l2_cache=True)"),
     Src("api_statistic.csv", "api_stats", rows=ascend_stats.read_api_statistic, folder=OUT, absent=_why_api),
-    Src("memory_record.csv", "memory", read=_memory_record, folder=OUT, absent=_why_memory),
-    Src("operator_memory.csv", "memory_allocs", rows=ascend_csv.read_operator_memory, folder=OUT, absent=_why_memory),
-    Src("npu_module_mem.csv", "memory", rows=ascend_csv.read_npu_module_mem, folder=OUT, absent=_why_memory),
+    Src("memory_record.csv", "memory", read=_memory_record, folder=OUT, absent=why_no_memory),
+    Src("operator_memory.csv", "memory_allocs", rows=ascend_csv.read_operator_memory, folder=OUT, absent=why_no_memory),
+    Src("npu_module_mem.csv", "memory", rows=ascend_csv.read_npu_module_mem, folder=OUT, absent=why_no_memory),
     Src("static_op_mem.csv", "memory_allocs", rows=ascend_csv.read_static_op_mem, folder=OUT,
         absent="written only for static graphs compiled by GE (graph mode with memory profiling)"),
     Src("dataset.csv", "dataset_stages", read=_dataset_csv, folder=OUT, absent=_why_dataset),

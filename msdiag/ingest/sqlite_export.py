@@ -99,7 +99,7 @@ from msdiag.ingest._csv import NA_VALUES
 from msdiag.ingest._sqlite import Db, clean_strings
 from msdiag.ingest.ascend_csv import COMMUNICATION_CORE, type_from_kernel_name
 from msdiag.ingest.communication import op_type_of
-from msdiag.ingest.engine import Ctx, Database, Format, Item, RankDir, Read, Src, Then, listing, read_rank
+from msdiag.ingest.engine import Ctx, Database, Format, Item, RankDir, Read, Src, Then, listing, read_rank, why_no_memory
 from msdiag.ingest.folders import ascend_rank, is_cpu_rank, is_rank_folder
 from msdiag.model import RankData
 
@@ -878,12 +878,6 @@ def read_db_meta(db: Db) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------------
 
 
-def _why_memory(ctx: Ctx) -> str:
-    if ctx.info.profile_memory is False:
-        return "profile_memory was off in this capture"
-    return "not written by this capture (profile_memory off?)"
-
-
 def _why_comm(ctx: Ctx) -> str:
     if ctx.info.profiler_level == "Level0":
         return "profiler Level0 writes no communication analysis (use Level1 or higher)"
@@ -993,10 +987,10 @@ def _db_items(folder: str, pick_profiler: Pick, pick_analysis: Pick | None) -> t
         Src("COMMUNICATION_OP", db=p, read=_r_comm_op, core=True, absent=_why_comm),
         Src("OVERLAP_ANALYSIS", "timeline", db=p, rows=read_overlap,
             absent="no overlap analysis: no Computing / Communication / Free lanes"),
-        Src("MEMORY_RECORD", "memory", db=p, rows=read_memory_record, absent=_why_memory),
-        Src("NPU_MEM", db=p, read=_r_npu_mem, absent=_why_memory),
-        Src("NPU_MODULE_MEM", "memory", db=p, rows=read_npu_module_mem, absent=_why_memory),
-        Src("OP_MEMORY", "memory_allocs", db=p, rows=read_op_memory, absent=_why_memory),
+        Src("MEMORY_RECORD", "memory", db=p, rows=read_memory_record, absent=why_no_memory),
+        Src("NPU_MEM", db=p, read=_r_npu_mem, absent=why_no_memory),
+        Src("NPU_MODULE_MEM", "memory", db=p, rows=read_npu_module_mem, absent=why_no_memory),
+        Src("OP_MEMORY", "memory_allocs", db=p, rows=read_op_memory, absent=why_no_memory),
         Src("AICORE_FREQ", "counters", db=p, rows=read_aicore_freq, absent="AI Core frequency was not sampled in this capture"),
         Src("HBM", "counters", db=p, rows=read_hbm, absent="HBM bandwidth was not sampled (sys_hardware_mem off)"),
         Src("LLC", "counters", db=p, rows=read_llc, absent="LLC was not sampled (sys_hardware_mem off)"),
