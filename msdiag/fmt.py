@@ -202,3 +202,12 @@ def goal_figure(name: str, x: Any) -> str:
     if unit == "ms":
         return ms(x)
     return MISSING if _absent(x) else f"{plain(x)} {unit or ''}".rstrip()
+
+
+def finite_float(x: Any) -> float | None:
+    """``x`` as a finite float, else None (None, NA, text that is no number, NaN and infinity): JSON has no NaN."""
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None

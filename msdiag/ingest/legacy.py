@@ -62,6 +62,7 @@ import pandas as pd
 from msdiag import model
 from msdiag import units as units_mod
 from msdiag.errors import ParseError
+from msdiag.fmt import finite_float
 from msdiag.ingest import ascend_csv, cann_msprof, metadata
 from msdiag.ingest._csv import NA_VALUES, check_last_row, read_csv, to_float
 from msdiag.ingest.engine import Ctx, Format, RankDir, Read, Src, listing, put, read_rank
@@ -166,14 +167,6 @@ def is_legacy_folder(folder: Path) -> bool:
 # ---------------------------------------------------------------------------------------------
 
 
-def _num(x: Any) -> float | None:
-    if x is None or x is pd.NA:
-        return None
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return None
-    return v if math.isfinite(v) else None
 
 
 def _read(path: Path, required: Iterable[str] = ()) -> pd.DataFrame:
@@ -327,12 +320,12 @@ def hccl_units(rows: list[dict[str, Any]], ms_version: str | None) -> tuple[str,
             for kind, vals in (transports or {}).items():
                 if not isinstance(vals, list) or len(vals) < 3:
                     continue
-                t, size, bw = (_num(x) for x in vals[:3])
+                t, size, bw = (finite_float(x) for x in vals[:3])
                 if t:
                     link_time += t
                 if kind == "SDMA" and t and size and bw and t > 0 and size > 0 and bw > 0:
                     ratios.append(bw / (size / t))
-        cost = _num(r["communication_cost"])
+        cost = finite_float(r["communication_cost"])
         if cost and link_time > 0:
             cost_ratios.append(cost / link_time)
     if ratios:
@@ -397,7 +390,7 @@ def read_hccl_raw(
             if not isinstance(val, list) or len(val) < 3:
                 raise ParseError(path, f"step {r['step']}: op {op} should be [step, cost, wait, link_info], found {val!r}"[:200])
             step = int(val[0]) if re.fullmatch(r"\d+", str(val[0])) else r["step"]
-            cost, wait = _num(val[1]), _num(val[2])
+            cost, wait = finite_float(val[1]), finite_float(val[2])
             _, name, op_type = comm_name_parts(op)
             row = {"rank": rank, "step": step, "category": "p2p" if _P2P.search(name) else "collective"}
             rdma_wait_ms = _op_links(val[3] if len(val) > 3 and isinstance(val[3], dict) else {},
@@ -465,9 +458,9 @@ def _op_links(link_info: dict[str, Any], link_row: dict[str, Any], name: str, li
         for kind, vals in (tr or {}).items():
             if not isinstance(vals, list) or len(vals) < 2:
                 continue
-            t_ms, size_kb = _num(vals[0]), _num(vals[1])
-            if kind == "RDMA" and len(vals) > 3 and _num(vals[3]):
-                rdma_wait_ms += float(_num(vals[3]) or 0.0)
+            t_ms, size_kb = finite_float(vals[0]), finite_float(vals[1])
+            if kind == "RDMA" and len(vals) > 3 and finite_float(vals[3]):
+                rdma_wait_ms += float(finite_float(vals[3]) or 0.0)
             # hccl_raw's KB are decimal (bytes / 1e3 in MindSpore's parsers): decimal MB
             size_mb = None if size_kb is None else size_kb * units_mod.MB_PER_KB_DECIMAL
             acc = per_transport.setdefault(kind, [0.0, 0.0])
@@ -858,10 +851,10 @@ def read_flops_summary(path: Path) -> dict[str, Any]:
     if not isinstance(raw, dict):
         raise ParseError(path, f"expected a JSON object, found {type(raw).__name__}")
     out: dict[str, Any] = {"raw": raw}
-    if "FLOPs" in raw and _num(raw["FLOPs"]) is not None:
+    if "FLOPs" in raw and finite_float(raw["FLOPs"]) is not None:
         out["total_flops"] = float(raw["FLOPs"]) * 1e6
     elif "cube_FLOPs" in raw:
-        out["total_flops"] = (float(_num(raw.get("cube_FLOPs")) or 0.0) + float(_num(raw.get("vec_FLOPs")) or 0.0)) * 1e6
+        out["total_flops"] = (float(finite_float(raw.get("cube_FLOPs")) or 0.0) + float(finite_float(raw.get("vec_FLOPs")) or 0.0)) * 1e6
     return out
 
 
@@ -877,7 +870,7 @@ def read_cluster_analyse(path: Path) -> dict[str, Any]:
     m = _CLUSTER_FILE.match(path.name)
     df = _read(path)
     cols = list(df.columns)
-    rows = [{c: _num(to_float(df[c], path, c).iloc[i]) for c in cols} for i in range(len(df))]
+    rows = [{c: finite_float(to_float(df[c], path, c).iloc[i]) for c in cols} for i in range(len(df))]
     unit = "10 ns ticks" if "fp_and_bp" in cols else "ms"
     return {
         "file": path.name,

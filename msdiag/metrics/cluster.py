@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
+from msdiag.fmt import finite_float
 from msdiag.metrics.balance import _stage_of
 from msdiag.metrics.communication import DEFAULT_RANKS_PER_NODE, US_PER_MS, parallel_groups
 from msdiag.metrics.registry import Value
@@ -32,14 +32,6 @@ RANK_TABLE_DOC = (
 LINK_COLUMNS = ["src", "dst", "transport", "size_mb", "bandwidth_gbps"]
 
 
-def _num(x: Any) -> float | None:
-    if x is None or x is pd.NA:
-        return None
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return None
-    return v if np.isfinite(v) else None
 
 
 def rank_table(
@@ -74,12 +66,12 @@ def rank_table(
                 "node": r // rpn,
                 "stage": stage,
                 "steps": int(count.get(r, 0)),
-                "step_time_us": None if m is None else _num(m["total_us"]),
-                "computing_us": None if m is None else _num(m["computing_us"]),
-                "communication_exposed_us": None if m is None else _num(m["communication_exposed_us"]),
-                "free_us": None if m is None else _num(m["free_us"]),
-                "wait_ratio": _num(wait.get(r)),
-                "sync_ratio": _num(sync.get(r)),
+                "step_time_us": None if m is None else finite_float(m["total_us"]),
+                "computing_us": None if m is None else finite_float(m["computing_us"]),
+                "communication_exposed_us": None if m is None else finite_float(m["communication_exposed_us"]),
+                "free_us": None if m is None else finite_float(m["free_us"]),
+                "wait_ratio": finite_float(wait.get(r)),
+                "sync_ratio": finite_float(sync.get(r)),
                 "slow_rank_votes": None if v is None else int(v),
             }
         )
@@ -122,7 +114,7 @@ def link_heatmap(capture: Capture) -> dict[str, Any]:
                 "group_name": info.get("group_name"),
                 "global_ranks": info.get("global_ranks"),
                 "rows": [
-                    [int(a), int(b), str(t) or None, _num(sz), _num(bw)]
+                    [int(a), int(b), str(t) or None, finite_float(sz), finite_float(bw)]
                     for a, b, t, sz, bw in zip(p["src"], p["dst"], p["transport"], p["size_mb"], p["bandwidth_gbps"])
                 ],
             }

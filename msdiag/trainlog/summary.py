@@ -10,11 +10,11 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
 from msdiag.errors import InputError
+from msdiag.fmt import finite_float
 from msdiag.model import Capture
 from msdiag.trainlog.reader import FORMAT_LABEL, TrainLog, is_train_log_path, read_train_log
 
@@ -82,12 +82,6 @@ def verdict(findings: list[dict[str, Any]], log: TrainLog) -> dict[str, Any]:
     }
 
 
-def _num(x: Any) -> float | None:
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return None
-    return v if math.isfinite(v) else None
 
 
 def build(log: TrainLog | None, findings: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -112,8 +106,8 @@ def build(log: TrainLog | None, findings: list[dict[str, Any]]) -> dict[str, Any
         "fields": [c for c in ("loss", "lr", "grad_norm", "loss_scale", "overflow", "step_time_ms", "tokens", "samples", "throughput")
                    if st[c].notna().any()],  # fmt: skip
         "extra_columns": [c for c in log.extra.columns if c not in ("rank", "step")],
-        "loss": {"first": _num(loss[0]) if len(loss) else None, "last": _num(loss[-1]) if len(loss) else None,
-                 "min": _num(loss[loss == loss].min()) if (loss == loss).any() else None},  # fmt: skip
+        "loss": {"first": finite_float(loss[0]) if len(loss) else None, "last": finite_float(loss[-1]) if len(loss) else None,
+                 "min": finite_float(loss[loss == loss].min()) if (loss == loss).any() else None},  # fmt: skip
         "events": {str(k): int(v) for k, v in events.items()},
         "stability": stability(findings, log),
         "notes": list(log.notes),
