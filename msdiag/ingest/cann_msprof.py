@@ -42,6 +42,7 @@ import pandas as pd
 
 from msdiag import model, units
 from msdiag.errors import ParseError
+from msdiag.fmt import finite_float
 from msdiag.ingest import ascend_csv, metadata
 from msdiag.ingest._csv import NA_VALUES, check_last_row, check_shape, read_csv, to_float
 from msdiag.ingest.engine import Ctx, Format, Item, RankDir, Read, Src, Then, put, read_rank
@@ -228,7 +229,7 @@ def read_info_json(path: Path) -> dict[str, Any]:
         "ai_core_num": cores,
         "aic_frequency_mhz": mhz,
         "aiv_num": _int_or_none(d.get("aiv_num")),
-        "hwts_frequency_mhz": _float_or_none(d.get("hwts_frequency")),
+        "hwts_frequency_mhz": finite_float(d.get("hwts_frequency")),
         "rank_id": raw.get("rank_id"),
         "hostname": raw.get("hostname"),
         "device_info": d,
@@ -240,14 +241,6 @@ def _int_or_none(x: Any) -> int | None:
         return int(x)
     except (TypeError, ValueError):
         return None
-
-
-def _float_or_none(x: Any) -> float | None:
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return None
-    return v if math.isfinite(v) else None
 
 
 def _device_mask(path: Path, n: int, device: int) -> np.ndarray | None:
