@@ -337,9 +337,14 @@ def test_a_folder_name_with_a_newline_cannot_forge_an_error_line(tmp_path: Path)
 # ---- real captures with MindSpore on CPU ------------------------------------------------------
 
 
+# The step window is what these tests check, not the time-window fallback (one test of its own sets 1 s): a job
+# that a loaded machine keeps from its first step for 30 s (the default) must not fall back to a time window.
+NO_FALLBACK = ("--wait-for-steps", "600")
+
+
 def _capture(tmp_path: Path, name: str, job: list[str], *opts: str, timeout: float = 600) -> tuple[subprocess.CompletedProcess, Path, dict]:
     out = tmp_path / name
-    r = _msdiag(["capture", "--out", str(out), "--jobs", "1", *opts, "--", *job], tmp_path, timeout)
+    r = _msdiag(["capture", "--out", str(out), "--jobs", "1", *NO_FALLBACK, *opts, "--", *job], tmp_path, timeout)
     manifest = json.loads((out / "manifest.json").read_text()) if (out / "manifest.json").exists() else {}
     return r, out, manifest
 

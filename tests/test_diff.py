@@ -408,7 +408,9 @@ def test_data_bound_job_before_and_after_its_fix(tmp_path: Path, monkeypatch: py
     job = [sys.executable, str(REPO / "examples" / "data_bound.py"), "--steps", "9", "--load-ms", "10"]
     for name, extra in (("before", []), ("after", ["--fixed"])):
         r = subprocess.run(
-            [sys.executable, "-m", "msdiag.cli", "capture", "--out", str(tmp_path / name), "--jobs", "1", "--", *job, *extra],
+            # --wait-for-steps 600: the 5-step window, never the time-window fallback of a job a loaded machine slows
+            [sys.executable, "-m", "msdiag.cli", "capture", "--out", str(tmp_path / name), "--jobs", "1", "--wait-for-steps", "600",
+             "--", *job, *extra],
             cwd=tmp_path, capture_output=True, text=True, timeout=600,
         )
         assert r.returncode == 0, r.stderr
