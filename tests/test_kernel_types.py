@@ -214,3 +214,22 @@ def test_sqlite_export_carries_the_same_ratios(analysed: Callable[[str], Any]) -
     assert fal["time_us"] == pytest.approx(sum(d))
     assert fal["ratios"]["mte2"] == pytest.approx(sum(a * b for a, b in zip(d, r)) / sum(d), abs=1e-6)
     assert fal["bound"] == "mte2"
+
+
+def test_side_ran_is_busy_time_or_a_positive_ratio_sum_even_on_impossible_values() -> None:
+    """The module doc's rule, checked on values no profiler writes but a damaged file can hold (negative,
+    infinite, huge and missing ratios and busy times): a side ran when its busy time is > 0, or, without a busy
+    time, when the row sum of that side's ratios (missing as 0) is > 0; infinities stay infinite."""
+    import numpy as np
+
+    rng = np.random.default_rng(20261201)
+    n = 4000
+    k = pd.DataFrame({c: rng.choice([np.nan, -0.6, 0.0, 0.3, 0.5, 1e308, np.inf, -np.inf], n) for c in kt.RATIO_COLUMNS})
+    k["aicore_time_us"] = rng.choice([np.nan, 0.0, 1.0, -1.0], n)
+    k["aiv_time_us"] = rng.choice([np.nan, 0.0, 2.0, np.inf], n)
+    for side, busy in kt.SIDE_TIME.items():
+        cols = [c for c, (_, s) in kt.RATIO_COLUMNS.items() if s == side]
+        with np.errstate(over="ignore", invalid="ignore"):
+            want = (k[busy] > 0) | (k[busy].isna() & (k[cols].fillna(0.0).sum(axis=1) > 0))
+            got = kt._side_ran(k, side)
+        assert got.tolist() == want.tolist(), side

@@ -89,11 +89,12 @@ def _side_ran(k: pd.DataFrame, side: str) -> np.ndarray:
     n = len(k)
     t = k[SIDE_TIME[side]].to_numpy(dtype=float, na_value=np.nan) if SIDE_TIME[side] in k.columns else np.full(n, np.nan)
     cols = [c for c, (_, s) in RATIO_COLUMNS.items() if s == side and c in k.columns]
-    any_ratio = np.zeros(n, dtype=bool)
-    for c in cols:  # ratios are shares (>= 0): their sum is > 0 exactly when one of them is
-        any_ratio |= np.nan_to_num(k[c].to_numpy(dtype=float, na_value=np.nan), nan=0.0) > 0
+    total = np.zeros(n)
+    for c in cols:  # the side's ratios summed in column order (NaN as 0), as a row sum of their frame adds them
+        r = k[c].to_numpy(dtype=float, na_value=np.nan)
+        total += np.where(np.isnan(r), 0.0, r)
     with np.errstate(invalid="ignore"):
-        return (t > 0) | (np.isnan(t) & any_ratio)  # type: ignore[no-any-return]
+        return (t > 0) | (np.isnan(t) & (total > 0))  # type: ignore[no-any-return]
 
 
 def pipe_ratios(k: pd.DataFrame, by: pd.Series | list[pd.Series]) -> pd.DataFrame:
@@ -104,7 +105,8 @@ def pipe_ratios(k: pd.DataFrame, by: pd.Series | list[pd.Series]) -> pd.DataFram
         keys = by if isinstance(by, list) else [by]
         index = pd.MultiIndex.from_frame(pd.concat(keys, axis=1).drop_duplicates()) if len(keys) > 1 else pd.Index(keys[0].unique(), name=keys[0].name)
         return pd.DataFrame({c: pd.Series(np.nan, index=index) for c in RATIO_COLUMNS}, index=index)
-    dur = np.nan_to_num(k["dur_us"].to_numpy(dtype=float, na_value=np.nan), nan=0.0)
+    dur = k["dur_us"].to_numpy(dtype=float, na_value=np.nan)
+    dur = np.where(np.isnan(dur), 0.0, dur)  # fillna(0): infinities stay
     # each column's weighted values and weights (numpy, the same products as on Series), summed per group in
     # one groupby (the same sums as one per column)
     parts: dict[str, np.ndarray] = {}
