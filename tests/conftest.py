@@ -88,6 +88,12 @@ CAPTURES = {
 }
 
 
+def _capture_path(name: str) -> Path:
+    """The capture ``analysed(name)`` reads: a short name of CAPTURES or a corpus-relative path (an absolute
+    path, the sample, stays itself)."""
+    return CORPUS / CAPTURES.get(name, name)
+
+
 @pytest.fixture(scope="session")
 def analysed(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Analysis]:
     """``analysed(name)``: the Analysis of a capture, made once per session with ``Options(jobs=1)`` (no rank cache).
@@ -101,7 +107,7 @@ def analysed(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Analys
     done: dict[Path, Analysis] = {}
 
     def get(name: str) -> Analysis:
-        path = CORPUS / CAPTURES.get(name, name)  # an absolute path (the sample) stays itself
+        path = _capture_path(name)
         if not path.exists() and not CORPUS.is_dir():
             pytest.skip(f"corpus folder {CORPUS} is absent: tests on real profiler output are skipped")
         if path not in done:
@@ -169,7 +175,7 @@ def _pages(analysed: Callable[[str], Analysis],
                 ctx = html.context(a, build(a))
                 return ctx, page_of(ctx)
 
-            done[id(a)] = _shared(tmp_path_factory, "pages", str(CORPUS / CAPTURES.get(name, name)), make)
+            done[id(a)] = _shared(tmp_path_factory, "pages", str(_capture_path(name)), make)
         return done[id(a)]
 
     return get
