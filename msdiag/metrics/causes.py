@@ -92,19 +92,40 @@ _NO_WINDOWS = pd.DataFrame({"step": pd.Series(dtype="Int64"), "lo": pd.Series(dt
 
 def call_site(frames: pd.DataFrame, start: float, end: float) -> list[str]:
     """The user frames enclosing [start, end] on one thread, innermost first (at most STACK_DEPTH)."""
-    return _Frames(frames).site(start, end)
+    name = frames["name"].to_numpy(object)
+    return _Frames(frames["start_us"].to_numpy(float), frames["dur_us"].to_numpy(float), name, {}).site(start, end)
+
+
+#: Per pattern, whether each distinct name seen so far matches it (shared by the ranks of one analysis:
+#: their hosts mostly run the same code, so most names recur on every rank).
+_Memo = dict[str, dict[str, bool]]
+
+
+def _matches(memo: _Memo, pattern: str, names: np.ndarray) -> np.ndarray:
+    """Whether each of ``names`` (distinct) matches ``pattern`` (re.search on str(name)), each name searched once
+    per analysis."""
+    seen = memo.setdefault(pattern, {})
+    rx = re.compile(pattern)
+    out = np.empty(len(names), dtype=bool)
+    for j, n in enumerate(names):
+        key = str(n)
+        hit = seen.get(key)
+        if hit is None:
+            hit = seen[key] = rx.search(key) is not None
+        out[j] = hit
+    return out
 
 
 class _Frames:
     """One thread's Python frames as arrays, for finding the frames that enclose an event quickly."""
 
-    def __init__(self, frames: pd.DataFrame) -> None:
-        f = frames.sort_values("start_us", ascending=False, kind="stable")
-        self.start = f["start_us"].to_numpy(float)
-        self.end = self.start + f["dur_us"].to_numpy(float)
-        codes, names = pd.factorize(f["name"].astype(object), use_na_sentinel=False)
+    def __init__(self, start: np.ndarray, dur: np.ndarray, name: np.ndarray, memo: _Memo) -> None:
+        order = np.argsort(-start, kind="stable")  # latest start first (pandas' stable descending sort; NaN last)
+        self.start = start[order]
+        self.end = self.start + dur[order]
+        codes, names = pd.factorize(name[order], use_na_sentinel=False)
         self.name = np.array([str(n) for n in names], dtype=object)[codes] if len(codes) else np.empty(0, object)
-        user = np.array([not LIBRARY_FRAME.search(str(n)) for n in names], dtype=bool)  # once per distinct frame
+        user = ~_matches(memo, LIBRARY_FRAME.pattern, np.asarray(names, dtype=object))  # once per distinct frame
         self.user = user[codes] if len(codes) else np.empty(0, bool)
 
     def site(self, start: float, end: float) -> list[str]:
@@ -112,66 +133,71 @@ class _Frames:
         return [str(n) for n in self.name[hit][:STACK_DEPTH]]
 
 
-def _outermost(ev: pd.DataFrame) -> pd.DataFrame:
-    """Events not inside a longer event of the same thread (aten::item holds its aclrtSynchronizeStream)."""
-    if not len(ev):
-        return ev
-    ev = ev.sort_values(["thread", "start_us", "dur_us"], ascending=[True, True, False], kind="stable")
-    end = (ev["start_us"] + ev["dur_us"]).to_numpy(float)
-    thread = ev["thread"].to_numpy(object)
-    keep = np.ones(len(ev), dtype=bool)
-    reach, prev = -np.inf, None
-    for i in range(len(ev)):
-        if thread[i] != prev:
-            reach, prev = -np.inf, thread[i]
-        keep[i] = end[i] > reach
-        reach = max(reach, end[i])
-    return ev[keep]
-
-
 class _Host:
-    """A rank's host events: each distinct name matched against a pattern once (not each event, once per
-    pattern), and each event's thread: the id at the end of its track name ('Python/Thread 3096504' and
-    'CANN/Thread 3096504' are one thread)."""
+    """A rank's host events (the timeline's host lane) as arrays: each distinct name matched against a pattern
+    once per analysis (_matches), and each event's thread: the id at the end of its track name
+    ('Python/Thread 3096504' and 'CANN/Thread 3096504' are one thread)."""
 
-    def __init__(self, host: pd.DataFrame) -> None:
-        self.index = host.index
-        self.start = host["start_us"].to_numpy(float, na_value=np.nan)
-        self.dur = host["dur_us"].to_numpy(float, na_value=np.nan)
-        self.name = host["name"].to_numpy(object)
-        self.none: pd.DataFrame | None = None  # the (read-only) frame of a pattern that matches nothing
-        self.codes, self.names = pd.factorize(host["name"].astype(object))  # a missing name: -1, never matches
-        tcodes, tracks = pd.factorize(host["track"].astype(object), use_na_sentinel=False)
+    def __init__(self, tl: pd.DataFrame, memo: _Memo) -> None:
+        rows = np.flatnonzero((tl["lane"] == "host").to_numpy(bool, na_value=False))
+        self.memo = memo
+        self.index = tl.index[rows]
+        self.start = tl["start_us"].to_numpy(float, na_value=np.nan)[rows]
+        self.dur = tl["dur_us"].to_numpy(float, na_value=np.nan)[rows]
+        self.name = tl["name"].to_numpy(object)[rows]
+        self.codes, self.names = pd.factorize(self.name)  # a missing name: -1, never matches
+        tcodes, tracks = pd.factorize(tl["track"].to_numpy(object)[rows], use_na_sentinel=False)
         threads = np.array([str(t).rsplit(" ", 1)[-1] for t in tracks], dtype=object)
         self.thread = threads[tcodes] if len(tcodes) else np.empty(0, dtype=object)
 
-    def events(self, pattern: str) -> pd.DataFrame:
-        """The events whose name matches ``pattern`` (re.search, as pandas' str.contains): their start_us,
-        dur_us, name and thread, indexed as in the timeline (a narrow frame built from arrays: this runs for
-        every pattern of every rank)."""
-        rx = re.compile(pattern)
-        hit = np.array([rx.search(str(n)) is not None for n in self.names] + [False], dtype=bool)
-        rows = np.flatnonzero(hit[self.codes])
-        if not len(rows) and self.none is not None:
-            return self.none  # most patterns match nothing on most ranks: one empty frame, built once
-        found = pd.DataFrame(
-            {"start_us": self.start[rows], "dur_us": self.dur[rows], "name": self.name[rows], "thread": self.thread[rows]},
-            index=self.index[rows],
-        )
-        if not len(rows):
-            self.none = found
-        return found
+    def __len__(self) -> int:
+        return len(self.start)
 
+    def events(self, pattern: str) -> np.ndarray:
+        """The positions (in the host rows, in timeline order) of the events whose name matches ``pattern``
+        (re.search, as pandas' str.contains)."""
+        hit = np.append(_matches(self.memo, pattern, np.asarray(self.names, dtype=object)), False)
+        return np.flatnonzero(hit[self.codes])
 
-def _sites(ev: pd.DataFrame, by_thread: dict[str, _Frames]) -> list[str | None]:
-    """The call site stack ('inner < outer') of each event; the MAX_RESOLVED longest only."""
-    resolved = set(ev.nlargest(MAX_RESOLVED, "dur_us").index)
-    out: list[str | None] = []
-    for idx, t, s, d in zip(ev.index, ev["thread"], ev["start_us"], ev["dur_us"]):
-        g = by_thread.get(str(t))
-        stack = g.site(float(s), float(s) + float(d)) if g is not None and idx in resolved else []
-        out.append(" < ".join(stack) if stack else None)
-    return out
+    def outermost(self, pos: np.ndarray) -> np.ndarray:
+        """Of the events at ``pos``, those not inside a longer event of the same thread (aten::item holds its
+        aclrtSynchronizeStream), by thread, start and longest first (the order of pandas' sort on those keys:
+        a stable lexicographic sort, NaN last)."""
+        if not len(pos):
+            return pos
+        tcodes, threads = pd.factorize(self.thread[pos])
+        rank = np.empty(len(threads), dtype=np.int64)
+        rank[np.argsort(np.asarray(threads, dtype=object), kind="stable")] = np.arange(len(threads))
+        start, dur = self.start[pos], self.dur[pos]
+        order = np.lexsort((-dur, start, rank[tcodes]))
+        pos, end, thread = pos[order], (start + dur)[order], self.thread[pos[order]]
+        keep = np.ones(len(pos), dtype=bool)
+        reach, prev = -np.inf, None
+        for i in range(len(pos)):
+            if thread[i] != prev:
+                reach, prev = -np.inf, thread[i]
+            keep[i] = end[i] > reach
+            reach = max(reach, end[i])
+        return pos[keep]
+
+    def sites(self, pos: np.ndarray, by_thread: dict[str, _Frames]) -> list[str | None]:
+        """The call site stack ('inner < outer') of each event at ``pos``; the MAX_RESOLVED longest only (the
+        first of equal durations, NaN never: pandas' nlargest)."""
+        dur = self.dur[pos]
+        if len(pos) > MAX_RESOLVED:
+            ok = np.flatnonzero(~np.isnan(dur))
+            top = ok[np.argsort(-dur[ok], kind="stable")[:MAX_RESOLVED]]
+            labels = set(self.index[pos[top]])
+            resolved = np.array([x in labels for x in self.index[pos]], dtype=bool)
+        else:
+            resolved = np.ones(len(pos), dtype=bool)
+        out: list[str | None] = []
+        for p, r in zip(pos, resolved):
+            g = by_thread.get(str(self.thread[p]))
+            s = float(self.start[p])
+            stack = g.site(s, s + float(self.dur[p])) if g is not None and r else []
+            out.append(" < ".join(stack) if stack else None)
+        return out
 
 
 def rank_activity(ctx: Context, rank: int) -> pd.DataFrame:
@@ -183,32 +209,39 @@ def rank_activity(ctx: Context, rank: int) -> pd.DataFrame:
     tl = rd.tables.get("timeline")
     if tl is None or not len(tl):
         return _NO_ACTIVITY
-    return _activity_in(tl, _windows(ctx, rank, tl), rd.info.read_depth == "shallow")
+    return _activity_in(tl, _windows(ctx, rank, tl), rd.info.read_depth == "shallow", {})
 
 
-def _activity_in(tl: pd.DataFrame, win: pd.DataFrame, shallow: bool) -> pd.DataFrame:
+def _activity_in(tl: pd.DataFrame, win: pd.DataFrame, shallow: bool, memo: _Memo) -> pd.DataFrame:
     """rank_activity of a rank's timeline ``tl`` and its steps ``win`` (_windows); ``shallow``: the rank was
-    read shallow (its call sites are unknown)."""
-    host = tl[tl["lane"] == "host"]
-    if not len(host) or not len(win):
+    read shallow (its call sites are unknown); ``memo``: the name matches of the analysis (_matches).
+
+    On arrays (positions in the host rows), not frames per pattern: it runs for every rank of the job."""
+    events = _Host(tl, memo)
+    if not len(events) or not len(win):
         return _NO_ACTIVITY
-    events = _Host(host)
     # a rank read shallow holds only the first frame of each name: its call sites are unknown, never guessed
-    frames = events.events(FRAME_PATTERN) if not shallow else events.events(FRAME_PATTERN).iloc[:0]
-    by_thread = {str(t): _Frames(g) for t, g in frames.groupby("thread")}
+    frames = events.events(FRAME_PATTERN) if not shallow else np.empty(0, dtype=np.int64)
+    by_thread: dict[str, _Frames] = {}
+    if len(frames):
+        tcodes, threads = pd.factorize(events.thread[frames])
+        for j, t in enumerate(threads):
+            f = frames[tcodes == j]
+            by_thread[str(t)] = _Frames(events.start[f], events.dur[f], events.name[f], memo)
+    lo, hi = win["lo"].to_numpy(float), win["hi"].to_numpy(float)
+    steps = win["step"].to_numpy(object)
     parts = []
     for cause, pattern in (("host-sync", SYNC_PATTERN), *ACTIVITY_PATTERNS.items()):
-        ev = _outermost(events.events(pattern))
+        ev = events.outermost(events.events(pattern))
         if not len(ev):
             continue
-        s = ev["start_us"].to_numpy(float)
-        e = s + ev["dur_us"].to_numpy(float)
-        lo, hi = win["lo"].to_numpy(float), win["hi"].to_numpy(float)
+        s = events.start[ev]
+        e = s + events.dur[ev]
         i = np.searchsorted(lo, s, side="right") - 1  # the step that began last before the event
         ok = (i >= 0) & (s < hi[np.clip(i, 0, None)])
-        sites = _sites(ev, by_thread)
+        sites = events.sites(ev, by_thread)
         parts.append(pd.DataFrame({
-            "cause": cause, "step": win["step"].to_numpy(object)[i[ok]], "start_us": s[ok],
+            "cause": cause, "step": steps[i[ok]], "start_us": s[ok],
             "end_us": np.minimum(e[ok], hi[i[ok]]), "site": [x for x, k in zip(sites, ok) if k],
         }))  # fmt: skip
     return pd.concat(parts, ignore_index=True) if parts else _NO_ACTIVITY
@@ -233,6 +266,7 @@ def _activity(ctx: Context) -> dict[int, tuple[pd.DataFrame, int]]:
     if "causes" not in ctx.cache:
         known: dict[int, tuple[pd.DataFrame, int]] = ctx.cache.get(ACTIVITY_CACHE, {})
         out = {}
+        memo: _Memo = {}
         for rd in ctx.capture.ranks:
             if rd.rank in known:
                 out[rd.rank] = known[rd.rank]
@@ -242,7 +276,7 @@ def _activity(ctx: Context) -> dict[int, tuple[pd.DataFrame, int]]:
                 out[rd.rank] = (_NO_ACTIVITY, 0)
                 continue
             win = _windows(ctx, rd.rank, tl)  # once per rank: its steps and its activities in them
-            out[rd.rank] = (_activity_in(tl, win, rd.info.read_depth == "shallow"), len(win))
+            out[rd.rank] = (_activity_in(tl, win, rd.info.read_depth == "shallow", memo), len(win))
         ctx.cache["causes"] = ctx.cache[ACTIVITY_CACHE] = out
     cached: dict[int, tuple[pd.DataFrame, int]] = ctx.cache["causes"]
     return cached
