@@ -62,11 +62,11 @@ def _windows(ctx: Context, rank: int, tl: pd.DataFrame) -> pd.DataFrame:
     """The rank's steps (step, lo, hi): host ProfilerStep#N markers, else the step breakdown's spans.
 
     Built on arrays (a few ms per rank instead of tens: it runs once per rank of the job)."""
-    marks = tl[tl["lane"] == "step"]
+    marks = np.flatnonzero((tl["lane"] == "step").to_numpy(bool, na_value=False))  # positions, not a frame
     if len(marks):
-        step = marks["name"].astype("string").str.extract(r"#(\d+)", expand=False).astype("Int64")
-        lo = marks["start_us"].to_numpy(float, na_value=np.nan)
-        hi = lo + marks["dur_us"].to_numpy(float, na_value=np.nan)
+        step = tl["name"].iloc[marks].astype("string").str.extract(r"#(\d+)", expand=False).astype("Int64")
+        lo = tl["start_us"].to_numpy(float, na_value=np.nan)[marks]
+        hi = lo + tl["dur_us"].to_numpy(float, na_value=np.nan)[marks]
     else:
         st = _rank_steps(ctx, rank)
         if not len(st):
@@ -290,7 +290,13 @@ def host_syncs(ctx: Context, rank: int) -> pd.DataFrame:
 
 def _per_step_ms(act: pd.DataFrame, n_steps: int) -> float:
     """Median over the rank's steps of the union (ms) of the activity's events in each step (0 where none)."""
-    per = [iv.total((g["start_us"].to_numpy(float), g["end_us"].to_numpy(float))) for _, g in act.groupby("step", dropna=False)]
+    # the groups of groupby("step", dropna=False), each with its rows in order, on arrays (the median does not
+    # depend on the order of the groups)
+    codes, _ = pd.factorize(act["step"].to_numpy(object))  # a missing step: -1, one group as groupby's NaN group
+    start, end = act["start_us"].to_numpy(float), act["end_us"].to_numpy(float)
+    order = np.argsort(codes, kind="stable")
+    cuts = np.flatnonzero(np.diff(codes[order])) + 1
+    per = [iv.total((start[g], end[g])) for g in np.split(order, cuts) if len(g)]
     per += [0.0] * (n_steps - len(per))
     return float(np.median(per)) / US_PER_MS if per else 0.0
 
