@@ -93,39 +93,51 @@ _NO_WINDOWS = pd.DataFrame({"step": pd.Series(dtype="Int64"), "lo": pd.Series(dt
 def call_site(frames: pd.DataFrame, start: float, end: float) -> list[str]:
     """The user frames enclosing [start, end] on one thread, innermost first (at most STACK_DEPTH)."""
     name = frames["name"].to_numpy(object)
-    return _Frames(frames["start_us"].to_numpy(float), frames["dur_us"].to_numpy(float), name, {}).site(start, end)
+    return _Frames(frames["start_us"].to_numpy(float), frames["dur_us"].to_numpy(float), name, _Names()).site(start, end)
 
 
-#: Per pattern, whether each distinct name seen so far matches it (shared by the ranks of one analysis:
-#: their hosts mostly run the same code, so most names recur on every rank).
-_Memo = dict[str, dict[str, bool]]
+class _Names:
+    """The names seen in one analysis, each given an id once, and per pattern whether each id matches it
+    (re.search on the name): the ranks of a job mostly run the same code, so a name recurring on every rank
+    is searched once per pattern, and a rank maps its distinct names to ids once for all patterns."""
 
+    def __init__(self) -> None:
+        self.ids: dict[str, int] = {}
+        self.names: list[str] = []
+        self.hits: dict[str, np.ndarray] = {}
 
-def _matches(memo: _Memo, pattern: str, names: np.ndarray) -> np.ndarray:
-    """Whether each of ``names`` (distinct) matches ``pattern`` (re.search on str(name)), each name searched once
-    per analysis."""
-    seen = memo.setdefault(pattern, {})
-    rx = re.compile(pattern)
-    out = np.empty(len(names), dtype=bool)
-    for j, n in enumerate(names):
-        key = str(n)
-        hit = seen.get(key)
-        if hit is None:
-            hit = seen[key] = rx.search(key) is not None
-        out[j] = hit
-    return out
+    def ids_of(self, names: Any) -> np.ndarray:
+        """The id of each of ``names`` (by str(name))."""
+        ids, out = self.ids, np.empty(len(names), dtype=np.int64)
+        for j, n in enumerate(names):
+            key = str(n)
+            i = ids.get(key)
+            if i is None:
+                i = ids[key] = len(self.names)
+                self.names.append(key)
+            out[j] = i
+        return out
+
+    def matches(self, pattern: str, ids: np.ndarray) -> np.ndarray:
+        """Whether the name of each of ``ids`` matches ``pattern``."""
+        done = self.hits.get(pattern, np.empty(0, dtype=bool))
+        if len(done) < len(self.names):
+            rx = re.compile(pattern)
+            more = np.array([rx.search(n) is not None for n in self.names[len(done) :]], dtype=bool)
+            done = self.hits[pattern] = np.concatenate([done, more])
+        return done[ids]
 
 
 class _Frames:
     """One thread's Python frames as arrays, for finding the frames that enclose an event quickly."""
 
-    def __init__(self, start: np.ndarray, dur: np.ndarray, name: np.ndarray, memo: _Memo) -> None:
+    def __init__(self, start: np.ndarray, dur: np.ndarray, name: np.ndarray, memo: _Names) -> None:
         order = np.argsort(-start, kind="stable")  # latest start first (pandas' stable descending sort; NaN last)
         self.start = start[order]
         self.end = self.start + dur[order]
         codes, names = pd.factorize(name[order], use_na_sentinel=False)
         self.name = np.array([str(n) for n in names], dtype=object)[codes] if len(codes) else np.empty(0, object)
-        user = ~_matches(memo, LIBRARY_FRAME.pattern, np.asarray(names, dtype=object))  # once per distinct frame
+        user = ~memo.matches(LIBRARY_FRAME.pattern, memo.ids_of(names))  # once per distinct frame
         self.user = user[codes] if len(codes) else np.empty(0, bool)
 
     def site(self, start: float, end: float) -> list[str]:
@@ -135,17 +147,18 @@ class _Frames:
 
 class _Host:
     """A rank's host events (the timeline's host lane) as arrays: each distinct name matched against a pattern
-    once per analysis (_matches), and each event's thread: the id at the end of its track name
+    once per analysis (_Names), and each event's thread: the id at the end of its track name
     ('Python/Thread 3096504' and 'CANN/Thread 3096504' are one thread)."""
 
-    def __init__(self, tl: pd.DataFrame, memo: _Memo) -> None:
+    def __init__(self, tl: pd.DataFrame, memo: _Names) -> None:
         rows = np.flatnonzero((tl["lane"] == "host").to_numpy(bool, na_value=False))
         self.memo = memo
         self.index = tl.index[rows]
         self.start = tl["start_us"].to_numpy(float, na_value=np.nan)[rows]
         self.dur = tl["dur_us"].to_numpy(float, na_value=np.nan)[rows]
         self.name = tl["name"].to_numpy(object)[rows]
-        self.codes, self.names = pd.factorize(self.name)  # a missing name: -1, never matches
+        self.codes, names = pd.factorize(self.name)  # a missing name: -1, never matches
+        self.ids = memo.ids_of(names)  # the analysis' id of each distinct name
         tcodes, tracks = pd.factorize(tl["track"].to_numpy(object)[rows], use_na_sentinel=False)
         threads = np.array([str(t).rsplit(" ", 1)[-1] for t in tracks], dtype=object)
         self.thread = threads[tcodes] if len(tcodes) else np.empty(0, dtype=object)
@@ -156,7 +169,7 @@ class _Host:
     def events(self, pattern: str) -> np.ndarray:
         """The positions (in the host rows, in timeline order) of the events whose name matches ``pattern``
         (re.search, as pandas' str.contains)."""
-        hit = np.append(_matches(self.memo, pattern, np.asarray(self.names, dtype=object)), False)
+        hit = np.append(self.memo.matches(pattern, self.ids), False)
         return np.flatnonzero(hit[self.codes])
 
     def outermost(self, pos: np.ndarray) -> np.ndarray:
@@ -209,12 +222,12 @@ def rank_activity(ctx: Context, rank: int) -> pd.DataFrame:
     tl = rd.tables.get("timeline")
     if tl is None or not len(tl):
         return _NO_ACTIVITY
-    return _activity_in(tl, _windows(ctx, rank, tl), rd.info.read_depth == "shallow", {})
+    return _activity_in(tl, _windows(ctx, rank, tl), rd.info.read_depth == "shallow", _Names())
 
 
-def _activity_in(tl: pd.DataFrame, win: pd.DataFrame, shallow: bool, memo: _Memo) -> pd.DataFrame:
+def _activity_in(tl: pd.DataFrame, win: pd.DataFrame, shallow: bool, memo: _Names) -> pd.DataFrame:
     """rank_activity of a rank's timeline ``tl`` and its steps ``win`` (_windows); ``shallow``: the rank was
-    read shallow (its call sites are unknown); ``memo``: the name matches of the analysis (_matches).
+    read shallow (its call sites are unknown); ``memo``: the name matches of the analysis (_Names).
 
     On arrays (positions in the host rows), not frames per pattern: it runs for every rank of the job."""
     events = _Host(tl, memo)
@@ -266,7 +279,7 @@ def _activity(ctx: Context) -> dict[int, tuple[pd.DataFrame, int]]:
     if "causes" not in ctx.cache:
         known: dict[int, tuple[pd.DataFrame, int]] = ctx.cache.get(ACTIVITY_CACHE, {})
         out = {}
-        memo: _Memo = {}
+        memo = _Names()
         for rd in ctx.capture.ranks:
             if rd.rank in known:
                 out[rd.rank] = known[rd.rank]

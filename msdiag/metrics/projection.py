@@ -30,7 +30,7 @@ import pandas as pd
 
 from msdiag import intervals as iv
 from msdiag.metrics.breakdown import _RECEIVE, DATA_WAIT_PATTERN, _comm_from_timeline, _device_ops, _windows
-from msdiag.metrics.causes import SYNC_PATTERN, _Host, _Memo
+from msdiag.metrics.causes import SYNC_PATTERN, _Host, _Names
 from msdiag.metrics.registry import Context
 from msdiag.model import STEP_KINDS, RankData
 
@@ -61,7 +61,7 @@ def timed_steps(steps: pd.DataFrame) -> pd.DataFrame:
     return steps[keep.to_numpy(bool)]
 
 
-def _host_intervals(rd: RankData, memo: _Memo, *patterns: str) -> list[iv.Intervals]:
+def _host_intervals(rd: RankData, memo: _Names, *patterns: str) -> list[iv.Intervals]:
     """Per pattern, the host-lane events whose name matches it (re.search, as pandas' str.contains), as
     intervals: the host rows taken as arrays once for all patterns (causes._Host), each distinct name matched
     once per pattern and analysis (``memo``: this runs for every rank of the job)."""
@@ -93,9 +93,9 @@ def _window_kinds(comp: iv.Intervals, comm: iv.Intervals, recv: iv.Intervals, wa
     }
 
 
-def _rank_sets(rd: RankData, memo: _Memo) -> dict[int | None, dict[str, iv.Intervals]]:
+def _rank_sets(rd: RankData, memo: _Names) -> dict[int | None, dict[str, iv.Intervals]]:
     """Each step window of a rank's timeline (cut as the breakdown cuts it) -> its kinds; ``memo``: the host
-    names matched so far (causes._matches)."""
+    names matched so far (causes._Names)."""
     ops, src = _device_ops(rd)
     ops = ops[ops["start_us"].notna()].reset_index(drop=True)
     if not len(ops):
@@ -150,7 +150,7 @@ def step_sets(ctx: Context) -> list[StepSets]:
     steps = timed_steps(ctx.steps)
     out: list[StepSets] = []
     ranks = {int(rd.rank): rd for rd in ctx.capture.ranks}
-    memo: _Memo = {}
+    memo = _Names()
     for rank, rows in steps.groupby("rank", sort=True):
         from_timeline = rows["source"].astype("string").str.startswith("timeline").fillna(False).to_numpy(bool)
         measured = _rank_sets(ranks[int(rank)], memo) if from_timeline.any() and int(rank) in ranks else {}
