@@ -181,17 +181,20 @@ def device_peaks(ctx: Context) -> dict[int, pd.Series]:
 def _device_peaks(ctx: Context) -> dict[int, pd.Series]:
     rows = framework_rows(ctx)
     out: dict[int, pd.Series] = {}
-    for r, s in device_series(ctx).items():
-        if not s["total_mb"].notna().any():
+    for r, s in device_series(ctx).items():  # on arrays: the row chosen is taken from the series once
+        total = s["total_mb"].to_numpy(float, na_value=np.nan)
+        if np.isnan(total).all():
             continue
-        top = s[s["total_mb"] == s["total_mb"].max()]
+        top = np.flatnonzero(total == np.nanmax(total))
         g = rows.get(r)
-        g = None if g is None else g[g["allocated_mb"].notna() & g["ts_us"].notna()]
-        if g is None or not len(g):
-            out[r] = top.iloc[0]
+        alloc = np.empty(0) if g is None else g["allocated_mb"].to_numpy(float, na_value=np.nan)
+        ts = np.empty(0) if g is None else g["ts_us"].to_numpy(float, na_value=np.nan)
+        ok = ~(np.isnan(alloc) | np.isnan(ts))  # the framework's samples with a time and an allocated figure
+        if not ok.any():
+            out[r] = s.iloc[top[0]]
             continue
-        t = float(g["ts_us"].iloc[int(g["allocated_mb"].to_numpy(float).argmax())])
-        out[r] = top.iloc[int(np.abs(top["ts_us"].to_numpy(float) - t).argmin())]
+        t = float(ts[ok][int(alloc[ok].argmax())])
+        out[r] = s.iloc[top[int(np.abs(s["ts_us"].to_numpy(float)[top] - t).argmin())]]
     return out
 
 
