@@ -15,6 +15,7 @@ over ranks (the host that blocks longest). Data waits are the step breakdown's `
 from __future__ import annotations
 
 import re
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -159,9 +160,15 @@ class _Host:
         self.name = tl["name"].to_numpy(object)[rows]
         self.codes, names = pd.factorize(self.name)  # a missing name: -1, never matches
         self.ids = memo.ids_of(names)  # the analysis' id of each distinct name
-        tcodes, tracks = pd.factorize(tl["track"].to_numpy(object)[rows], use_na_sentinel=False)
+        self._tracks = tl["track"]
+        self._rows = rows
+
+    @cached_property
+    def thread(self) -> np.ndarray:
+        """Each event's thread (computed when first asked: the projection reads the events only)."""
+        tcodes, tracks = pd.factorize(self._tracks.to_numpy(object)[self._rows], use_na_sentinel=False)
         threads = np.array([str(t).rsplit(" ", 1)[-1] for t in tracks], dtype=object)
-        self.thread = threads[tcodes] if len(tcodes) else np.empty(0, dtype=object)
+        return threads[tcodes] if len(tcodes) else np.empty(0, dtype=object)
 
     def __len__(self) -> int:
         return len(self.start)
@@ -193,19 +200,23 @@ class _Host:
             reach = max(reach, end[i])
         return pos[keep]
 
+    def resolved(self, pos: np.ndarray) -> np.ndarray:
+        """Whether each event at ``pos`` is among the MAX_RESOLVED longest: the events pandas'
+        ``nlargest(MAX_RESOLVED, "dur_us")`` picks (the first of equal durations at the cut; a NaN duration
+        only when there are no more events than that, and then it has no site anyway)."""
+        if len(pos) <= MAX_RESOLVED:
+            return np.ones(len(pos), dtype=bool)
+        dur = self.dur[pos]
+        ok = np.flatnonzero(~np.isnan(dur))
+        top = ok[np.argsort(-dur[ok], kind="stable")[:MAX_RESOLVED]]
+        labels = set(self.index[pos[top]])
+        return np.array([x in labels for x in self.index[pos]], dtype=bool)
+
     def sites(self, pos: np.ndarray, by_thread: dict[str, _Frames]) -> list[str | None]:
         """The call site stack ('inner < outer') of each event at ``pos``; the MAX_RESOLVED longest only (the
         first of equal durations, NaN never: pandas' nlargest)."""
-        dur = self.dur[pos]
-        if len(pos) > MAX_RESOLVED:
-            ok = np.flatnonzero(~np.isnan(dur))
-            top = ok[np.argsort(-dur[ok], kind="stable")[:MAX_RESOLVED]]
-            labels = set(self.index[pos[top]])
-            resolved = np.array([x in labels for x in self.index[pos]], dtype=bool)
-        else:
-            resolved = np.ones(len(pos), dtype=bool)
         out: list[str | None] = []
-        for p, r in zip(pos, resolved):
+        for p, r in zip(pos, self.resolved(pos)):
             g = by_thread.get(str(self.thread[p]))
             s = float(self.start[p])
             stack = g.site(s, s + float(self.dur[p])) if g is not None and r else []
@@ -462,9 +473,10 @@ def _comm_overlap(ctx: Context) -> tuple[float | None, str | None]:
     k = ctx.capture.table("kernels")
     comm = k[k["kind"] == "communication"] if len(k) else k
     by_rank = dict(tuple(comm.groupby("rank", sort=False)))  # split once, not the whole table filtered per rank
+    split = _by_cause(ctx)  # each rank's host-sync rows, in order: split once per analysis, not filtered here
     sync_us = over_us = 0.0
     for r, (act, _) in acts.items():
-        a = act[act["cause"] == "host-sync"]
+        a = split[r].get("host-sync", act.iloc[:0])
         if not len(a):
             continue
         s = (a["start_us"].to_numpy(float), a["end_us"].to_numpy(float))
