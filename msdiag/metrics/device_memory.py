@@ -62,7 +62,7 @@ import pandas as pd
 
 from msdiag.metrics.flops import kernel_flops
 from msdiag.metrics.memory import KB_PER_MB, MB_PER_GB, _capacity, framework_rows
-from msdiag.metrics.registry import Context, Reads, Value, metric
+from msdiag.metrics.registry import Context, Reads, Value, metric, rank_rows
 from msdiag.units import FLOPS_PER_TFLOPS
 
 DEVICE_SOURCE = "npu_module_mem"
@@ -603,14 +603,15 @@ def _per_step(ctx: Context, col: str, attention_only: bool) -> Value:
         return Value(None, reason=why)
     f = fwd[fwd["attention"].to_numpy(bool)] if attention_only else fwd
     steps = fwd.groupby("rank")["step"].nunique()
-    by_rank = dict(tuple(f.groupby("rank", sort=False)))  # split once, not the kernels filtered per rank
+    values = f[col].to_numpy(float, na_value=np.nan)
+    by_rank = dict(rank_rows(f))  # each rank's rows by position, in order: split once, not filtered per rank
     per: dict[int, float | str | None] = {}
     for r, n in steps.items():
-        g = by_rank.get(r, f.iloc[:0])
-        if col == "flops" and len(g) and g["flops"].isna().all():
+        g = values[by_rank.get(int(r), np.empty(0, dtype=np.int64))]
+        if col == "flops" and len(g) and np.isnan(g).all():
             per[int(r)] = None
             continue
-        per[int(r)] = float(np.nansum(g[col].to_numpy(float))) / max(1, int(n)) / _SCALE[col]
+        per[int(r)] = float(np.nansum(g)) / max(1, int(n)) / _SCALE[col]
     vals = [float(v) for v in per.values() if v is not None]
     if not vals:
         return Value(None, per, "no forward kernel with a FLOPs formula and shapes (Level0 capture, or unknown op types)")

@@ -24,6 +24,7 @@ from __future__ import annotations
 import re
 from typing import Callable
 
+import numpy as np
 import pandas as pd
 
 from msdiag.metrics import chip
@@ -151,14 +152,16 @@ def _fragmentation_per_rank(ctx: Context) -> tuple[dict[int, float | None], dict
     """
     mb: dict[int, float | None] = {}
     share: dict[int, float | None] = {}
-    for rank, g in framework_rows(ctx).items():
-        g = g[g["reserved_mb"].notna()]
-        if not len(g):
+    for rank, g in framework_rows(ctx).items():  # on arrays: maxima need no order
+        reserved = g["reserved_mb"].to_numpy(float, na_value=np.nan)
+        ok = ~np.isnan(reserved)
+        if not ok.any():
             mb[rank] = share[rank] = None
             continue
-        top = float(g["reserved_mb"].max())
-        alloc = g.loc[g["reserved_mb"] == top, "allocated_mb"].max()
-        if pd.isna(alloc) or top <= 0:
+        top = float(reserved[ok].max())
+        at_top = g["allocated_mb"].to_numpy(float, na_value=np.nan)[ok][reserved[ok] == top]
+        alloc = np.nan if np.isnan(at_top).all() else float(np.nanmax(at_top))
+        if np.isnan(alloc) or top <= 0:
             mb[rank] = share[rank] = None
             continue
         mb[rank] = top - float(alloc)
