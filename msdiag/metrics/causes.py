@@ -376,12 +376,22 @@ def _by_cause(ctx: Context) -> dict[int, dict[str, pd.DataFrame]]:
     per rank and cause (the same rows in the same order)."""
 
     def split() -> dict[int, dict[str, pd.DataFrame]]:
-        return {
-            r: {str(k): g for k, g in act.groupby("cause", sort=False)} if len(act) else {}
-            for r, (act, _) in _activity(ctx).items()
-        }
+        return {r: _split_by_cause(act) for r, (act, _) in _activity(ctx).items()}
 
     return ctx.once("causes.by_cause", split)
+
+
+def _split_by_cause(act: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """``act.groupby("cause", sort=False)``'s groups: slices of ``act`` when each cause's rows are one run (as
+    _activity_in writes them, a part per cause), the same rows, labels and order without a grouping."""
+    if not len(act):
+        return {}
+    cause = act["cause"].to_numpy(object)
+    starts = np.flatnonzero(np.r_[True, cause[1:] != cause[:-1]])
+    if len(starts) != len(set(cause)):  # a cause in several runs: group as before
+        return {str(k): g for k, g in act.groupby("cause", sort=False)}
+    ends = np.r_[starts[1:], len(cause)]
+    return {str(cause[a]): act.iloc[a:b] for a, b in zip(starts, ends)}
 
 
 def _site_ranks(ctx: Context) -> set[int] | None:
