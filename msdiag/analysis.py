@@ -17,7 +17,7 @@ from msdiag.errors import InputError, RuleError
 from msdiag.ingest.loader import Tiered, describe, load
 from msdiag.ingest.paths import within
 from msdiag.metrics.breakdown import step_breakdown
-from msdiag.metrics.registry import Context, Value, compute_all, declared_params
+from msdiag.metrics.registry import Context, Value, compute_all, declared_params, rank_rows
 from msdiag.model import STEPS, Capture, RankData
 from msdiag.options import Options
 from msdiag.rules.advice import for_framework
@@ -121,16 +121,22 @@ def _mark_warmup(steps: pd.DataFrame) -> list[str]:
     """Flag each rank's first step when it is far slower than the rank's other steps."""
     steps["warmup"] = pd.array([False] * len(steps), dtype="boolean")
     notes = []
-    for rank, g in steps[steps["step"].notna()].groupby("rank"):
-        if len(g) < WARMUP_MIN_STEPS:
+    # each rank's rows with a step, on arrays (rank_rows: the groups of groupby("rank")); ordered by step as
+    # sort_values("step") orders them (the Int64 values' quicksort), the median as pandas' (np.nanmedian)
+    has = np.flatnonzero(steps["step"].notna().to_numpy(bool))
+    step = steps["step"].to_numpy(np.float64, na_value=np.nan)[has]
+    total = steps["total_us"].to_numpy(float, na_value=np.nan)[has]
+    for rank, rows in rank_rows(steps.iloc[has]):
+        if len(rows) < WARMUP_MIN_STEPS:
             continue
-        g = g.sort_values("step")
-        first, rest = g.iloc[0], g.iloc[1:]["total_us"]
-        med = float(rest.median())
-        if med > 0 and first["total_us"] > WARMUP_FACTOR * med:
-            steps.loc[g.index[0], "warmup"] = True
+        order = rows[np.argsort(step[rows].astype(np.int64), kind="quicksort")]
+        first_total = float(total[order[0]])
+        with np.errstate(all="ignore"):
+            med = float(np.nanmedian(total[order[1:]])) if not np.isnan(total[order[1:]]).all() else float("nan")
+        if med > 0 and first_total > WARMUP_FACTOR * med:
+            steps.loc[steps.index[has[order[0]]], "warmup"] = True
             notes.append(
-                f"rank {rank}: step {int(first['step'])} ({first['total_us'] / US_PER_MS:.1f} ms, {first['total_us'] / med:.1f}x "
+                f"rank {rank}: step {int(step[order[0]])} ({first_total / US_PER_MS:.1f} ms, {first_total / med:.1f}x "
                 "the median of the others) looks like warm-up: left out of the step-time shares"
             )
     return notes

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from msdiag import __version__
@@ -45,6 +46,46 @@ def top_kernels(k: pd.DataFrame, n: int = TOP_KERNELS) -> list[dict[str, Any]]:
     ]
 
 
+def _descending(v: np.ndarray) -> np.ndarray:
+    """The order pandas' ``sort_values(ascending=False)`` gives a float column (its nargsort with the default
+    quicksort: the reversed values sorted, the order reversed again, NaN last), ties included."""
+    nan = np.isnan(v)
+    idx = np.arange(len(v))
+    kept, kept_idx = v[~nan][::-1], idx[~nan][::-1]
+    return np.concatenate([kept_idx[kept.argsort(kind="quicksort")][::-1], np.flatnonzero(nan)])
+
+
+def _top_kernels_per_rank(a: Analysis, n: int = TOP_KERNELS) -> list[list[dict[str, Any]]]:
+    """top_kernels of each rank (in the capture's order) from one grouping of the capture's kernels over
+    (rank, type): each group counts, sums and averages the same rows in the same order as the rank's own
+    grouping, and each rank's groups are ordered as top_kernels orders them, so the rows are the same."""
+    out: list[list[dict[str, Any]]] = [[] for _ in a.capture.ranks]
+    lengths = [(i, len(rd.tables["kernels"])) for i, rd in enumerate(a.capture.ranks) if "kernels" in rd.tables]
+    lengths = [(i, m) for i, m in lengths if m]
+    if not lengths:
+        return out
+    k = a.capture.table("kernels")  # those ranks' kernels, one after the other (kept by the capture)
+    part = np.repeat(np.array([i for i, _ in lengths]), [m for _, m in lengths])
+    comp = (k["kind"] == "compute").to_numpy(bool, na_value=False)
+    c = k.loc[comp, ["type", "name", "dur_us"]]
+    g = c.groupby([part[comp], c["type"].fillna(c["name"])], dropna=False)["dur_us"].agg(["count", "sum", "mean"])
+    at = g.index.get_level_values(0).to_numpy()
+    types = g.index.get_level_values(1)
+    count, total_us, mean = g["count"].to_numpy(), g["sum"].to_numpy(float), g["mean"].to_numpy(float)
+    for i, _ in lengths:
+        lo, hi = int(np.searchsorted(at, i, side="left")), int(np.searchsorted(at, i, side="right"))
+        if lo == hi:
+            continue
+        order = lo + _descending(total_us[lo:hi])
+        total = float(np.nansum(total_us[order])) or 1.0  # pandas' sum of the sorted column
+        out[i] = [
+            {"type": str(types[j]), "count": int(count[j]), "total_us": float(total_us[j]), "mean_us": float(mean[j]),
+             "share": float(total_us[j]) / total}
+            for j in order[:n]
+        ]  # fmt: skip
+    return out
+
+
 def _comm_summary(rd: Any) -> dict[str, Any] | None:
     """The rank's communication: its own tables (the capture's rows of that rank, in the same order), not the
     capture's filtered once per rank (a thousand ranks: a thousand scans of every rank's rows)."""
@@ -66,20 +107,20 @@ def _comm_summary(rd: Any) -> dict[str, Any] | None:
     return None
 
 
-def _rank_entry(a: Analysis, rd: Any) -> dict[str, Any]:
+def _rank_entry(a: Analysis, rd: Any, steps: int, top: list[dict[str, Any]]) -> dict[str, Any]:
+    """One rank's entry; ``steps``: its step rows, ``top``: its top_kernels (both computed for every rank at once)."""
     k = rd.table("kernels")
     peak = a.metrics["memory_peak_allocated_mb"].per_rank.get(rd.rank) if "memory_peak_allocated_mb" in a.metrics else None
-    s = a.steps[a.steps["rank"] == rd.rank]
     return {
         "rank": int(rd.rank),
         "family": rd.family,
         "path": rd.path,
         "rank_from": rd.info.rank_from,
-        "steps": int(len(s)),
+        "steps": steps,
         "steps_from": rd.info.steps_from,
         "kernels": int(len(k)),
         "kernels_from": rd.info.kernels_from,
-        "top_kernels": top_kernels(k),
+        "top_kernels": top,
         "communication": _comm_summary(rd),
         "memory_peak_allocated_mb": finite_or_none(peak),
         "notes": list(rd.notes),
@@ -135,12 +176,13 @@ def build(a: Analysis) -> dict[str, Any]:
     }
     steps = a.steps.sort_values(["rank", "step"], na_position="first") if len(a.steps) else a.steps
     kernel_types, kernel_types_absent = kernel_type_rows(a)
+    n_steps = {int(r): int(m) for r, m in a.steps.groupby("rank").size().items()} if len(a.steps) else {}
     return {
         "schema_version": SCHEMA_VERSION,
         "msdiag_version": __version__,
         "path": a.capture.path,
         "capture": a.identity,
-        "ranks": [_rank_entry(a, rd) for rd in a.capture.ranks],
+        "ranks": [_rank_entry(a, rd, n_steps.get(rd.rank, 0), top) for rd, top in zip(a.capture.ranks, _top_kernels_per_rank(a))],
         "ranks_left_out": ranks_left_out(a),  # ranks found but not analysed, with the file and why
         "runs_left_out": runs_left_out(a),  # other runs under the folder given: analysed apart, never mixed
         "read_depth": read_depth(a),  # which ranks were read deep (their Python frames) and why

@@ -109,3 +109,49 @@ def test_html_banner_carries_the_cause(rendered: Callable[[str], str]) -> None:
     page = rendered(LEVEL1)
     banner = page.split('<div class="verdict"')[1].split("</div>\n  <div class=\"tiles\">")[0]
     assert "96 ms per step waiting for ranks not in this capture (2 of 8 captured)" in banner
+
+
+
+def test_host_arrays_choose_as_pandas_did() -> None:
+    # causes._Host works on arrays where the per-rank code sorted and chose with pandas (the rule it replaced,
+    # written out below): the outermost events must come in the order of pandas' sort on (thread, start,
+    # longest first; stable, NaN last), and the events given a call site must be those
+    # nlargest(MAX_RESOLVED, "dur_us") picks (the first of equal durations at the cut, never a NaN). A host
+    # lane built for those edges: 2 * MAX_RESOLVED + 10 syncs on two threads, 10 us apart, durations
+    # 1..7 us repeating (many ties at the cut; none inside another), two NaN durations, a NaN start, and one
+    # event inside another (index 150 holds 151: it ends at 1500 + 20, 151 at 1510 + 5) that is not outermost.
+    import numpy as np
+    import pandas as pd
+
+    from msdiag.metrics.causes import MAX_RESOLVED, SYNC_PATTERN, _Host, _Names
+
+    n = 2 * MAX_RESOLVED + 10
+    start = np.arange(n, dtype=float) * 10.0
+    start[5] = np.nan
+    dur = (np.arange(n) % 7 + 1).astype(float)
+    dur[[3, 40]] = np.nan
+    dur[50] = 20.0
+    tl = pd.DataFrame({
+        "lane": "host", "name": "aten::item", "start_us": start, "dur_us": dur, "track": "Python/Thread 7",
+    }, index=pd.RangeIndex(100, 100 + n))  # fmt: skip
+    tl.loc[tl.index[1::2], "track"] = "CANN/Thread 8"
+    tl.loc[151, "track"] = "CANN/Thread 7"  # thread 7, inside 150
+    host = _Host(tl, _Names())
+    ev = pd.DataFrame({"start_us": start, "dur_us": dur, "thread": host.thread}, index=tl.index)
+
+    # the rule replaced: sort with pandas, keep what no earlier event of the thread covers
+    srt = ev.sort_values(["thread", "start_us", "dur_us"], ascending=[True, True, False], kind="stable")
+    end, keep, reach, prev = (srt["start_us"] + srt["dur_us"]).to_numpy(), [], -np.inf, None
+    for t, e in zip(srt["thread"], end):
+        reach = -np.inf if t != prev else reach
+        prev = t
+        keep.append(e > reach)
+        reach = max(reach, e)
+    expected = srt[keep]
+    assert 151 not in expected.index and 150 in expected.index
+
+    kept = host.outermost(host.events(SYNC_PATTERN))
+    assert list(host.index[kept]) == list(expected.index)
+    chosen = set(host.index[kept[host.resolved(kept)]])
+    assert chosen == set(expected.nlargest(MAX_RESOLVED, "dur_us").index)
+    assert len(chosen) == MAX_RESOLVED

@@ -15,6 +15,7 @@ over ranks (the host that blocks longest). Data waits are the step breakdown's `
 from __future__ import annotations
 
 import re
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -62,11 +63,11 @@ def _windows(ctx: Context, rank: int, tl: pd.DataFrame) -> pd.DataFrame:
     """The rank's steps (step, lo, hi): host ProfilerStep#N markers, else the step breakdown's spans.
 
     Built on arrays (a few ms per rank instead of tens: it runs once per rank of the job)."""
-    marks = tl[tl["lane"] == "step"]
+    marks = np.flatnonzero((tl["lane"] == "step").to_numpy(bool, na_value=False))  # positions, not a frame
     if len(marks):
-        step = marks["name"].astype("string").str.extract(r"#(\d+)", expand=False).astype("Int64")
-        lo = marks["start_us"].to_numpy(float, na_value=np.nan)
-        hi = lo + marks["dur_us"].to_numpy(float, na_value=np.nan)
+        step = tl["name"].iloc[marks].astype("string").str.extract(r"#(\d+)", expand=False).astype("Int64")
+        lo = tl["start_us"].to_numpy(float, na_value=np.nan)[marks]
+        hi = lo + tl["dur_us"].to_numpy(float, na_value=np.nan)[marks]
     else:
         st = _rank_steps(ctx, rank)
         if not len(st):
@@ -92,19 +93,52 @@ _NO_WINDOWS = pd.DataFrame({"step": pd.Series(dtype="Int64"), "lo": pd.Series(dt
 
 def call_site(frames: pd.DataFrame, start: float, end: float) -> list[str]:
     """The user frames enclosing [start, end] on one thread, innermost first (at most STACK_DEPTH)."""
-    return _Frames(frames).site(start, end)
+    name = frames["name"].to_numpy(object)
+    return _Frames(frames["start_us"].to_numpy(float), frames["dur_us"].to_numpy(float), name, _Names()).site(start, end)
+
+
+class _Names:
+    """The names seen in one analysis, each given an id once, and per pattern whether each id matches it
+    (re.search on the name): the ranks of a job mostly run the same code, so a name recurring on every rank
+    is searched once per pattern, and a rank maps its distinct names to ids once for all patterns."""
+
+    def __init__(self) -> None:
+        self.ids: dict[str, int] = {}
+        self.names: list[str] = []
+        self.hits: dict[str, np.ndarray] = {}
+
+    def ids_of(self, names: Any) -> np.ndarray:
+        """The id of each of ``names`` (by str(name))."""
+        ids, out = self.ids, np.empty(len(names), dtype=np.int64)
+        for j, n in enumerate(names):
+            key = str(n)
+            i = ids.get(key)
+            if i is None:
+                i = ids[key] = len(self.names)
+                self.names.append(key)
+            out[j] = i
+        return out
+
+    def matches(self, pattern: str, ids: np.ndarray) -> np.ndarray:
+        """Whether the name of each of ``ids`` matches ``pattern``."""
+        done = self.hits.get(pattern, np.empty(0, dtype=bool))
+        if len(done) < len(self.names):
+            rx = re.compile(pattern)
+            more = np.array([rx.search(n) is not None for n in self.names[len(done) :]], dtype=bool)
+            done = self.hits[pattern] = np.concatenate([done, more])
+        return done[ids]
 
 
 class _Frames:
     """One thread's Python frames as arrays, for finding the frames that enclose an event quickly."""
 
-    def __init__(self, frames: pd.DataFrame) -> None:
-        f = frames.sort_values("start_us", ascending=False, kind="stable")
-        self.start = f["start_us"].to_numpy(float)
-        self.end = self.start + f["dur_us"].to_numpy(float)
-        codes, names = pd.factorize(f["name"].astype(object), use_na_sentinel=False)
+    def __init__(self, start: np.ndarray, dur: np.ndarray, name: np.ndarray, memo: _Names) -> None:
+        order = np.argsort(-start, kind="stable")  # latest start first (pandas' stable descending sort; NaN last)
+        self.start = start[order]
+        self.end = self.start + dur[order]
+        codes, names = pd.factorize(name[order], use_na_sentinel=False)
         self.name = np.array([str(n) for n in names], dtype=object)[codes] if len(codes) else np.empty(0, object)
-        user = np.array([not LIBRARY_FRAME.search(str(n)) for n in names], dtype=bool)  # once per distinct frame
+        user = ~memo.matches(LIBRARY_FRAME.pattern, memo.ids_of(names))  # once per distinct frame
         self.user = user[codes] if len(codes) else np.empty(0, bool)
 
     def site(self, start: float, end: float) -> list[str]:
@@ -112,66 +146,82 @@ class _Frames:
         return [str(n) for n in self.name[hit][:STACK_DEPTH]]
 
 
-def _outermost(ev: pd.DataFrame) -> pd.DataFrame:
-    """Events not inside a longer event of the same thread (aten::item holds its aclrtSynchronizeStream)."""
-    if not len(ev):
-        return ev
-    ev = ev.sort_values(["thread", "start_us", "dur_us"], ascending=[True, True, False], kind="stable")
-    end = (ev["start_us"] + ev["dur_us"]).to_numpy(float)
-    thread = ev["thread"].to_numpy(object)
-    keep = np.ones(len(ev), dtype=bool)
-    reach, prev = -np.inf, None
-    for i in range(len(ev)):
-        if thread[i] != prev:
-            reach, prev = -np.inf, thread[i]
-        keep[i] = end[i] > reach
-        reach = max(reach, end[i])
-    return ev[keep]
-
-
 class _Host:
-    """A rank's host events: each distinct name matched against a pattern once (not each event, once per
-    pattern), and each event's thread: the id at the end of its track name ('Python/Thread 3096504' and
-    'CANN/Thread 3096504' are one thread)."""
+    """A rank's host events (the timeline's host lane) as arrays: each distinct name matched against a pattern
+    once per analysis (_Names), and each event's thread: the id at the end of its track name
+    ('Python/Thread 3096504' and 'CANN/Thread 3096504' are one thread)."""
 
-    def __init__(self, host: pd.DataFrame) -> None:
-        self.index = host.index
-        self.start = host["start_us"].to_numpy(float, na_value=np.nan)
-        self.dur = host["dur_us"].to_numpy(float, na_value=np.nan)
-        self.name = host["name"].to_numpy(object)
-        self.none: pd.DataFrame | None = None  # the (read-only) frame of a pattern that matches nothing
-        self.codes, self.names = pd.factorize(host["name"].astype(object))  # a missing name: -1, never matches
-        tcodes, tracks = pd.factorize(host["track"].astype(object), use_na_sentinel=False)
+    def __init__(self, tl: pd.DataFrame, memo: _Names) -> None:
+        rows = np.flatnonzero((tl["lane"] == "host").to_numpy(bool, na_value=False))
+        self.memo = memo
+        self.index = tl.index[rows]
+        self.start = tl["start_us"].to_numpy(float, na_value=np.nan)[rows]
+        self.dur = tl["dur_us"].to_numpy(float, na_value=np.nan)[rows]
+        self.name = tl["name"].to_numpy(object)[rows]
+        self.codes, names = pd.factorize(self.name)  # a missing name: -1, never matches
+        self.ids = memo.ids_of(names)  # the analysis' id of each distinct name
+        self._tracks = tl["track"]
+        self._rows = rows
+
+    @cached_property
+    def thread(self) -> np.ndarray:
+        """Each event's thread (computed when first asked: the projection reads the events only)."""
+        tcodes, tracks = pd.factorize(self._tracks.to_numpy(object)[self._rows], use_na_sentinel=False)
         threads = np.array([str(t).rsplit(" ", 1)[-1] for t in tracks], dtype=object)
-        self.thread = threads[tcodes] if len(tcodes) else np.empty(0, dtype=object)
+        return threads[tcodes] if len(tcodes) else np.empty(0, dtype=object)
 
-    def events(self, pattern: str) -> pd.DataFrame:
-        """The events whose name matches ``pattern`` (re.search, as pandas' str.contains): their start_us,
-        dur_us, name and thread, indexed as in the timeline (a narrow frame built from arrays: this runs for
-        every pattern of every rank)."""
-        rx = re.compile(pattern)
-        hit = np.array([rx.search(str(n)) is not None for n in self.names] + [False], dtype=bool)
-        rows = np.flatnonzero(hit[self.codes])
-        if not len(rows) and self.none is not None:
-            return self.none  # most patterns match nothing on most ranks: one empty frame, built once
-        found = pd.DataFrame(
-            {"start_us": self.start[rows], "dur_us": self.dur[rows], "name": self.name[rows], "thread": self.thread[rows]},
-            index=self.index[rows],
-        )
-        if not len(rows):
-            self.none = found
-        return found
+    def __len__(self) -> int:
+        return len(self.start)
 
+    def events(self, pattern: str) -> np.ndarray:
+        """The positions (in the host rows, in timeline order) of the events whose name matches ``pattern``
+        (re.search, as pandas' str.contains)."""
+        hit = np.append(self.memo.matches(pattern, self.ids), False)
+        return np.flatnonzero(hit[self.codes])
 
-def _sites(ev: pd.DataFrame, by_thread: dict[str, _Frames]) -> list[str | None]:
-    """The call site stack ('inner < outer') of each event; the MAX_RESOLVED longest only."""
-    resolved = set(ev.nlargest(MAX_RESOLVED, "dur_us").index)
-    out: list[str | None] = []
-    for idx, t, s, d in zip(ev.index, ev["thread"], ev["start_us"], ev["dur_us"]):
-        g = by_thread.get(str(t))
-        stack = g.site(float(s), float(s) + float(d)) if g is not None and idx in resolved else []
-        out.append(" < ".join(stack) if stack else None)
-    return out
+    def outermost(self, pos: np.ndarray) -> np.ndarray:
+        """Of the events at ``pos``, those not inside a longer event of the same thread (aten::item holds its
+        aclrtSynchronizeStream), by thread, start and longest first (the order of pandas' sort on those keys:
+        a stable lexicographic sort, NaN last)."""
+        if not len(pos):
+            return pos
+        tcodes, threads = pd.factorize(self.thread[pos])
+        rank = np.empty(len(threads), dtype=np.int64)
+        rank[np.argsort(np.asarray(threads, dtype=object), kind="stable")] = np.arange(len(threads))
+        start, dur = self.start[pos], self.dur[pos]
+        order = np.lexsort((-dur, start, rank[tcodes]))
+        pos, end, thread = pos[order], (start + dur)[order], self.thread[pos[order]]
+        keep = np.ones(len(pos), dtype=bool)
+        reach, prev = -np.inf, None
+        for i in range(len(pos)):
+            if thread[i] != prev:
+                reach, prev = -np.inf, thread[i]
+            keep[i] = end[i] > reach
+            reach = max(reach, end[i])
+        return pos[keep]
+
+    def resolved(self, pos: np.ndarray) -> np.ndarray:
+        """Whether each event at ``pos`` is among the MAX_RESOLVED longest: the events pandas'
+        ``nlargest(MAX_RESOLVED, "dur_us")`` picks (the first of equal durations at the cut; a NaN duration
+        only when there are no more events than that, and then it has no site anyway)."""
+        if len(pos) <= MAX_RESOLVED:
+            return np.ones(len(pos), dtype=bool)
+        dur = self.dur[pos]
+        ok = np.flatnonzero(~np.isnan(dur))
+        top = ok[np.argsort(-dur[ok], kind="stable")[:MAX_RESOLVED]]
+        labels = set(self.index[pos[top]])
+        return np.array([x in labels for x in self.index[pos]], dtype=bool)
+
+    def sites(self, pos: np.ndarray, by_thread: dict[str, _Frames]) -> list[str | None]:
+        """The call site stack ('inner < outer') of each event at ``pos``; the MAX_RESOLVED longest only (the
+        first of equal durations, NaN never: pandas' nlargest)."""
+        out: list[str | None] = []
+        for p, r in zip(pos, self.resolved(pos)):
+            g = by_thread.get(str(self.thread[p]))
+            s = float(self.start[p])
+            stack = g.site(s, s + float(self.dur[p])) if g is not None and r else []
+            out.append(" < ".join(stack) if stack else None)
+        return out
 
 
 def rank_activity(ctx: Context, rank: int) -> pd.DataFrame:
@@ -183,32 +233,39 @@ def rank_activity(ctx: Context, rank: int) -> pd.DataFrame:
     tl = rd.tables.get("timeline")
     if tl is None or not len(tl):
         return _NO_ACTIVITY
-    return _activity_in(tl, _windows(ctx, rank, tl), rd.info.read_depth == "shallow")
+    return _activity_in(tl, _windows(ctx, rank, tl), rd.info.read_depth == "shallow", _Names())
 
 
-def _activity_in(tl: pd.DataFrame, win: pd.DataFrame, shallow: bool) -> pd.DataFrame:
+def _activity_in(tl: pd.DataFrame, win: pd.DataFrame, shallow: bool, memo: _Names) -> pd.DataFrame:
     """rank_activity of a rank's timeline ``tl`` and its steps ``win`` (_windows); ``shallow``: the rank was
-    read shallow (its call sites are unknown)."""
-    host = tl[tl["lane"] == "host"]
-    if not len(host) or not len(win):
+    read shallow (its call sites are unknown); ``memo``: the name matches of the analysis (_Names).
+
+    On arrays (positions in the host rows), not frames per pattern: it runs for every rank of the job."""
+    events = _Host(tl, memo)
+    if not len(events) or not len(win):
         return _NO_ACTIVITY
-    events = _Host(host)
     # a rank read shallow holds only the first frame of each name: its call sites are unknown, never guessed
-    frames = events.events(FRAME_PATTERN) if not shallow else events.events(FRAME_PATTERN).iloc[:0]
-    by_thread = {str(t): _Frames(g) for t, g in frames.groupby("thread")}
+    frames = events.events(FRAME_PATTERN) if not shallow else np.empty(0, dtype=np.int64)
+    by_thread: dict[str, _Frames] = {}
+    if len(frames):
+        tcodes, threads = pd.factorize(events.thread[frames])
+        for j, t in enumerate(threads):
+            f = frames[tcodes == j]
+            by_thread[str(t)] = _Frames(events.start[f], events.dur[f], events.name[f], memo)
+    lo, hi = win["lo"].to_numpy(float), win["hi"].to_numpy(float)
+    steps = win["step"].to_numpy(object)
     parts = []
     for cause, pattern in (("host-sync", SYNC_PATTERN), *ACTIVITY_PATTERNS.items()):
-        ev = _outermost(events.events(pattern))
+        ev = events.outermost(events.events(pattern))
         if not len(ev):
             continue
-        s = ev["start_us"].to_numpy(float)
-        e = s + ev["dur_us"].to_numpy(float)
-        lo, hi = win["lo"].to_numpy(float), win["hi"].to_numpy(float)
+        s = events.start[ev]
+        e = s + events.dur[ev]
         i = np.searchsorted(lo, s, side="right") - 1  # the step that began last before the event
         ok = (i >= 0) & (s < hi[np.clip(i, 0, None)])
-        sites = _sites(ev, by_thread)
+        sites = events.sites(ev, by_thread)
         parts.append(pd.DataFrame({
-            "cause": cause, "step": win["step"].to_numpy(object)[i[ok]], "start_us": s[ok],
+            "cause": cause, "step": steps[i[ok]], "start_us": s[ok],
             "end_us": np.minimum(e[ok], hi[i[ok]]), "site": [x for x, k in zip(sites, ok) if k],
         }))  # fmt: skip
     return pd.concat(parts, ignore_index=True) if parts else _NO_ACTIVITY
@@ -233,6 +290,7 @@ def _activity(ctx: Context) -> dict[int, tuple[pd.DataFrame, int]]:
     if "causes" not in ctx.cache:
         known: dict[int, tuple[pd.DataFrame, int]] = ctx.cache.get(ACTIVITY_CACHE, {})
         out = {}
+        memo = _Names()
         for rd in ctx.capture.ranks:
             if rd.rank in known:
                 out[rd.rank] = known[rd.rank]
@@ -242,7 +300,7 @@ def _activity(ctx: Context) -> dict[int, tuple[pd.DataFrame, int]]:
                 out[rd.rank] = (_NO_ACTIVITY, 0)
                 continue
             win = _windows(ctx, rd.rank, tl)  # once per rank: its steps and its activities in them
-            out[rd.rank] = (_activity_in(tl, win, rd.info.read_depth == "shallow"), len(win))
+            out[rd.rank] = (_activity_in(tl, win, rd.info.read_depth == "shallow", memo), len(win))
         ctx.cache["causes"] = ctx.cache[ACTIVITY_CACHE] = out
     cached: dict[int, tuple[pd.DataFrame, int]] = ctx.cache["causes"]
     return cached
@@ -256,7 +314,13 @@ def host_syncs(ctx: Context, rank: int) -> pd.DataFrame:
 
 def _per_step_ms(act: pd.DataFrame, n_steps: int) -> float:
     """Median over the rank's steps of the union (ms) of the activity's events in each step (0 where none)."""
-    per = [iv.total((g["start_us"].to_numpy(float), g["end_us"].to_numpy(float))) for _, g in act.groupby("step", dropna=False)]
+    # the groups of groupby("step", dropna=False), each with its rows in order, on arrays (the median does not
+    # depend on the order of the groups)
+    codes, _ = pd.factorize(act["step"].to_numpy(object))  # a missing step: -1, one group as groupby's NaN group
+    start, end = act["start_us"].to_numpy(float), act["end_us"].to_numpy(float)
+    order = np.argsort(codes, kind="stable")
+    cuts = np.flatnonzero(np.diff(codes[order])) + 1
+    per = [iv.total((start[g], end[g])) for g in np.split(order, cuts) if len(g)]
     per += [0.0] * (n_steps - len(per))
     return float(np.median(per)) / US_PER_MS if per else 0.0
 
@@ -312,12 +376,22 @@ def _by_cause(ctx: Context) -> dict[int, dict[str, pd.DataFrame]]:
     per rank and cause (the same rows in the same order)."""
 
     def split() -> dict[int, dict[str, pd.DataFrame]]:
-        return {
-            r: {str(k): g for k, g in act.groupby("cause", sort=False)} if len(act) else {}
-            for r, (act, _) in _activity(ctx).items()
-        }
+        return {r: _split_by_cause(act) for r, (act, _) in _activity(ctx).items()}
 
     return ctx.once("causes.by_cause", split)
+
+
+def _split_by_cause(act: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """``act.groupby("cause", sort=False)``'s groups: slices of ``act`` when each cause's rows are one run (as
+    _activity_in writes them, a part per cause), the same rows, labels and order without a grouping."""
+    if not len(act):
+        return {}
+    cause = act["cause"].to_numpy(object)
+    starts = np.flatnonzero(np.r_[True, cause[1:] != cause[:-1]])
+    if len(starts) != len(set(cause)):  # a cause in several runs: group as before
+        return {str(k): g for k, g in act.groupby("cause", sort=False)}
+    ends = np.r_[starts[1:], len(cause)]
+    return {str(cause[a]): act.iloc[a:b] for a, b in zip(starts, ends)}
 
 
 def _site_ranks(ctx: Context) -> set[int] | None:
@@ -409,9 +483,10 @@ def _comm_overlap(ctx: Context) -> tuple[float | None, str | None]:
     k = ctx.capture.table("kernels")
     comm = k[k["kind"] == "communication"] if len(k) else k
     by_rank = dict(tuple(comm.groupby("rank", sort=False)))  # split once, not the whole table filtered per rank
+    split = _by_cause(ctx)  # each rank's host-sync rows, in order: split once per analysis, not filtered here
     sync_us = over_us = 0.0
     for r, (act, _) in acts.items():
-        a = act[act["cause"] == "host-sync"]
+        a = split[r].get("host-sync", act.iloc[:0])
         if not len(a):
             continue
         s = (a["start_us"].to_numpy(float), a["end_us"].to_numpy(float))

@@ -62,7 +62,7 @@ import pandas as pd
 
 from msdiag.metrics.flops import kernel_flops
 from msdiag.metrics.memory import KB_PER_MB, MB_PER_GB, _capacity, framework_rows
-from msdiag.metrics.registry import Context, Reads, Value, metric
+from msdiag.metrics.registry import Context, Reads, Value, metric, rank_rows
 from msdiag.units import FLOPS_PER_TFLOPS
 
 DEVICE_SOURCE = "npu_module_mem"
@@ -181,17 +181,20 @@ def device_peaks(ctx: Context) -> dict[int, pd.Series]:
 def _device_peaks(ctx: Context) -> dict[int, pd.Series]:
     rows = framework_rows(ctx)
     out: dict[int, pd.Series] = {}
-    for r, s in device_series(ctx).items():
-        if not s["total_mb"].notna().any():
+    for r, s in device_series(ctx).items():  # on arrays: the row chosen is taken from the series once
+        total = s["total_mb"].to_numpy(float, na_value=np.nan)
+        if np.isnan(total).all():
             continue
-        top = s[s["total_mb"] == s["total_mb"].max()]
+        top = np.flatnonzero(total == np.nanmax(total))
         g = rows.get(r)
-        g = None if g is None else g[g["allocated_mb"].notna() & g["ts_us"].notna()]
-        if g is None or not len(g):
-            out[r] = top.iloc[0]
+        alloc = np.empty(0) if g is None else g["allocated_mb"].to_numpy(float, na_value=np.nan)
+        ts = np.empty(0) if g is None else g["ts_us"].to_numpy(float, na_value=np.nan)
+        ok = ~(np.isnan(alloc) | np.isnan(ts))  # the framework's samples with a time and an allocated figure
+        if not ok.any():
+            out[r] = s.iloc[top[0]]
             continue
-        t = float(g["ts_us"].iloc[int(g["allocated_mb"].to_numpy(float).argmax())])
-        out[r] = top.iloc[int(np.abs(top["ts_us"].to_numpy(float) - t).argmin())]
+        t = float(ts[ok][int(alloc[ok].argmax())])
+        out[r] = s.iloc[top[int(np.abs(s["ts_us"].to_numpy(float)[top] - t).argmin())]]
     return out
 
 
@@ -357,40 +360,92 @@ def peak_holders(ctx: Context) -> dict[int, Holders]:
 
 
 def _peak_holders(ctx: Context) -> dict[int, Holders]:
+    """Every rank's holders in one pass: the dynamic allocations of the whole table put in (rank, alloc_us)
+    order once (a stable sort: each rank's rows in the order its own stable sort gave), each distinct
+    operator name matched against the phase patterns once, and the top holders of every rank from one
+    grouping over (rank, name, class): each group sums the same rows in the same order as the per-rank
+    grouping did, so every figure is unchanged to the bit."""
     allocs = ctx.capture.table("memory_allocs")
-    dyn = allocs[(allocs["kind"] == "dynamic").fillna(False).to_numpy(bool) & allocs["alloc_us"].notna().to_numpy(bool)]
-    by_rank = dict(tuple(dyn.groupby("rank")))
+    keep = (allocs["kind"] == "dynamic").fillna(False).to_numpy(bool) & allocs["alloc_us"].notna().to_numpy(bool)
+    keep &= allocs["rank"].notna().to_numpy(bool)
+    dyn = allocs[keep]
+    ranks = dyn["rank"].to_numpy(np.int64)
+    order = np.lexsort((dyn["alloc_us"].to_numpy(float), ranks))
+    ranks = ranks[order]
+    codes, uniques = pd.factorize(dyn["name"].astype("string").fillna("").to_numpy(object)[order])
+    names = np.asarray(uniques, dtype=object)[codes] if len(codes) else np.empty(0, dtype=object)
+    rows = _AllocRows(
+        dyn["alloc_us"].to_numpy(float)[order], dyn["release_us"].to_numpy(float)[order],
+        dyn["size_kb"].to_numpy(float)[order] / KB_PER_MB, names,
+        *(np.array([rx.search(str(n)) is not None for n in uniques], dtype=bool)[codes] for rx in (BACKWARD, OPTIMIZER, ATTENTION_CORE)),
+    )  # fmt: skip
+    starts = _step_starts(ctx)
     out: dict[int, Holders] = {}
+    held: list[tuple[int, np.ndarray, np.ndarray]] = []  # per rank: its live rows (indices into rows), their classes
+    unexplained: dict[int, float] = {}
     for rank, g in framework_rows(ctx).items():
         h = Holders(rank)
         out[rank] = h
         g = g[g["allocated_mb"].notna() & g["ts_us"].notna()]
-        a = by_rank.get(rank)
+        lo, hi = np.searchsorted(ranks, rank, side="left"), np.searchsorted(ranks, rank, side="right")
         if not len(g):
             h.reason = "no framework memory samples with an allocated figure"
             continue
         i = int(g["allocated_mb"].to_numpy(float).argmax())
         h.ts_us, h.allocated_mb = float(g["ts_us"].iloc[i]), float(g["allocated_mb"].iloc[i])
-        if a is None or not len(a):
+        if hi == lo:
             h.reason = "no operator allocations with times (operator_memory.csv absent: profile_memory off?)"
             continue
-        _fill_holders(h, a.sort_values("alloc_us", kind="stable"), _step_starts(ctx, rank))
+        found = _fill_holders(h, rows, int(lo), int(hi), starts.get(int(rank), _NO_STARTS))
+        if found is not None:
+            held.append((rank, *found))
+            unexplained[rank] = float(h.allocated_mb or 0.0) - float(np.nansum(rows.mb[found[0]]))
+    _top_holders(out, rows, held)
+    for rank, extra in unexplained.items():
+        h = out[rank]
+        if extra > 0:  # allocated before the capture's first recorded allocation: parameters, optimizer state
+            h.top.append({"name": "(allocated before the capture)", "class": "parameters_optimizer", "mb": extra, "blocks": None})
+            h.top.sort(key=lambda d: -float(d["mb"]))
+            h.top = h.top[:TOP_HOLDERS]
     return out
 
 
-def _step_starts(ctx: Context, rank: int) -> np.ndarray:
-    """The rank's step start times, in order (empty without steps)."""
+@dataclass
+class _AllocRows:
+    """The dynamic allocations of every rank in (rank, alloc_us) order, as arrays: times, MB, names and whether
+    each name matches BACKWARD / OPTIMIZER / ATTENTION_CORE."""
+
+    alloc: np.ndarray
+    release: np.ndarray
+    mb: np.ndarray
+    name: np.ndarray
+    backward: np.ndarray
+    optimizer: np.ndarray
+    attention: np.ndarray
+
+
+_NO_STARTS = np.array([], dtype=float)
+
+
+def _step_starts(ctx: Context) -> dict[int, np.ndarray]:
+    """Per rank, its step start times in order (a rank without steps: absent)."""
     s = ctx.steps
     if not len(s):
-        return np.array([], dtype=float)
-    return np.sort(s.loc[(s["rank"] == rank).to_numpy(bool), "start_us"].dropna().to_numpy(float))
+        return {}
+    start = s["start_us"].to_numpy(float, na_value=np.nan)
+    ok = ~np.isnan(start)
+    rank, start = s["rank"].to_numpy(np.int64)[ok], start[ok]
+    order = np.lexsort((start, rank))
+    rank, start = rank[order], start[order]
+    cuts = np.flatnonzero(np.diff(rank)) + 1
+    return {int(r[0]): st for r, st in zip(np.split(rank, cuts), np.split(start, cuts)) if len(r)}
 
 
-def _phase_starts(names: pd.Series, alloc: np.ndarray) -> tuple[float, float]:
-    """(backward start, optimizer start) of one step from its allocating operators' names; inf when not seen."""
-    bwd_hit = names.str.contains(BACKWARD, na=False).to_numpy(bool)
-    bwd = float(alloc[bwd_hit].min()) if bwd_hit.any() else float("inf")
-    opt_hit = names.str.contains(OPTIMIZER, na=False).to_numpy(bool) & (alloc >= bwd)
+def _phase_starts(backward: np.ndarray, optimizer: np.ndarray, alloc: np.ndarray) -> tuple[float, float]:
+    """(backward start, optimizer start) of one step from whether its allocating operators' names match
+    BACKWARD / OPTIMIZER; inf when not seen."""
+    bwd = float(alloc[backward].min()) if backward.any() else float("inf")
+    opt_hit = optimizer & (alloc >= bwd)
     opt = float(alloc[opt_hit].min()) if opt_hit.any() else float("inf")
     return bwd, opt
 
@@ -403,54 +458,64 @@ def _classify(alloc: np.ndarray, release: np.ndarray, bwd: float, opt: float) ->
     return np.where((alloc >= opt) & (rel == np.inf), "parameters_optimizer", cls)
 
 
-def _classify_by_step(names: pd.Series, alloc: np.ndarray, release: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, bool]:
+def _classify_by_step(
+    backward: np.ndarray, optimizer: np.ndarray, alloc: np.ndarray, release: np.ndarray, starts: np.ndarray
+) -> tuple[np.ndarray, bool]:
     """Each allocation's class, the phases found within its own step (by start time); allocations before the
     first step are parameters / optimizer state. Also whether any step showed a backward allocation."""
     step = np.searchsorted(starts, alloc, side="right") - 1 if len(starts) else np.zeros(len(alloc), dtype=int)
     cls = np.full(len(alloc), "parameters_optimizer", dtype=object)
-    backward = False
+    backward_seen = False
     for i in np.unique(step[step >= 0]):
         sel = step == i
-        bwd, opt = _phase_starts(names[sel], alloc[sel])
-        backward |= bwd != float("inf")
+        bwd, opt = _phase_starts(backward[sel], optimizer[sel], alloc[sel])
+        backward_seen |= bwd != float("inf")
         cls[sel] = _classify(alloc[sel], release[sel], bwd, opt)
-    return cls, backward
+    return cls, backward_seen
 
 
-def _fill_holders(h: Holders, a: pd.DataFrame, starts: np.ndarray) -> None:
+def _fill_holders(h: Holders, rows: _AllocRows, lo: int, hi: int, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """The rank's classes and attention MB at its peak (rows lo:hi are its allocations, in time order); returns
+    its live rows (indices into ``rows``) and their classes, for _top_holders, or None when the allocations do
+    not cover the peak."""
     t = float(h.ts_us or 0.0)
-    alloc = a["alloc_us"].to_numpy(float)
-    release = a["release_us"].to_numpy(float)
+    alloc, release = rows.alloc[lo:hi], rows.release[lo:hi]
     last = np.nanmax(np.r_[alloc, release])
     if not alloc.min() <= t <= last:
         h.reason = (
             f"the operator allocations ({alloc.min():.0f}..{last:.0f} us) do not cover the moment of the peak "
             f"({t:.0f} us): a different run, a partial record or spreadsheet-rounded times"
         )
-        return
-    names = a["name"].astype("string").fillna("").reset_index(drop=True)
-    cls, backward = _classify_by_step(names, alloc, release, starts)
+        return None
+    cls, backward = _classify_by_step(rows.backward[lo:hi], rows.optimizer[lo:hi], alloc, release, starts)
     live = (alloc <= t) & (np.isnan(release) | (release > t))
-    mb = a["size_kb"].to_numpy(float) / KB_PER_MB
-    held = pd.DataFrame({"name": names.to_numpy()[live], "mb": mb[live], "class": cls[live]})
-    held_mb, held_cls = mb[live], cls[live]  # per class on arrays (np.nansum: pandas' sum, missing sizes as 0)
+    held_mb, held_cls = rows.mb[lo:hi][live], cls[live]  # per class on arrays (np.nansum: pandas' sum, missing sizes as 0)
     h.classes = {c: float(np.nansum(held_mb[held_cls == c])) for c in HOLDER_CLASSES}
-    unexplained = float(h.allocated_mb or 0.0) - float(held["mb"].sum())
     # allocated before the capture's first recorded allocation: parameters, optimizer state
-    h.classes["parameters_optimizer"] += max(0.0, unexplained)
-    act = held["class"] == "activations"
-    h.attention_mb = float(held.loc[act & held["name"].str.contains(ATTENTION_CORE, na=False), "mb"].sum())
+    h.classes["parameters_optimizer"] += max(0.0, float(h.allocated_mb or 0.0) - float(np.nansum(held_mb)))
+    att = (held_cls == "activations") & rows.attention[lo:hi][live]
+    h.attention_mb = float(np.nansum(held_mb[att]))
     if not backward:
         h.reason = "no backward operator among the allocations: activations and workspaces told apart by release only"
-    top = held.groupby(["name", "class"], sort=False)["mb"].agg(["sum", "count"]).reset_index()
-    top = top.sort_values(["sum", "name"], ascending=[False, True], kind="stable").head(TOP_HOLDERS)
-    h.top = [{"name": str(n), "class": str(c), "mb": float(s), "blocks": int(k)} for n, c, s, k in top.itertuples(index=False)]
-    if unexplained > 0:
-        h.top.append(
-            {"name": "(allocated before the capture)", "class": "parameters_optimizer", "mb": unexplained, "blocks": None}
-        )
-        h.top.sort(key=lambda d: -float(d["mb"]))
-        h.top = h.top[:TOP_HOLDERS]
+    return lo + np.flatnonzero(live), held_cls
+
+
+def _top_holders(out: dict[int, Holders], rows: _AllocRows, held: list[tuple[int, np.ndarray, np.ndarray]]) -> None:
+    """Each rank's TOP_HOLDERS largest (name, class) by MB held: one grouping over (rank, name, class) for
+    every rank (groups in order of first appearance within each rank, as the per-rank grouping's), then
+    sorted by rank, MB (descending) and name, stably."""
+    if not held:
+        return
+    idx = np.concatenate([i for _, i, _ in held])
+    frame = pd.DataFrame({
+        "rank": np.repeat(np.array([r for r, _, _ in held], dtype=np.int64), [len(i) for _, i, _ in held]),
+        "name": rows.name[idx], "class": np.concatenate([c for _, _, c in held]), "mb": rows.mb[idx],
+    })  # fmt: skip
+    top = frame.groupby(["rank", "name", "class"], sort=False)["mb"].agg(["sum", "count"]).reset_index()
+    top = top.sort_values(["rank", "sum", "name"], ascending=[True, False, True], kind="stable")
+    top = top.groupby("rank", sort=False).head(TOP_HOLDERS)
+    for r, n, c, s, k in top.itertuples(index=False):
+        out[int(r)].top.append({"name": str(n), "class": str(c), "mb": float(s), "blocks": int(k)})
 
 
 def holder_rows(ctx: Context) -> list[dict[str, Any]]:
@@ -538,14 +603,15 @@ def _per_step(ctx: Context, col: str, attention_only: bool) -> Value:
         return Value(None, reason=why)
     f = fwd[fwd["attention"].to_numpy(bool)] if attention_only else fwd
     steps = fwd.groupby("rank")["step"].nunique()
-    by_rank = dict(tuple(f.groupby("rank", sort=False)))  # split once, not the kernels filtered per rank
+    values = f[col].to_numpy(float, na_value=np.nan)
+    by_rank = dict(rank_rows(f))  # each rank's rows by position, in order: split once, not filtered per rank
     per: dict[int, float | str | None] = {}
     for r, n in steps.items():
-        g = by_rank.get(r, f.iloc[:0])
-        if col == "flops" and len(g) and g["flops"].isna().all():
+        g = values[by_rank.get(int(r), np.empty(0, dtype=np.int64))]
+        if col == "flops" and len(g) and np.isnan(g).all():
             per[int(r)] = None
             continue
-        per[int(r)] = float(np.nansum(g[col].to_numpy(float))) / max(1, int(n)) / _SCALE[col]
+        per[int(r)] = float(np.nansum(g)) / max(1, int(n)) / _SCALE[col]
     vals = [float(v) for v in per.values() if v is not None]
     if not vals:
         return Value(None, per, "no forward kernel with a FLOPs formula and shapes (Level0 capture, or unknown op types)")

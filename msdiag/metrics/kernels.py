@@ -4,9 +4,10 @@ dynamic-shape execution. Sources: the kernels table (kernel_details.csv on Ascen
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
-from msdiag.metrics.registry import Context, Value, metric
+from msdiag.metrics.registry import Context, Value, metric, rank_rows
 
 # A kernel shorter than this mostly measures launch and scheduling, not work.
 SHORT_KERNEL_US = 10.0
@@ -32,10 +33,15 @@ def _no_kernels() -> Value:
 
 
 def _per_rank_share(c: pd.DataFrame, mask: pd.Series) -> dict[int, float | None]:
+    """Per rank, the masked kernels' share of its compute time; summed on arrays (np.nansum: pandas' sum,
+    the same rows in the same order)."""
+    if not mask.index.equals(c.index):
+        mask = mask.loc[c.index]
+    dur, hit = c["dur_us"].to_numpy(float, na_value=np.nan), mask.to_numpy(bool)
     out: dict[int, float | None] = {}
-    for r, g in c.groupby("rank"):
-        tot = float(g["dur_us"].sum())
-        out[int(r)] = float(g.loc[mask.loc[g.index], "dur_us"].sum()) / tot if tot > 0 else None
+    for r, rows in rank_rows(c):
+        tot = float(np.nansum(dur[rows]))
+        out[r] = float(np.nansum(dur[rows][hit[rows]])) / tot if tot > 0 else None
     return out
 
 
@@ -109,7 +115,8 @@ def _fp32(ctx: Context) -> Value:
     first = dt.str.split(";").str[0].str.strip()
     fp32 = first.isin(_FP32)
     total = float(mm["dur_us"].sum())
-    per = {int(r): float(g.loc[fp32.loc[g.index], "dur_us"].sum() / g["dur_us"].sum()) for r, g in mm.groupby("rank")}
+    dur, hit = mm["dur_us"].to_numpy(float, na_value=np.nan), fp32.to_numpy(bool)  # per rank on arrays (pandas' sums)
+    per = {r: float(np.nansum(dur[rows][hit[rows]]) / np.nansum(dur[rows])) for r, rows in rank_rows(mm)}
     return Value(float(mm.loc[fp32, "dur_us"].sum()) / total if total else None, per)
 
 
@@ -148,15 +155,16 @@ def _per_step(ctx: Context) -> Value:
         return _no_kernels()
     counts = []
     per: dict[int, float | None] = {}
-    by_rank = dict(tuple(c.groupby("rank")))  # one pass, not a filter over every rank's kernels per rank
-    empty = c.iloc[:0]
+    start = c["start_us"].to_numpy(float, na_value=np.nan)
+    by_rank = {r: start[rows] for r, rows in rank_rows(c)}  # one pass, not a filter over every rank's kernels per rank
+    empty = start[:0]
     for r, g in s.groupby("rank"):
-        kr = by_rank.get(r, empty)
+        kr = by_rank.get(int(r), empty)
         vals = []
         for lo, hi in zip(g["start_us"], g["end_us"]):
             if pd.isna(lo) or pd.isna(hi):
                 continue
-            vals.append(int(((kr["start_us"] >= lo) & (kr["start_us"] < hi)).sum()))
+            vals.append(int(((kr >= lo) & (kr < hi)).sum()))
         if vals:
             per[int(r)] = float(pd.Series(vals).median())
             counts.extend(vals)

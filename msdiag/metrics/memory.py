@@ -24,11 +24,12 @@ from __future__ import annotations
 import re
 from typing import Callable
 
+import numpy as np
 import pandas as pd
 
 from msdiag.metrics import chip
 from msdiag.metrics.devices import device_memory_gb
-from msdiag.metrics.registry import Context, Reads, Value, metric
+from msdiag.metrics.registry import Context, Reads, Value, metric, rank_rows
 
 MEMORY_SOURCES = ("memory_record", "cpu_ms_memory_record")
 # In order of preference, per rank (see the module doc).
@@ -60,19 +61,17 @@ def _framework_rows(ctx: Context) -> dict[int, pd.DataFrame]:
     m = ctx.capture.table("memory")
     m = m[m["source"].isin(MEMORY_SOURCES).fillna(False).to_numpy()]
     out: dict[int, pd.DataFrame] = {}
-    for rank, g in m.groupby("rank", sort=True):
-        comp = g["component"].fillna("")
-        combined = comp.str.endswith(COMBINED_SUFFIX)
-        if combined.any():
-            sel = g[combined.to_numpy()]
-        elif comp.isin(FRAMEWORK_COMPONENTS).any():
-            sel = g[comp.isin(FRAMEWORK_COMPONENTS).to_numpy()]
-        elif comp.eq(GE_COMPONENT).any():
-            sel = g[comp.eq(GE_COMPONENT).to_numpy()]
-        else:
-            continue
-        # stable: rows with equal (or spreadsheet-rounded) timestamps keep the file's order
-        out[int(rank)] = sel.sort_values("ts_us", kind="stable")
+    # the components tested once for the whole table, each rank's rows taken by position (rank_rows)
+    comp = m["component"].fillna("")
+    kinds = [comp.str.endswith(COMBINED_SUFFIX), comp.isin(FRAMEWORK_COMPONENTS), comp.eq(GE_COMPONENT)]
+    tests = [k.to_numpy(bool) for k in kinds]
+    for rank, rows in rank_rows(m):
+        for hit in tests:
+            if hit[rows].any():
+                sel = m.iloc[rows[hit[rows]]]
+                # stable: rows with equal (or spreadsheet-rounded) timestamps keep the file's order
+                out[rank] = sel.sort_values("ts_us", kind="stable")
+                break
     return out
 
 
@@ -153,14 +152,16 @@ def _fragmentation_per_rank(ctx: Context) -> tuple[dict[int, float | None], dict
     """
     mb: dict[int, float | None] = {}
     share: dict[int, float | None] = {}
-    for rank, g in framework_rows(ctx).items():
-        g = g[g["reserved_mb"].notna()]
-        if not len(g):
+    for rank, g in framework_rows(ctx).items():  # on arrays: maxima need no order
+        reserved = g["reserved_mb"].to_numpy(float, na_value=np.nan)
+        ok = ~np.isnan(reserved)
+        if not ok.any():
             mb[rank] = share[rank] = None
             continue
-        top = float(g["reserved_mb"].max())
-        alloc = g.loc[g["reserved_mb"] == top, "allocated_mb"].max()
-        if pd.isna(alloc) or top <= 0:
+        top = float(reserved[ok].max())
+        at_top = g["allocated_mb"].to_numpy(float, na_value=np.nan)[ok][reserved[ok] == top]
+        alloc = np.nan if np.isnan(at_top).all() else float(np.nanmax(at_top))
+        if np.isnan(alloc) or top <= 0:
             mb[rank] = share[rank] = None
             continue
         mb[rank] = top - float(alloc)

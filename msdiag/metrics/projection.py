@@ -22,7 +22,6 @@ so the union is still right; ``host_sync`` is not measured there.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -31,7 +30,7 @@ import pandas as pd
 
 from msdiag import intervals as iv
 from msdiag.metrics.breakdown import _RECEIVE, DATA_WAIT_PATTERN, _comm_from_timeline, _device_ops, _windows
-from msdiag.metrics.causes import SYNC_PATTERN
+from msdiag.metrics.causes import SYNC_PATTERN, _Host, _Names
 from msdiag.metrics.registry import Context
 from msdiag.model import STEP_KINDS, RankData
 
@@ -62,21 +61,17 @@ def timed_steps(steps: pd.DataFrame) -> pd.DataFrame:
     return steps[keep.to_numpy(bool)]
 
 
-def _host_intervals(rd: RankData, *patterns: str) -> list[iv.Intervals]:
+def _host_intervals(rd: RankData, memo: _Names, *patterns: str) -> list[iv.Intervals]:
     """Per pattern, the host-lane events whose name matches it (re.search, as pandas' str.contains), as
-    intervals: the host rows are taken and their names factorized once for all patterns, each distinct
-    name matched once per pattern (this runs for every rank of the job)."""
-    tl = rd.table("timeline")
-    host = tl[(tl["lane"] == "host").fillna(False).to_numpy(bool)]
+    intervals: the host rows taken as arrays once for all patterns (causes._Host), each distinct name matched
+    once per pattern and analysis (``memo``: this runs for every rank of the job)."""
+    host = _Host(rd.table("timeline"), memo)
     if not len(host):
         return [iv.EMPTY for _ in patterns]
-    codes, names = pd.factorize(host["name"].astype(object))  # a missing name: -1, never matches
-    start, dur = host["start_us"].to_numpy(float), host["dur_us"].to_numpy(float)
     out = []
     for pattern in patterns:
-        rx = re.compile(pattern)
-        hit = np.array([rx.search(str(n)) is not None for n in names] + [False], dtype=bool)[codes]
-        out.append(iv.make(start[hit], dur[hit]))
+        hit = host.events(pattern)
+        out.append(iv.make(host.start[hit], host.dur[hit]))
     return out
 
 
@@ -98,8 +93,9 @@ def _window_kinds(comp: iv.Intervals, comm: iv.Intervals, recv: iv.Intervals, wa
     }
 
 
-def _rank_sets(rd: RankData) -> dict[int | None, dict[str, iv.Intervals]]:
-    """Each step window of a rank's timeline (cut as the breakdown cuts it) -> its kinds."""
+def _rank_sets(rd: RankData, memo: _Names) -> dict[int | None, dict[str, iv.Intervals]]:
+    """Each step window of a rank's timeline (cut as the breakdown cuts it) -> its kinds; ``memo``: the host
+    names matched so far (causes._Names)."""
     ops, src = _device_ops(rd)
     ops = ops[ops["start_us"].notna()].reset_index(drop=True)
     if not len(ops):
@@ -113,7 +109,7 @@ def _rank_sets(rd: RankData) -> dict[int | None, dict[str, iv.Intervals]]:
     recv = ops["name"].astype("string").str.lower().str.contains("|".join(_RECEIVE), regex=True, na=False).to_numpy(bool)
     extra = _comm_from_timeline(rd) if src == "kernels" and not is_comm.any() else None
     extra_iv = iv.make(extra["start_us"].to_numpy(float), extra["dur_us"].to_numpy(float)) if extra is not None else iv.EMPTY
-    waits, syncs = _host_intervals(rd, DATA_WAIT_PATTERN, SYNC_PATTERN)
+    waits, syncs = _host_intervals(rd, memo, DATA_WAIT_PATTERN, SYNC_PATTERN)
     out: dict[int | None, dict[str, iv.Intervals]] = {}
     for w in windows:
         s, d = starts[w.rows], durs[w.rows]
@@ -154,14 +150,18 @@ def step_sets(ctx: Context) -> list[StepSets]:
     steps = timed_steps(ctx.steps)
     out: list[StepSets] = []
     ranks = {int(rd.rank): rd for rd in ctx.capture.ranks}
+    memo = _Names()
     for rank, rows in steps.groupby("rank", sort=True):
         from_timeline = rows["source"].astype("string").str.startswith("timeline").fillna(False).to_numpy(bool)
-        measured = _rank_sets(ranks[int(rank)]) if from_timeline.any() and int(rank) in ranks else {}
-        for (_, row), timeline in zip(rows.iterrows(), from_timeline):
-            step = None if pd.isna(row["step"]) else int(row["step"])
+        measured = _rank_sets(ranks[int(rank)], memo) if from_timeline.any() and int(rank) in ranks else {}
+        # the step and total of each row from arrays; a row as a Series only when its columns are laid end to end
+        step_of, total_of = rows["step"].to_numpy(object), rows["total_us"].to_numpy(object)
+        for j, timeline in enumerate(from_timeline):
+            step = None if pd.isna(step_of[j]) else int(step_of[j])
             kinds = measured.get(step) if timeline else None
             src = "timeline" if kinds is not None else "columns"
-            out.append(StepSets(int(rank), step, float(row["total_us"]), kinds if kinds is not None else _laid_end_to_end(row), src))
+            laid = kinds if kinds is not None else _laid_end_to_end(rows.iloc[j])
+            out.append(StepSets(int(rank), step, float(total_of[j]), laid, src))
     ctx.cache[_CACHE_KEY] = out
     return list(out)
 

@@ -7,7 +7,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from msdiag.metrics.registry import Context, Value, metric
+from msdiag.metrics.registry import Context, Value, metric, rank_rows
 
 
 def _timed_steps(ctx: Context) -> pd.DataFrame:
@@ -43,9 +43,9 @@ def _share(col: str) -> Callable[[Context], Value]:
         if s[col].isna().all():
             return Value(None, reason=f"{col} is not measured by this capture")
         part = s[col].fillna(0.0)
-        per_rank = {
-            int(r): float(g[col].fillna(0.0).sum() / g["total_us"].sum()) for r, g in s.groupby("rank")
-        }
+        # per rank on arrays (rank_rows: each rank's rows in order; np.nansum: pandas' sum)
+        num, total = part.to_numpy(float), s["total_us"].to_numpy(float, na_value=np.nan)
+        per_rank = {r: float(np.nansum(num[rows]) / np.nansum(total[rows])) for r, rows in rank_rows(s)}
         return Value(float(part.sum() / s["total_us"].sum()), per_rank)
 
     return fn
