@@ -47,12 +47,10 @@ def top_kernels(k: pd.DataFrame, n: int = TOP_KERNELS) -> list[dict[str, Any]]:
 
 
 def _descending(v: np.ndarray) -> np.ndarray:
-    """The order pandas' ``sort_values(ascending=False)`` gives a float column (its nargsort with the default
-    quicksort: the reversed values sorted, the order reversed again, NaN last), ties included."""
-    nan = np.isnan(v)
-    idx = np.arange(len(v))
-    kept, kept_idx = v[~nan][::-1], idx[~nan][::-1]
-    return np.concatenate([kept_idx[kept.argsort(kind="quicksort")][::-1], np.flatnonzero(nan)])
+    """The positions of ``v`` in the order ``top_kernels`` gives its groups (``sort_values(ascending=False)``,
+    ties and NaN placed as pandas places them): pandas sorts, on a few values per rank, so a pandas release
+    that orders ties otherwise orders both paths alike."""
+    return pd.Series(v).sort_values(ascending=False).index.to_numpy()
 
 
 def _top_kernels_per_rank(a: Analysis, n: int = TOP_KERNELS) -> list[list[dict[str, Any]]]:
