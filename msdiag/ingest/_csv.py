@@ -35,6 +35,7 @@ from msdiag.errors import ParseError
 NA_VALUES = ["N/A", "NA", "n/a", "", "-", "None", "null", "NaN", "nan"]
 _NA_SET = frozenset(NA_VALUES)
 _NAN = float("nan")
+_NA_NAN = dict.fromkeys(NA_VALUES, _NAN)  # (.get(text, text): NaN for an NA text, else the text)
 _NA_ARROW = pa.array(NA_VALUES, type=pa.large_string())
 T = TypeVar("T", pd.DataFrame, "Cells")
 
@@ -148,10 +149,7 @@ class Cells:
 def _cells_of(texts: tuple[str, ...]) -> np.ndarray:
     """An object array of a column's texts, NaN for the NA texts (pandas' exact matching)."""
     arr = np.empty(len(texts), dtype=object)
-    if _NA_SET.isdisjoint(texts):
-        arr[:] = texts
-    else:
-        arr[:] = [_NAN if v in _NA_SET else v for v in texts]
+    arr[:] = texts if _NA_SET.isdisjoint(texts) else list(map(_NA_NAN.get, texts, texts))
     return arr
 
 
@@ -171,23 +169,25 @@ def read_cells(path: Path, required: Iterable[str] = (), any_of: Iterable[Iterab
         if size <= FAST_BYTES:
             with open(path, "rb") as f:
                 data = f.read(FAST_BYTES + 1)
-        if data is not None and len(data) <= FAST_BYTES:
-            check_shape(path, io.BytesIO(data))
-        else:
-            data = None
-            check_shape(path)
     except OSError as e:
         raise ParseError(path, f"cannot be read ({e.strerror or e})") from None
-    plain = None if data is None else _plain_rows(data)
-    if plain is not None:  # (every row as wide as the header: the last one is not cut)
-        return _checked_header(path, plain, required, any_of)
+    if data is not None and len(data) <= FAST_BYTES:
+        lines, size = _check_line_lengths(path, io.BytesIO(data))
+        plain = _plain_rows(data)
+        if plain is not None:  # (every row as wide as the header: the last one is not cut)
+            cells, header = plain
+            _judge_shape(path, header, [len(header)] * min(len(cells), _SHAPE_ROWS), lines, size)
+            return _checked_header(path, cells, required, any_of)
+        check_shape(path, io.BytesIO(data))
+    else:
+        check_shape(path)
     df = _checked_header(path, _pandas_frame(path), required, any_of)
     check_last_row(path)
     return Cells({c: df[c].to_numpy(dtype=object) for c in df.columns}, len(df))
 
 
-def _plain_rows(data: bytes) -> Cells | None:
-    """The cells of a CSV the csv module splits as pandas does, or None when the file has anything
+def _plain_rows(data: bytes) -> tuple[Cells, list[str]] | None:
+    """The cells and the header's fields of a CSV the csv module splits as pandas does, or None when the file has anything
     on which the two could differ (pandas then reads it): a byte-order mark, a NUL, bytes that are
     not UTF-8, a carriage return not followed by a line feed, a field spanning lines, a quote left
     open or followed by more text, a blank line, a row not as wide as the header, a header narrower than two names or with a blank, duplicate or
@@ -219,7 +219,7 @@ def _plain_rows(data: bytes) -> Cells | None:
     if any(not h.strip() or h.startswith("Unnamed:") for h in names):
         return None
     n = len(body)
-    return Cells({name.strip(): col for name, col in zip(names, zip(*body) if n else [() for _ in names])}, n)
+    return Cells({name.strip(): col for name, col in zip(names, zip(*body) if n else [() for _ in names])}, n), header
 
 
 def to_float(s: pd.Series, path: Path | None = None, column: str = "") -> pd.Series:
@@ -381,8 +381,15 @@ def check_shape(path: Path, content: io.BytesIO | None = None) -> None:
             header, widths = _header_and_widths(path, f)
     except OSError as e:
         raise ParseError(path, f"cannot be read ({e.strerror or e})") from None
+    _judge_shape(path, header, widths, lines, size)
+
+
+def _judge_shape(path: Path, header: list[str] | None, widths: list[int], lines: int, size: int) -> None:
+    """check_shape's verdict on the header, the field counts of the rows after it, and the file's lines
+    and bytes."""
     if header is None:
         return
+    header = list(header)
     while header and not header[-1].strip():
         header.pop()  # a trailing comma at the end of the header
     cols = len(header)
