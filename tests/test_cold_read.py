@@ -173,3 +173,21 @@ def test_files_not_plain_read_as_pandas_does(tmp_path: Path, body: bytes) -> Non
         assert str(got.value) == str(e)
         return
     _same_cells(read_cells(path), want)
+
+
+@pytest.mark.parametrize(
+    "steps,want",
+    [
+        (["3", "4"], [3, 4]),  # every Step in digits: every row kept without judging the texts
+        (["3", "", "Total"], [3, None]),  # a blank Step is a row (null step), a text one a summary row
+        ([" 5 ", "N/A", "6"], [5, None, 6]),  # spaces and N/A: judged as before, every row kept
+    ],
+)
+def test_step_rows_kept(tmp_path: Path, steps: list[str], want: list[int | None]) -> None:
+    # by hand: one row per Step above, Computing 1, Communication(Not Overlapped) 2, Free 4 -> total 7
+    header = "Step,Computing,Communication(Not Overlapped),Overlapped,Communication,Free,Stage,Bubble\n"
+    path = tmp_path / "step_trace_time.csv"
+    path.write_text(header + "".join(f"{s},1,2,0,2,4,7,0\n" for s in steps))
+    got = ac.read_step_trace_time(path, 0)
+    assert [None if pd.isna(v) else int(v) for v in got["step"]] == want
+    assert got["total_us"].tolist() == [7.0] * len(want)

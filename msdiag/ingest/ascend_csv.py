@@ -210,10 +210,12 @@ def read_step_trace_time(path: Path, rank: int) -> pd.DataFrame:
     skipped; a blank Step (a capture without step markers) gives a row with a null step.
     """
     df = _read(path, required=STEP_TRACE_REQUIRED)
-    step_raw = pd.Series(df["Step"]).astype("string").str.strip()
-    blank = step_raw.isna() | step_raw.isin(NA_VALUES)
-    numeric = pd.to_numeric(step_raw, errors="coerce").notna()
-    df = df.take((blank | numeric).to_numpy(bool))
+    if not all(isinstance(v, float) or (v.isascii() and v.isdigit()) for v in df["Step"]):
+        # (every Step null or written in digits: every row is kept, nothing to judge)
+        step_raw = pd.Series(df["Step"]).astype("string").str.strip()
+        blank = step_raw.isna() | step_raw.isin(NA_VALUES)
+        numeric = pd.to_numeric(step_raw, errors="coerce").notna()
+        df = df.take((blank | numeric).to_numpy(bool))
     n = len(df)
     cols: dict[str, Column | None] = {
         "rank": _rank(n, rank),
