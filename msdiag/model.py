@@ -17,6 +17,7 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+import numpy as np
 import pandas as pd
 
 SCHEMA_VERSION = "1.0"
@@ -82,30 +83,59 @@ class Table:
         for col, dtype in self.columns.items():
             if col in cols:
                 s = cols[col]
-                out[col] = s.astype(dtype) if str(s.dtype) != dtype else s
+                if str(s.dtype) != dtype:
+                    s = (s if isinstance(s, pd.Series) else pd.Series(s, index=pd.RangeIndex(n), copy=False)).astype(dtype)
+                out[col] = s
+            elif positional:  # the nulls as an array of the dtype (a Series of a broadcast null costs ~0.1-0.3 ms)
+                out[col] = _nulls(dtype, n)
             else:  # one null broadcast (a list of n nulls costs seconds per column at a million rows)
                 out[col] = pd.Series(float("nan") if dtype == FLOAT else pd.NA, index=pd.RangeIndex(n), dtype=dtype)
         # copy=False: the columns are not consolidated into one 2-D block per dtype (a copy, then a sorted copy
         # of every float column at once: three times the floats of a million-row kernels table at the peak)
         if positional:  # every column on 0..n-1: the arrays as they are (a third of the cost of aligning Series)
-            return pd.DataFrame({c: v.array for c, v in out.items()}, index=pd.RangeIndex(n), copy=False)
+            arrays = {c: v.array if isinstance(v, pd.Series) else v for c, v in out.items()}
+            return pd.DataFrame(arrays, index=pd.RangeIndex(n), copy=False)
         res = pd.DataFrame(out, copy=False)
         res.index = pd.RangeIndex(n)
         return res
 
 
+def _nulls(dtype: str, n: int) -> Any:
+    """n nulls of ``dtype``: the cells of a Series of one broadcast null, built as the array itself."""
+    if dtype == FLOAT:
+        return np.full(n, np.nan)
+    if dtype == INT:
+        return pd.arrays.IntegerArray(np.zeros(n, dtype=np.int64), np.ones(n, dtype=bool))
+    if dtype == BOOL:
+        return pd.arrays.BooleanArray(np.zeros(n, dtype=bool), np.ones(n, dtype=bool))
+    if dtype == STR and pd.StringDtype().storage == "pyarrow":  # pandas' default string storage
+        import pyarrow as pa
+
+        return pd.arrays.ArrowStringArray(pa.chunked_array([pa.nulls(n, pa.large_string())]))
+    return pd.Series(pd.NA, index=pd.RangeIndex(n), dtype=dtype).array
+
+
 def _aligned(data: Mapping[str, Any] | pd.DataFrame) -> dict[str, pd.Series] | None:
-    """``data``'s columns when it is a mapping of Series that all stand on the same 0..n-1 index (what
-    every reader builds), else None. Such columns need no alignment, so Table.frame takes them as they
-    are instead of building, and copying, an intermediate frame: the same cells, one copy less."""
-    if isinstance(data, pd.DataFrame) or not all(isinstance(v, pd.Series) for v in data.values()):
+    """``data``'s columns when it is a mapping of Series that all stand on the same 0..n-1 index, or
+    of 1-D arrays (numpy or pandas extension arrays: rows 0..n-1) of one length n (what every reader
+    builds), else None. Such columns need no alignment, so Table.frame takes them as they are instead
+    of building, and copying, an intermediate frame: the same cells, one copy less. An array whose
+    dtype is not the table's is converted as its Series would be."""
+    if isinstance(data, pd.DataFrame):
         return None
     n: int | None = None
-    for v in data.values():
-        if not _counts(v.index) or (n is not None and len(v.index) != n):
+    out: dict[str, pd.Series] = {}
+    for c, v in data.items():
+        if isinstance(v, pd.Series):
+            if not _counts(v.index):
+                return None
+        elif not (isinstance(v, pd.api.extensions.ExtensionArray) or (isinstance(v, np.ndarray) and v.ndim == 1)):
             return None
-        n = len(v.index)
-    return dict(data)
+        if n is not None and len(v) != n:
+            return None
+        n = len(v)
+        out[c] = v
+    return out
 
 
 def _counts(index: pd.Index) -> bool:

@@ -370,3 +370,43 @@ def test_matrix_total_variant_without_op_name(tmp_path: Path) -> None:
     r = links.iloc[0]
     assert r["op_type"] == "allgather" and r["variant"] == "total" and r["group"] == "77"
     assert math.isnan(r["bandwidth_gbps"]) and r["time_us"] == 0.0
+
+
+def _from_records(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every frame built through DataFrame.from_records, as before the columns were built as arrays."""
+    from msdiag.ingest import communication
+
+    monkeypatch.setattr(communication, "_arrays", lambda table, cols, rows: None)
+
+
+@pytest.mark.parametrize("capture,rank", CAPTURES, ids=IDS)
+def test_frames_from_arrays_as_from_records(corpus: Path, capture: str, rank: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the columns built as arrays give the frames DataFrame.from_records gave: cells and dtypes
+    folder = corpus / capture / "ASCEND_PROFILER_OUTPUT"
+    got = [*read_communication(folder / "communication.json", rank), read_communication_matrix(folder / "communication_matrix.json", rank)]
+    _from_records(monkeypatch)
+    want = [*read_communication(folder / "communication.json", rank), read_communication_matrix(folder / "communication_matrix.json", rank)]
+    for g, w in zip(got, want):
+        pd.testing.assert_frame_equal(g, w, check_exact=True)
+
+
+def test_link_numbers_beyond_exact_floats(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a link "9007199254740993-1" (2^53 + 1: no float64 holds it) is left to from_records, which reads
+    # the column as before; a link "3-4" beside a step-less op is built as arrays. By hand: two rows,
+    # src 2^53 + 1 then 3 (from_records keeps the ints exact in an int64 column), dst 1 then 4
+    doc = {"step": {"collective": {"allreduce-top1@g": {
+        "9007199254740993-1": {"Transport Type": "HCCS", "Transit Size(MB)": 1.0, "Transit Time(ms)": 0.5},
+        "3-4": {"Transport Type": None, "Transit Size(MB)": 2.0, "Transit Time(ms)": 0.0},
+    }}}}
+    path = tmp_path / "communication_matrix.json"
+    path.write_text(json.dumps(doc))
+    links = read_communication_matrix(path, 5)
+    assert links["src"].tolist() == [2**53 + 1, 3] and links["dst"].tolist() == [1, 4]
+    assert links["step"].isna().all() and links["transport"].tolist()[0] == "HCCS" and pd.isna(links["transport"].iloc[1])
+    assert links["bandwidth_gbps"].iloc[0] == 2.0 and math.isnan(links["bandwidth_gbps"].iloc[1])
+    doc["step"]["collective"]["allreduce-top1@g"].pop("9007199254740993-1")
+    path.write_text(json.dumps(doc))
+    arrays = read_communication_matrix(path, 5)
+    _from_records(monkeypatch)
+    pd.testing.assert_frame_equal(arrays, read_communication_matrix(path, 5), check_exact=True)
+    assert list(arrays.dtypes.astype(str)) == list(model.COMM_LINKS.columns.values())

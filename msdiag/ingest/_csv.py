@@ -5,7 +5,10 @@
 - ``N/A`` and empty cells: null, never 0;
 - CRLF line endings and a trailing comma at the end of the header.
 
-Before pandas parses a file, :func:`check_shape` refuses, at the cost of one streaming pass, a file
+:func:`read_cells` splits a small plain file with the csv module (pandas' fixed cost per call is most
+of a few hundred rows' read) and gives it to pandas otherwise: the same cells, errors and messages.
+
+Before pandas (or the csv module) parses a file, :func:`check_shape` refuses, at the cost of one streaming pass, a file
 whose shape would make the parse explode (pandas keeps a pointer per field, and pads every short
 row out to the header's width): a line longer than :data:`MAX_LINE_BYTES` (a line of commas is a
 row of millions of fields), a header wider than :data:`MAX_COLUMNS`, or a header wider than every
@@ -19,16 +22,22 @@ import csv
 import io
 from itertools import islice
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Mapping, TypeVar
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from msdiag import units
 from msdiag.errors import ParseError
 
 NA_VALUES = ["N/A", "NA", "n/a", "", "-", "None", "null", "NaN", "nan"]
 _NA_SET = frozenset(NA_VALUES)
+_NAN = float("nan")
+_NA_NAN = dict.fromkeys(NA_VALUES, _NAN)  # (.get(text, text): NaN for an NA text, else the text)
+_NA_ARROW = pa.array(NA_VALUES, type=pa.large_string())
+T = TypeVar("T", pd.DataFrame, "Cells")
 
 # The longest line of the corpus is 1.4 KB (a kernel row with its shapes); a row of 1 MiB would hold
 # shapes of thousands of inputs. pandas tokenizes such a line into at most ~1M fields (tens of MB).
@@ -41,6 +50,8 @@ _SHAPE_ROWS = 100
 _SCAN_BYTES = 8 << 20
 _INT64_BOUND = 2.0**63
 _NEWLINE = 0x0A
+# Files up to this size are read once and, when plain, split by the csv module (read_cells)
+FAST_BYTES = 8 << 20
 
 
 def read_csv(path: Path, required: Iterable[str] = (), any_of: Iterable[Iterable[str]] = ()) -> pd.DataFrame:
@@ -53,6 +64,15 @@ def read_csv(path: Path, required: Iterable[str] = (), any_of: Iterable[Iterable
         if path.stat().st_size == 0:
             raise ParseError(path, "the file is empty (0 bytes)")
         check_shape(path)
+    except OSError as e:
+        raise ParseError(path, f"cannot be read ({e.strerror or e})") from None
+    return _checked_header(path, _pandas_frame(path), required, any_of)
+
+
+def _pandas_frame(path: Path) -> pd.DataFrame:
+    """The file parsed by pandas (every cell a string, the NA texts null), its unnamed columns dropped
+    and its column names stripped."""
+    try:
         df = pd.read_csv(
             path,
             dtype=str,
@@ -63,8 +83,6 @@ def read_csv(path: Path, required: Iterable[str] = (), any_of: Iterable[Iterable
             encoding_errors="replace",
             quoting=csv.QUOTE_MINIMAL,
         )
-    except ParseError:
-        raise
     except pd.errors.EmptyDataError:
         raise ParseError(path, "the file is empty: no CSV header") from None
     except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as e:
@@ -78,15 +96,130 @@ def read_csv(path: Path, required: Iterable[str] = (), any_of: Iterable[Iterable
     if len(named) != len(df.columns):
         df = df[named]
     df.columns = [str(c).strip() for c in df.columns]
-    missing = [c for c in required if c not in df.columns]
+    return df
+
+
+def _checked_header(path: Path, df: T, required: Iterable[str], any_of: Iterable[Iterable[str]]) -> T:
+    """``df`` (a frame or :class:`Cells`) when it has the ``required`` and ``any_of`` columns, else the
+    ParseError naming what is missing and what was found."""
+    columns = list(df.columns)
+    missing = [c for c in required if c not in columns]
     for group in any_of:
         group = list(group)
-        if not any(c in df.columns for c in group):
+        if not any(c in columns for c in group):
             missing.append(" or ".join(group))
     if missing:
-        found = ", ".join(df.columns[:12]) + (", ..." if len(df.columns) > 12 else "")
+        found = ", ".join(columns[:12]) + (", ..." if len(columns) > 12 else "")
         raise ParseError(path, f"missing column(s) {', '.join(missing)}; found: {found}")
     return df
+
+
+class Cells:
+    """A CSV's cells by column: per (stripped) column name an object array of n strings, NaN where the
+    file writes an NA text (exactly the cells of :func:`read_csv`'s frame, ``to_numpy(dtype=object)``),
+    without a frame: the readers convert each column once and build their table from arrays. A column
+    given as a tuple of the file's texts becomes its array when first asked for (a reader reads about
+    half of kernel_details' columns)."""
+
+    def __init__(self, columns: Mapping[str, np.ndarray | tuple[str, ...]], n: int) -> None:
+        self.data = dict(columns)
+        self.n = n
+
+    @property
+    def columns(self) -> list[str]:
+        return list(self.data)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.data
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        v = self.data[name]
+        if isinstance(v, tuple):
+            v = self.data[name] = _cells_of(v)
+        return v
+
+    def take(self, keep: np.ndarray) -> Cells:
+        """The rows where ``keep`` (booleans) is True."""
+        return Cells({c: self[c][keep] for c in self.data}, int(np.count_nonzero(keep)))
+
+
+def _cells_of(texts: tuple[str, ...]) -> np.ndarray:
+    """An object array of a column's texts, NaN for the NA texts (pandas' exact matching)."""
+    arr = np.empty(len(texts), dtype=object)
+    arr[:] = texts if _NA_SET.isdisjoint(texts) else list(map(_NA_NAN.get, texts, texts))
+    return arr
+
+
+def read_cells(path: Path, required: Iterable[str] = (), any_of: Iterable[Iterable[str]] = ()) -> Cells:
+    """:func:`read_csv`'s cells, checks and errors, then :func:`check_last_row`'s, as :class:`Cells`.
+
+    A file of at most :data:`FAST_BYTES` is read once: its shape is checked on the bytes, and when it
+    is plain (see :func:`_plain_rows`) the csv module splits it, since for the few hundred rows of most
+    profiler files pandas' fixed cost per call is most of the read. Anything else is parsed by pandas
+    as :func:`read_csv` does: the same cells, errors and messages either way.
+    """
+    try:
+        size = path.stat().st_size
+        if size == 0:
+            raise ParseError(path, "the file is empty (0 bytes)")
+        data = None
+        if size <= FAST_BYTES:
+            with open(path, "rb") as f:
+                data = f.read(FAST_BYTES + 1)
+    except OSError as e:
+        raise ParseError(path, f"cannot be read ({e.strerror or e})") from None
+    if data is not None and len(data) <= FAST_BYTES:
+        lines, size = _check_line_lengths(path, io.BytesIO(data))
+        plain = _plain_rows(data)
+        if plain is not None:  # (every row as wide as the header: the last one is not cut)
+            cells, header = plain
+            _judge_shape(path, header, [len(header)] * min(len(cells), _SHAPE_ROWS), lines, size)
+            return _checked_header(path, cells, required, any_of)
+        check_shape(path, io.BytesIO(data))
+    else:
+        check_shape(path)
+    df = _checked_header(path, _pandas_frame(path), required, any_of)
+    check_last_row(path)
+    return Cells({c: df[c].to_numpy(dtype=object) for c in df.columns}, len(df))
+
+
+def _plain_rows(data: bytes) -> tuple[Cells, list[str]] | None:
+    """The cells and the header's fields of a CSV the csv module splits as pandas does, or None when the file has anything
+    on which the two could differ (pandas then reads it): a byte-order mark, a NUL, bytes that are
+    not UTF-8, a carriage return not followed by a line feed, a field spanning lines, a quote left
+    open or followed by more text, a blank line, a row not as wide as the header, a header narrower than two names or with a blank, duplicate or
+    ``Unnamed:`` name (pandas renames those). An empty last header name (a trailing comma) drops that
+    column, as :func:`read_csv` does."""
+    if b"\x00" in data or data.startswith(b"\xef\xbb\xbf"):
+        return None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    if text.count("\r") != text.count("\r\n"):
+        return None
+    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
+    try:
+        rows = list(reader)
+    except csv.Error:  # (a field over the csv module's size limit, an unclosed quote, text after a closing quote)
+        return None
+    if not rows or reader.line_num != len(rows):
+        return None
+    header = rows[0]
+    width = len(header)
+    if width < 2 or len(set(header)) != width:
+        return None
+    body = rows[1:]
+    if not set(map(len, body)) <= {width}:
+        return None
+    names = header[:-1] if header[-1] == "" else header
+    if any(not h.strip() or h.startswith("Unnamed:") for h in names):
+        return None
+    n = len(body)
+    return Cells({name.strip(): col for name, col in zip(names, zip(*body) if n else [() for _ in names])}, n), header
 
 
 def to_float(s: pd.Series, path: Path | None = None, column: str = "") -> pd.Series:
@@ -96,10 +229,14 @@ def to_float(s: pd.Series, path: Path | None = None, column: str = "") -> pd.Ser
     """
     if s.dtype.kind in "fiu":
         return s.astype("float64")
-    raw = s.to_numpy(dtype=object)
+    return pd.Series(floats_of(s.to_numpy(dtype=object), path, column), index=s.index, dtype="float64")
+
+
+def floats_of(raw: np.ndarray, path: Path | None = None, column: str = "") -> np.ndarray:
+    """:func:`to_float` of an object array of cells (str, NaN / None where null)."""
     try:
         # fast path, in C: every cell a number (float() takes the trailing TAB as it is)
-        return pd.Series(raw.astype("float64"), index=s.index)
+        return raw.astype("float64")
     except (TypeError, ValueError):
         pass
     out = np.full(len(raw), np.nan)
@@ -115,7 +252,7 @@ def to_float(s: pd.Series, path: Path | None = None, column: str = "") -> pd.Ser
     if bad_rows and path is not None:
         i = bad_rows[0]
         raise ParseError(path, f"column '{column}' holds a non-number ({str(raw[i]).strip()!r}) in row {i + 2}")
-    return pd.Series(out, index=s.index, dtype="float64")
+    return out
 
 
 def to_int(s: pd.Series, path: Path | None = None, column: str = "", notes: list[str] | None = None) -> pd.Series:
@@ -128,20 +265,55 @@ def to_int(s: pd.Series, path: Path | None = None, column: str = "", notes: list
     beyond = f.notna() & ~(f.abs() < _INT64_BOUND)
     if beyond.any():
         if notes is not None:
-            first = float(f[beyond].iloc[0])
-            shown = f"{first:.3g}" if np.isfinite(first) else "an infinite number"
-            where = f"{path.name}: " if path is not None else ""
-            notes.append(
-                f"{where}{int(beyond.sum())} '{column}' value(s) beyond the int64 range (first: {shown}) read as null"
-            )
+            notes.append(_beyond_note(float(f[beyond].iloc[0]), int(beyond.sum()), path, column))
         f = f.mask(beyond)
     return f.round().astype("Int64")
+
+
+def ints_of(
+    raw: np.ndarray, path: Path | None = None, column: str = "", notes: list[str] | None = None
+) -> pd.api.extensions.ExtensionArray:
+    """:func:`to_int` of an object array of cells (str, NaN / None where null): an Int64 array."""
+    f = floats_of(raw, path, column)
+    beyond = ~np.isnan(f) & ~(np.abs(f) < _INT64_BOUND)
+    if beyond.any():
+        if notes is not None:
+            notes.append(_beyond_note(float(f[beyond][0]), int(beyond.sum()), path, column))
+        f = np.where(beyond, np.nan, f)
+    return pd.array(np.round(f), dtype="Int64")
+
+
+def _beyond_note(first: float, count: int, path: Path | None, column: str) -> str:
+    shown = f"{first:.3g}" if np.isfinite(first) else "an infinite number"
+    where = f"{path.name}: " if path is not None else ""
+    return f"{where}{count} '{column}' value(s) beyond the int64 range (first: {shown}) read as null"
 
 
 def strip_quotes(s: pd.Series) -> pd.Series:
     """Shapes are written as '"32,3,224,224"' (quoted twice in the CSV): keep the text inside."""
     t = s.astype("string").str.strip()
     return t.str.strip('"').str.strip()
+
+
+def quoted_texts_of(raw: np.ndarray) -> pd.api.extensions.ExtensionArray:
+    """:func:`strip_quotes` of an object array of cells: a "string" array."""
+    t = pc.utf8_trim_whitespace(_arrow_strings(raw))
+    return pd.arrays.ArrowStringArray(pc.utf8_trim_whitespace(pc.utf8_trim(t, characters='"')))
+
+
+def texts_of(raw: np.ndarray) -> pd.api.extensions.ExtensionArray:
+    """Cells as text, stripped; a cell that is an NA text once stripped (`` N/A ``: the parser's own NA
+    matching takes exact cells only) is null. A "string" array; the NA mask is built only when one
+    Arrow pass finds such a cell."""
+    t = pc.utf8_trim_whitespace(_arrow_strings(raw))
+    na = pc.is_in(t, value_set=_NA_ARROW)
+    if pc.any(na).as_py():
+        t = pc.if_else(na, pa.scalar(None, pa.large_string()), t)
+    return pd.arrays.ArrowStringArray(t)
+
+
+def _arrow_strings(raw: np.ndarray) -> pa.Array:
+    return pa.array(raw, type=pa.large_string(), from_pandas=True)
 
 
 def mangled_timestamps(ts: pd.Series) -> bool:
@@ -197,20 +369,27 @@ def _fields(path: Path, line: str) -> list[str]:
         raise ParseError(path, f"not a readable CSV file ({e})") from None
 
 
-def check_shape(path: Path) -> None:
+def check_shape(path: Path, content: io.BytesIO | None = None) -> None:
     """Raise ParseError when ``path`` has a line longer than MAX_LINE_BYTES, or a header wider than
     MAX_COLUMNS, than every one of its first rows, or than its bytes can fill (see the module's
     docstring): the cheap checks that bound what parsing the file can cost. One streaming pass, in
-    bounded memory."""
+    bounded memory; ``content``: the file's bytes when they are already read."""
     try:
-        with open(path, "rb") as f:
+        with open(path, "rb") if content is None else content as f:
             lines, size = _check_line_lengths(path, f)
             f.seek(0)
             header, widths = _header_and_widths(path, f)
     except OSError as e:
         raise ParseError(path, f"cannot be read ({e.strerror or e})") from None
+    _judge_shape(path, header, widths, lines, size)
+
+
+def _judge_shape(path: Path, header: list[str] | None, widths: list[int], lines: int, size: int) -> None:
+    """check_shape's verdict on the header, the field counts of the rows after it, and the file's lines
+    and bytes."""
     if header is None:
         return
+    header = list(header)
     while header and not header[-1].strip():
         header.pop()  # a trailing comma at the end of the header
     cols = len(header)
@@ -225,7 +404,7 @@ def check_shape(path: Path) -> None:
         raise ParseError(path, f"its {lines:,} lines hold far fewer fields than the header's {cols:,} columns")
 
 
-def _header_and_widths(path: Path, f: io.BufferedReader) -> tuple[list[str] | None, list[int]]:
+def _header_and_widths(path: Path, f: io.BufferedReader | io.BytesIO) -> tuple[list[str] | None, list[int]]:
     """The header's fields and the field counts of up to _SHAPE_ROWS rows after it (a row the csv
     module cannot read ends the count: pandas judges it; a header it cannot read is a ParseError)."""
     reader = csv.reader(io.TextIOWrapper(f, "utf-8", errors="replace", newline=""))
@@ -242,7 +421,7 @@ def _header_and_widths(path: Path, f: io.BufferedReader) -> tuple[list[str] | No
     return header, widths
 
 
-def _check_line_lengths(path: Path, f: io.BufferedReader) -> tuple[int, int]:
+def _check_line_lengths(path: Path, f: io.BufferedReader | io.BytesIO) -> tuple[int, int]:
     """Raise ParseError at the first line longer than MAX_LINE_BYTES (read in blocks, never whole);
     else (lines, bytes) of the file."""
     line = 1  # the number of the line being scanned

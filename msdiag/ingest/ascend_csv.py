@@ -20,17 +20,19 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from msdiag import model, units
 from msdiag.errors import ParseError
 from msdiag.ingest._csv import (
     NA_VALUES,
-    check_last_row,
-    mangled_timestamps,
-    read_csv,
-    strip_quotes,
-    to_float,
-    to_int,
+    Cells,
+    floats_of,
+    ints_of,
+    quoted_texts_of,
+    read_cells,
+    texts_of,
 )
 
 Alternatives = tuple[str, ...]
@@ -138,60 +140,60 @@ MINDDATA_CONSUMER_TYPE = "DeviceQueue/Iterator"
 # --------------------------------------------------------------------------------------------
 
 
-def _read(path: Path, required: Iterable[str] = (), any_of: Iterable[Iterable[str]] = ()) -> pd.DataFrame:
-    """read_csv, plus the truncated-last-row check, with a clean RangeIndex."""
-    df = read_csv(path, required=required, any_of=any_of)
-    check_last_row(path)
-    return df.reset_index(drop=True)
+Column = Any  # a reader's column: a float64 ndarray, an Int64 or a "string" array
 
 
-def _col(df: pd.DataFrame, names: Sequence[str]) -> str | None:
+def _read(path: Path, required: Iterable[str] = (), any_of: Iterable[Iterable[str]] = ()) -> Cells:
+    """The file's cells (read_cells: the shape, header and truncated-last-row checks)."""
+    return read_cells(path, required=required, any_of=any_of)
+
+
+def _col(df: Cells, names: Sequence[str]) -> str | None:
     for n in names:
-        if n in df.columns:
+        if n in df:
             return n
     return None
 
 
-def _floats(df: pd.DataFrame, path: Path, names: Sequence[str]) -> pd.Series | None:
+def _floats(df: Cells, path: Path, names: Sequence[str]) -> np.ndarray | None:
     c = _col(df, names)
-    return None if c is None else to_float(df[c], path, c)
+    return None if c is None else floats_of(df[c], path, c)
 
 
-def _ints(df: pd.DataFrame, path: Path, names: Sequence[str], notes: list[str] | None = None) -> pd.Series | None:
+def _ints(df: Cells, path: Path, names: Sequence[str], notes: list[str] | None = None) -> Column | None:
     c = _col(df, names)
-    return None if c is None else to_int(df[c], path, c, notes)
+    return None if c is None else ints_of(df[c], path, c, notes)
 
 
-def _strs(df: pd.DataFrame, names: Sequence[str]) -> pd.Series | None:
+def _strs(df: Cells, names: Sequence[str]) -> Column | None:
+    """The first present of ``names`` as text, stripped, an NA text (written with spaces around it:
+    the parser's own NA matching takes exact cells only) null (_csv.texts_of)."""
     c = _col(df, names)
-    if c is None:
-        return None
-    s = df[c].astype("string").str.strip()
-    return s.mask(s.isin(NA_VALUES)) if _holds_na_text(s) else s
+    return None if c is None else texts_of(df[c])
 
 
-def _holds_na_text(s: pd.Series) -> bool:
-    """True when a cell of ``s`` is one of NA_VALUES (written with spaces around it: the parser's own
-    NA matching takes exact cells only). One pass in Arrow's C, so the mask is built only when needed."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    arr = pa.array(s.array)
-    return bool(pc.any(pc.is_in(arr, value_set=pa.array(NA_VALUES).cast(arr.type))).as_py())
-
-
-def _rank(n: int, rank: int) -> pd.Series:
+def _rank(n: int, rank: int) -> Column:
     """``rank`` on n rows (from one numpy fill: a Python list of n ints costs seconds at a million rows)."""
-    return pd.Series(np.full(n, rank, dtype=np.int64), dtype=model.INT)
+    return pd.array(np.full(n, rank, dtype=np.int64), dtype=model.INT)
 
 
-def _const(n: int, value: str) -> pd.Series:
+def _const(n: int, value: str) -> Column:
     """``value`` on n rows."""
-    return pd.Series(np.full(n, value, dtype=object), dtype=model.STR)
+    return pd.array(np.full(n, value, dtype=object), dtype=model.STR)
 
 
-def _present(cols: Mapping[str, pd.Series | None]) -> dict[str, pd.Series]:
+def _present(cols: Mapping[str, Column | None]) -> dict[str, Column]:
     return {k: v for k, v in cols.items() if v is not None}
+
+
+def _is(col: Column, value: str) -> np.ndarray:
+    """Booleans: the text column equals ``value`` (null: False)."""
+    return np.asarray(pc.fill_null(pc.equal(pa.array(col), value), False))
+
+
+def _starts_lower(col: Column, prefix: str) -> np.ndarray:
+    """Booleans: the text column, lower-cased, starts with ``prefix`` (null: False)."""
+    return np.asarray(pc.fill_null(pc.starts_with(pc.utf8_lower(pa.array(col)), pattern=prefix), False))
 
 
 # --------------------------------------------------------------------------------------------
@@ -208,14 +210,16 @@ def read_step_trace_time(path: Path, rank: int) -> pd.DataFrame:
     skipped; a blank Step (a capture without step markers) gives a row with a null step.
     """
     df = _read(path, required=STEP_TRACE_REQUIRED)
-    step_raw = df["Step"].astype("string").str.strip()
-    blank = step_raw.isna() | step_raw.isin(NA_VALUES)
-    numeric = pd.to_numeric(step_raw, errors="coerce").notna()
-    df = df[blank | numeric].reset_index(drop=True)
+    if not all(isinstance(v, float) or (v.isascii() and v.isdigit()) for v in df["Step"]):
+        # (every Step null or written in digits: every row is kept, nothing to judge)
+        step_raw = pd.Series(df["Step"]).astype("string").str.strip()
+        blank = step_raw.isna() | step_raw.isin(NA_VALUES)
+        numeric = pd.to_numeric(step_raw, errors="coerce").notna()
+        df = df.take((blank | numeric).to_numpy(bool))
     n = len(df)
-    cols: dict[str, pd.Series | None] = {
+    cols: dict[str, Column | None] = {
         "rank": _rank(n, rank),
-        "step": to_int(df["Step"], path, "Step"),
+        "step": ints_of(df["Step"], path, "Step"),
     }
     for canon, names in STEP_TRACE_COLUMNS.items():
         cols[canon] = _floats(df, path, names)
@@ -242,7 +246,7 @@ def read_kernel_details(path: Path, rank: int, notes: list[str] | None = None) -
     """
     df = _read(path, required=(), any_of=(KERNEL_NAME, KERNEL_TYPE, KERNEL_CORE, KERNEL_START, KERNEL_DUR))
     n = len(df)
-    cols: dict[str, pd.Series | None] = {"rank": _rank(n, rank)}
+    cols: dict[str, Column | None] = {"rank": _rank(n, rank)}
     for canon, names in KERNEL_INT_COLUMNS.items():
         cols[canon] = _ints(df, path, names, notes)
     for canon, names in KERNEL_STR_COLUMNS.items():
@@ -250,25 +254,21 @@ def read_kernel_details(path: Path, rank: int, notes: list[str] | None = None) -
     for canon, names in KERNEL_SHAPE_COLUMNS.items():
         c = _col(df, names)
         if c is not None:
-            cols[canon] = strip_quotes(df[c])  # N/A -> null; '""' (no shape) -> ''
+            cols[canon] = quoted_texts_of(df[c])  # N/A -> null; '""' (no shape) -> ''
     for canon, names in KERNEL_FLOAT_COLUMNS.items():
         cols[canon] = _floats(df, path, names)
     for canon, names in KERNEL_SUM_COLUMNS.items():
-        parts = [to_float(df[c], path, c) for c in names if c in df.columns]
+        parts = [pd.Series(floats_of(df[c], path, c)) for c in names if c in df]
         if parts:
-            cols[canon] = pd.concat(parts, axis=1).sum(axis=1, min_count=1)
+            cols[canon] = pd.concat(parts, axis=1).sum(axis=1, min_count=1).to_numpy()
     core = cols["core"]
     typ = cols["type"]
     name = cols["name"]
     assert core is not None and typ is not None and name is not None
-    comm = (
-        core.fillna("").eq(COMMUNICATION_CORE)
-        | typ.fillna("").str.lower().str.startswith("hcom")
-        | name.fillna("").str.lower().str.startswith("hcom")
-    )
-    cols["kind"] = pd.Series("compute", index=comm.index, dtype=model.STR).mask(comm.to_numpy(), "communication")
+    comm = _is(core, COMMUNICATION_CORE) | _starts_lower(typ, "hcom") | _starts_lower(name, "hcom")
+    cols["kind"] = pd.array(np.where(comm, "communication", "compute").astype(object), dtype=model.STR)
     if typ.isna().any():  # (the names are parsed only when a type is missing)
-        cols["type"] = typ.fillna(type_from_kernel_name(name))
+        cols["type"] = pd.Series(typ).fillna(type_from_kernel_name(pd.Series(name))).array
     return model.KERNELS.frame(_present(cols))
 
 
@@ -300,7 +300,7 @@ def read_op_statistic(path: Path, rank: int) -> pd.DataFrame:
     """
     df = _read(path, required=OP_STAT_REQUIRED)
     n = len(df)
-    cols: dict[str, pd.Series | None] = {
+    cols: dict[str, Column | None] = {
         "rank": _rank(n, rank),
         "op_type": _strs(df, ("OP Type",)),
         "core": _strs(df, ("Core Type",)),
@@ -329,18 +329,19 @@ def read_memory_record(path: Path, rank: int) -> tuple[pd.DataFrame, list[str]]:
     n = len(df)
     notes: list[str] = []
     ts_raw = df["Timestamp(us)"]
-    if mangled_timestamps(ts_raw):
-        t = ts_raw.astype("string").str.strip()
-        bad = t[t.str.contains(r"[eE]\+", regex=True, na=False)]
+    t = pc.utf8_trim_whitespace(pa.array(ts_raw, type=pa.large_string(), from_pandas=True))
+    mangled = pc.fill_null(pc.match_substring_regex(t, r"[eE]\+"), False)
+    if pc.any(mangled).as_py():
+        bad = pc.filter(t, mangled)
         notes.append(
-            f"{path.name}: timestamps were rounded by a spreadsheet ({bad.iloc[0]}, {len(bad)} of {n} rows): "
+            f"{path.name}: timestamps were rounded by a spreadsheet ({bad[0].as_py()}, {len(bad)} of {n} rows): "
             "the memory timeline has no usable time axis"
         )
-    cols: dict[str, pd.Series | None] = {
+    cols: dict[str, Column | None] = {
         "rank": _rank(n, rank),
         "component": _strs(df, ("Component",)),
         "source": _const(n, "memory_record"),
-        "ts_us": to_float(ts_raw, path, "Timestamp(us)"),
+        "ts_us": floats_of(ts_raw, path, "Timestamp(us)"),
         # "MB" of the Ascend memory files is MiB (2^20 bytes): kept as written in the _mb columns
         "allocated_mb": _floats(df, path, ("Total Allocated(MB)",)),
         "reserved_mb": _floats(df, path, ("Total Reserved(MB)",)),
@@ -359,13 +360,13 @@ def read_npu_module_mem(path: Path, rank: int) -> pd.DataFrame:
     """
     df = _read(path, required=NPU_MODULE_MEM_REQUIRED)
     n = len(df)
-    reserved = to_float(df["Total Reserved(MB)"], path, "Total Reserved(MB)")
-    cols: dict[str, pd.Series | None] = {
+    reserved = floats_of(df["Total Reserved(MB)"], path, "Total Reserved(MB)")
+    cols: dict[str, Column | None] = {
         "rank": _rank(n, rank),
         "component": _strs(df, ("Component",)),
         "source": _const(n, "npu_module_mem"),
-        "ts_us": to_float(df["Timestamp(us)"], path, "Timestamp(us)"),
-        "reserved_mb": reserved.mask(reserved < 0),
+        "ts_us": floats_of(df["Timestamp(us)"], path, "Timestamp(us)"),
+        "reserved_mb": np.where(reserved < 0, np.nan, reserved),
         "device": _strs(df, ("Device", "Device Type")),
     }
     return model.MEMORY.frame(_present(cols))
@@ -384,7 +385,7 @@ def read_operator_memory(path: Path, rank: int) -> pd.DataFrame:
     """
     df = _read(path, required=OPERATOR_MEMORY_REQUIRED)
     n = len(df)
-    cols: dict[str, pd.Series | None] = {
+    cols: dict[str, Column | None] = {
         "rank": _rank(n, rank),
         "name": _strs(df, ("Name",)),
         "kind": _const(n, "dynamic"),
@@ -397,7 +398,7 @@ def read_operator_memory(path: Path, rank: int) -> pd.DataFrame:
     return model.MEMORY_ALLOCS.frame(_present(cols))
 
 
-def _static_frame(path: Path) -> pd.DataFrame:
+def _static_frame(path: Path) -> Cells:
     return _read(path, required=STATIC_OP_MEM_REQUIRED)
 
 
@@ -410,10 +411,9 @@ def read_static_op_mem(path: Path, rank: int) -> pd.DataFrame:
     df = _static_frame(path)
     name = _strs(df, ("Op Name",))
     assert name is not None
-    keep = name.fillna("").ne(STATIC_OP_MEM_TOTAL)
-    df = df[keep.to_numpy()].reset_index(drop=True)
+    df = df.take(~_is(name, STATIC_OP_MEM_TOTAL))
     n = len(df)
-    cols: dict[str, pd.Series | None] = {
+    cols: dict[str, Column | None] = {
         "rank": _rank(n, rank),
         "name": _strs(df, ("Op Name",)),
         "kind": _const(n, "static"),
@@ -430,12 +430,10 @@ def read_static_op_mem_totals(path: Path) -> dict[int | None, float]:
     (blocks are reused and aligned): on the corpus graph 0 sums to 19784.7 KB but its TOTAL is 17210.5.
     """
     df = _static_frame(path)
-    name = df["Op Name"].astype("string").str.strip()
-    tot = df[name.eq(STATIC_OP_MEM_TOTAL).fillna(False).to_numpy()].reset_index(drop=True)
-    sizes = to_float(tot["Size(KB)"], path, "Size(KB)")
-    graphs = (
-        to_int(tot["Graph ID"], path, "Graph ID") if "Graph ID" in tot.columns else pd.Series([pd.NA] * len(tot))
-    )
+    name = pc.utf8_trim_whitespace(pa.array(df["Op Name"], type=pa.large_string(), from_pandas=True))
+    tot = df.take(_is(name, STATIC_OP_MEM_TOTAL))
+    sizes = floats_of(tot["Size(KB)"], path, "Size(KB)")
+    graphs = ints_of(tot["Graph ID"], path, "Graph ID") if "Graph ID" in tot else [pd.NA] * len(tot)
     return {(None if pd.isna(g) else int(g)): float(s) for g, s in zip(graphs, sizes)}
 
 
@@ -453,16 +451,15 @@ def read_dataset_csv(path: Path, rank: int) -> pd.DataFrame:
     """
     df = _read(path, required=DATASET_REQUIRED, any_of=(DATASET_AVG,))
     n = len(df)
-    out = pd.DataFrame(
-        {
-            "rank": _rank(n, rank),
-            "operation": _strs(df, ("Operation",)),
-            "stage": _strs(df, ("Stage",)),
-            "occurrences": _ints(df, path, ("Occurrences",)),
-            "avg_us": _floats(df, path, DATASET_AVG),
-            "custom_info": _strs(df, ("Custom Info",)),
-        }
-    )
+    cols = {
+        "rank": _rank(n, rank),
+        "operation": _strs(df, ("Operation",)),
+        "stage": _strs(df, ("Stage",)),
+        "occurrences": _ints(df, path, ("Occurrences",)),
+        "avg_us": _floats(df, path, DATASET_AVG),
+        "custom_info": _strs(df, ("Custom Info",)),
+    }
+    out = pd.DataFrame({k: None if v is None else pd.Series(v) for k, v in cols.items()})
     return out[list(DATASET_COLUMNS)]
 
 
@@ -496,21 +493,25 @@ def _queue_list(cell: Any, path: Path, op_id: Any) -> list[float] | None:
 
 def _read_minddata_raw(path: Path) -> dict[int, dict[str, Any]]:
     df = _read(path, required=MINDDATA_RAW_REQUIRED)
-    op_id = to_int(df["op_id"], path, "op_id")
+    op_id = pd.Series(ints_of(df["op_id"], path, "op_id"))
     if op_id.isna().any():
         raise ParseError(path, f"row {int(op_id.isna().to_numpy().argmax()) + 2} has no op_id")
     num = {
-        "num_workers": _ints(df, path, ("num_workers",)),
-        "queue_capacity": _floats(df, path, ("output_queue_length",)),
-        "queue_avg_size": _floats(df, path, ("output_queue_average_size",)),
-        "queue_usage": _floats(df, path, ("output_queue_usage_rate",)),
-        "parent_id": _ints(df, path, ("parent_id",)),
+        k: None if v is None else pd.Series(v)
+        for k, v in {
+            "num_workers": _ints(df, path, ("num_workers",)),
+            "queue_capacity": _floats(df, path, ("output_queue_length",)),
+            "queue_avg_size": _floats(df, path, ("output_queue_average_size",)),
+            "queue_usage": _floats(df, path, ("output_queue_usage_rate",)),
+            "parent_id": _ints(df, path, ("parent_id",)),
+        }.items()
     }
-    sizes = df["output_queue_size"] if "output_queue_size" in df.columns else pd.Series([None] * len(df))
+    sizes = pd.Series(df["output_queue_size"] if "output_queue_size" in df else [None] * len(df))
+    op_types = pd.Series(df["op_type"])
     rows: dict[int, dict[str, Any]] = {}
     for i in range(len(df)):
         oid = int(op_id.iloc[i])
-        row: dict[str, Any] = {"op_id": oid, "op_type": _op_type(df["op_type"].iloc[i])}
+        row: dict[str, Any] = {"op_id": oid, "op_type": _op_type(op_types.iloc[i])}
         for k, s in num.items():
             if s is not None and not pd.isna(s.iloc[i]):
                 row[k] = s.iloc[i]
@@ -619,7 +620,7 @@ def read_minddata_pipeline(raw_csv: Path | None, summary_json: Path | None, rank
     data: dict[str, Any] = {
         c: [r.get(c) for r in ordered] for c in columns if any(r.get(c) is not None for r in ordered)
     }
-    frame: dict[str, pd.Series] = {"rank": _rank(len(ordered), rank)}
+    frame: dict[str, Column] = {"rank": _rank(len(ordered), rank)}
     for c, vals in data.items():
         dtype = model.DATA_PIPELINE.columns[c]
         clean = [pd.NA if v is None else v for v in vals]

@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from msdiag import model
-from msdiag.ingest.ascend_csv import _floats, _ints, _present, _rank, _read, _strs
+from msdiag.ingest.ascend_csv import Column, _floats, _ints, _present, _rank, _read, _strs
 
 L2_CACHE_REQUIRED = ("Op Name", "Victim Rate")
 API_STATISTIC_REQUIRED = ("Level", "API Name", "Time(us)", "Count")
@@ -25,7 +25,7 @@ API_STATISTIC_REQUIRED = ("Level", "API Name", "Time(us)", "Count")
 def read_l2_cache(path: Path, rank: int) -> pd.DataFrame:
     """l2_cache.csv -> model.L2_CACHE (rates as the file writes them, 0..1; N/A -> null)."""
     df = _read(path, required=L2_CACHE_REQUIRED)
-    cols: dict[str, pd.Series | None] = {
+    cols: dict[str, Column | None] = {
         "rank": _rank(len(df), rank),
         "stream": _ints(df, path, ("Stream Id", "Stream ID")),
         "task_id": _ints(df, path, ("Task Id", "Task ID")),
@@ -39,7 +39,7 @@ def read_l2_cache(path: Path, rank: int) -> pd.DataFrame:
 def read_api_statistic(path: Path, rank: int) -> pd.DataFrame:
     """api_statistic.csv -> model.API_STATS, one row per (level, API)."""
     df = _read(path, required=API_STATISTIC_REQUIRED)
-    cols: dict[str, pd.Series | None] = {
+    cols: dict[str, Column | None] = {
         "rank": _rank(len(df), rank),
         "level": _strs(df, ("Level",)),
         "api": _strs(df, ("API Name",)),

@@ -112,12 +112,15 @@ def screen(table: str, df: pd.DataFrame, repair: Repair) -> pd.DataFrame:
     if check is None or not len(df):
         return df
     out = df
+    start = None  # the starts of out's rows
     if check.start is not None and check.start in df.columns:
-        keep = _judge_starts(table, check, df[check.start].to_numpy(float, na_value=np.nan), repair)
-        out = df if keep.all() else df[keep].reset_index(drop=True)
-    nulls = {col: bad for col, bad in _judge_durs(table, check, out, repair).items() if bad.any()}
+        start = df[check.start].to_numpy(float, na_value=np.nan)
+        keep = _judge_starts(table, check, start, repair)
+        if not keep.all():
+            out, start = df[keep].reset_index(drop=True), start[keep]
+    nulls = {col: bad for col, bad in _judge_durs(table, check, out, start, repair).items() if bad.any()}
     if check.step and "step" in out.columns:
-        bad = (out["step"] < 0).fillna(False).to_numpy(bool)
+        bad = out["step"].to_numpy("float64", na_value=np.nan) < 0  # (null: False)
         _count(repair, table, "step", "negative step id", bad)
         if bad.any():
             nulls["step"] = bad
@@ -170,10 +173,12 @@ def _stopped(table: str, starts: np.ndarray) -> None:
             "its timestamps are not a clock, there is no timeline to analyse")
 
 
-def _judge_durs(table: str, check: Check, df: pd.DataFrame, repair: Repair) -> dict[str, np.ndarray]:
+def _judge_durs(
+    table: str, check: Check, df: pd.DataFrame, start: np.ndarray | None, repair: Repair
+) -> dict[str, np.ndarray]:
     """Per duration column, the values that are impossible: not finite, negative, or ending more than
-    MARGIN_US past the file's last start (a null is counted where the table requires the value)."""
-    start = df[check.start].to_numpy(float, na_value=np.nan) if check.start in df.columns else None
+    MARGIN_US past the file's last start (``start``: the rows' starts, None without a start column;
+    a null is counted where the table requires the value)."""
     end_limit = np.inf
     if check.window and start is not None and np.isfinite(start).any():
         end_limit = float(np.nanmax(start)) + MARGIN_US

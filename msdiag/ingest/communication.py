@@ -18,6 +18,7 @@ import re
 from pathlib import Path
 from typing import Any, Iterator
 
+import numpy as np
 import pandas as pd
 
 from msdiag import model, units
@@ -203,9 +204,37 @@ def _packets(path: Path, where: str, dist: Any) -> int | None:
 def _frame(table: model.Table, cols: list[str], rows: list[tuple[Any, ...]], rank: int) -> pd.DataFrame:
     if not rows:
         return table.empty()
+    arrays = _arrays(table, cols, rows)
+    if arrays is not None:
+        return table.frame({"rank": pd.array(np.full(len(rows), rank, dtype=np.int64), dtype=model.INT), **arrays})
     df = pd.DataFrame.from_records(rows, columns=cols)
     # the rank beside the columns (not inserted into df: the frame takes the columns as they are)
     return table.frame({"rank": pd.Series(rank, index=df.index, dtype=model.INT), **{c: df[c] for c in df.columns}})
+
+
+_EXACT_INT = 2**53  # every int up to this is exact as a float: from_records' float64 column of ints and nulls
+
+
+def _arrays(table: model.Table, cols: list[str], rows: list[tuple[Any, ...]]) -> dict[str, Any] | None:
+    """The records' columns as arrays of the table's dtypes, each built once from its values (a frame
+    of the records, then a Series per column, cost more than the reading); None when a value is not of
+    its column's plain kind (floats; ints up to 2^53 or None; str or None), which only
+    ``DataFrame.from_records`` then converts as it always did."""
+    out: dict[str, Any] = {}
+    for c, values in zip(cols, zip(*rows)):
+        dtype = table.columns[c]
+        kinds = set(map(type, values))
+        if dtype == model.FLOAT and kinds == {float}:
+            out[c] = np.array(values, dtype=np.float64)
+        elif dtype == model.INT and kinds <= {int, type(None)} and all(
+            v is None or -_EXACT_INT <= v <= _EXACT_INT for v in values
+        ):
+            out[c] = pd.array(values, dtype=model.INT)
+        elif dtype == model.STR and kinds <= {str, type(None)}:
+            out[c] = pd.array(np.array(values, dtype=object), dtype=model.STR)
+        else:
+            return None
+    return out
 
 
 def read_communication_matrix(path: Path, rank: int) -> pd.DataFrame:
