@@ -672,6 +672,25 @@ class RankData:
         return TABLES[name].empty() if t is None else t
 
 
+def _dtypes(df: pd.DataFrame) -> list[Any]:
+    """A frame's column dtypes (from its blocks where pandas has them: no Series of them built)."""
+    get = getattr(getattr(df, "_mgr", None), "get_dtypes", None)
+    return list(get()) if get is not None else list(df.dtypes)
+
+
+def _joinable(frames: list[pd.DataFrame]) -> bool:
+    """Whether the frames are alike enough to be row slices of their concatenation (Capture.join_tables)."""
+    first = frames[0]
+    columns, dtypes = first.columns, _dtypes(first)
+    for df in frames:
+        index = df.index
+        if df.attrs or not (isinstance(index, pd.RangeIndex) and index.start == 0 and index.step == 1):
+            return False
+        if df is not first and not (df.columns.equals(columns) and df.columns.dtype == columns.dtype and _dtypes(df) == dtypes):
+            return False
+    return True
+
+
 @dataclass
 class Capture:
     """A whole capture: every rank's tables concatenated, plus metadata and provenance."""
@@ -703,6 +722,31 @@ class Capture:
         whole = pd.concat(parts, ignore_index=True)
         self._tables[name] = (ident, whole, parts)  # parts held: their ids stay theirs
         return whole
+
+    def join_tables(self) -> None:
+        """Concatenate each table of the ranks now, as :meth:`table` would, and make every rank's frame a
+        row slice of that concatenation: the rows are then held once, not once per rank and once more
+        concatenated (a job of hundreds of ranks: a third of the analysis' memory).
+
+        A table is joined only when every rank's frame has the same columns and dtypes, no ``attrs``
+        and the row index 0..n-1, so that each slice is its rank's frame as it was (same values, dtypes
+        and index) and the concatenation the one :meth:`table` gives. The slices are views of the
+        concatenation (with pandas' copy-on-write, pandas 3, a write to one copies it first): like the
+        frames :meth:`table` returns, they are read, never modified in place."""
+        for name in dict.fromkeys(n for r in self.ranks for n in r.tables):
+            holders = [r for r in self.ranks if name in r.tables and len(r.tables[name])]
+            if len(holders) < 2 or not _joinable([r.tables[name] for r in holders]):
+                continue
+            whole = pd.concat([r.tables[name] for r in holders], ignore_index=True)
+            parts, lo = [], 0
+            for r in holders:
+                n = len(r.tables[name])
+                part = whole.iloc[lo : lo + n]
+                part.index = pd.RangeIndex(n)  # as reset_index(drop=True), without its copy of the blocks
+                r.tables[name] = part  # the rank's own frame is freed
+                parts.append(part)
+                lo += n
+            self._tables[name] = (tuple(id(p) for p in parts), whole, parts)
 
     @property
     def sources(self) -> list[Source]:

@@ -82,7 +82,32 @@ def load(
     ranks = [r for r in ranks if UNREADABLE not in r.meta]
     if disc.runs_left_out:  # other runs under the folder (discover.pick_run): named in the report's header
         info["runs_left_out"] = list(disc.runs_left_out)
-    return Capture(path=str(disc.root), ranks=ranks, notes=notes, ingest=info)
+    cap = Capture(path=str(disc.root), ranks=ranks, notes=notes, ingest=info)
+    if len(ranks) > 1:
+        cap.join_tables()  # each table held once (model.Capture.join_tables)
+        _release_freed()
+    return cap
+
+
+def _release_freed() -> None:
+    """Give the C library's freed memory back to the system (glibc ``malloc_trim``; nothing elsewhere).
+
+    The ranks' frames arrive as many small arrays (unpickled from the workers, or read from the cache
+    by a few threads); once joined into one frame per table they are freed, but the allocator keeps
+    those pages (holes in its heaps, one heap per thread) and they stay in the process' resident
+    memory for the rest of the analysis."""
+    import ctypes
+    import ctypes.util
+
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):  # musl and others: no malloc_trim
+        return
+    trim.argtypes = [ctypes.c_size_t]
+    trim(0)
 
 
 UNREADABLE = "unreadable"

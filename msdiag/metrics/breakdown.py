@@ -97,11 +97,17 @@ class Window:
     # are gigabytes on a long host trace)
 
 
+def _lane(tl: pd.DataFrame, lane: str) -> np.ndarray:
+    """The rows of ``lane`` (a null lane is none): a mask, so that only the columns read are cut, not the timeline."""
+    return (tl["lane"] == lane).fillna(False).to_numpy(bool)
+
+
 def _marker_steps(rd: RankData) -> dict[int, tuple[float, float]]:
     tl = rd.table("timeline")
-    m = tl[tl["lane"] == "step"]
+    at = _lane(tl, "step")
     out: dict[int, tuple[float, float]] = {}
-    for name, start, dur in zip(m["name"].to_numpy(), m["start_us"].to_numpy(float), m["dur_us"].to_numpy(float)):
+    names, starts, durs = tl["name"][at].to_numpy(), tl["start_us"].to_numpy(float)[at], tl["dur_us"].to_numpy(float)[at]
+    for name, start, dur in zip(names, starts, durs):
         try:
             out[int(str(name).rsplit("#", 1)[1])] = (start, start + dur)
         except (IndexError, ValueError):
@@ -216,11 +222,14 @@ def step_breakdown(rd: RankData) -> pd.DataFrame:
 
     markers = _marker_steps(rd)
     tl = rd.table("timeline")
-    host = tl[tl["lane"] == "host"]
-    names = pd.Series(host["name"].dropna().unique()).astype("string")  # distinct names: cheap on big traces
+    is_host = _lane(tl, "host")
+    host_names = tl["name"][is_host]
+    names = pd.Series(host_names.dropna().unique()).astype("string")  # distinct names: cheap on big traces
     wait_names = set(names[names.str.contains(DATA_WAIT_PATTERN, regex=True, na=False)])
-    waits = host[host["name"].isin(wait_names).fillna(False).to_numpy(bool)]
-    wait_iv = iv.make(waits["start_us"].to_numpy(float), waits["dur_us"].to_numpy(float))
+    is_wait = is_host.copy()
+    is_wait[is_host] = host_names.isin(wait_names).fillna(False).to_numpy(bool)
+    n_waits = int(is_wait.sum())
+    wait_iv = iv.make(tl["start_us"].to_numpy(float)[is_wait], tl["dur_us"].to_numpy(float)[is_wait])
 
     starts = ops["start_us"].to_numpy(float)
     durs = ops["dur_us"].to_numpy(float)
@@ -241,7 +250,7 @@ def step_breakdown(rd: RankData) -> pd.DataFrame:
         if w.step is not None and w.step in markers and not host_ops:
             r["preparing_us"] = max(0.0, w.lo - markers[w.step][0])
         host_lo, host_hi = markers.get(w.step, (w.lo, w.hi)) if w.step is not None else (w.lo, w.hi)
-        if len(waits):
+        if n_waits:
             r["data_wait_us"] = iv.total(iv.clip(wait_iv, host_lo, host_hi))
         r["source"] = f"timeline ({src})"
         rows.append(r)

@@ -124,29 +124,36 @@ def reduce_rank_shallow(rd: RankData) -> RankData:
     "shallow" only when such rows were dropped; a rank without them is whole, as read deep."""
     p = shallow_plan()
     tl = rd.tables.get("timeline")
-    if tl is not None and len(tl) and _repeats(tl, plan().deep_rows):
-        rd.info.read_depth = "shallow"
-    return _reduce(rd, p)
+    names = None
+    if tl is not None and len(tl):
+        names = pd.factorize(tl["name"])  # null names: code -1; shared with _reduce_timeline
+        if _repeats(tl, plan().deep_rows, names):
+            rd.info.read_depth = "shallow"
+    return _reduce(rd, p, names)
 
 
-def _repeats(tl: pd.DataFrame, rows: tuple[tuple[str, str], ...]) -> bool:
-    """Whether a name some (lane, pattern) of ``rows`` matches occurs more than once in its lane."""
-    lane = tl["lane"].to_numpy(dtype=object, na_value="")
+def _repeats(tl: pd.DataFrame, rows: tuple[tuple[str, str], ...], names: tuple[np.ndarray, pd.Index]) -> bool:
+    """Whether a name some (lane, pattern) of ``rows`` matches occurs more than once in its lane (``names``:
+    the timeline's names factorized; the distinct names are matched, the rows counted by code)."""
+    name_c, distinct_names = names
     for which, pat in rows:
-        sub = tl["name"][lane == which].dropna()
-        distinct = pd.Series(sub.unique()).astype("string")
-        hits = set(distinct[distinct.str.contains(pat, regex=True, na=False).to_numpy(bool)])
-        if hits and int(sub.isin(hits).sum()) > len(hits):
+        codes = name_c[(tl["lane"] == which).fillna(False).to_numpy(bool)]
+        counts = np.bincount(codes[codes >= 0], minlength=len(distinct_names))
+        present = np.flatnonzero(counts)
+        distinct = pd.Series(distinct_names.take(present)).astype("string")
+        hits = present[distinct.str.contains(pat, regex=True, na=False).to_numpy(bool)]
+        if len(hits) and int(counts[hits].sum()) > len(hits):
             return True
     return False
 
 
-def _reduce(rd: RankData, p: Plan) -> RankData:
-    """The step rows stored, then the timeline and counters cut to what ``p`` keeps."""
+def _reduce(rd: RankData, p: Plan, names: tuple[np.ndarray, pd.Index] | None = None) -> RankData:
+    """The step rows stored, then the timeline and counters cut to what ``p`` keeps (``names``: the
+    timeline's names factorized, when the caller has them)."""
     rd.tables["steps"] = step_breakdown(rd)
     tl = rd.tables.get("timeline")
     if tl is not None and len(tl):
-        rd.tables["timeline"] = _reduce_timeline(tl, p)
+        rd.tables["timeline"] = _reduce_timeline(tl, p, names)
     c = rd.tables.get("counters")
     if c is not None and len(c):
         keep = c["track"].isin(p.tracks).fillna(False).to_numpy(bool)
@@ -155,7 +162,7 @@ def _reduce(rd: RankData, p: Plan) -> RankData:
     return rd
 
 
-def _reduce_timeline(tl: pd.DataFrame, p: Plan) -> pd.DataFrame:
+def _reduce_timeline(tl: pd.DataFrame, p: Plan, names_c: tuple[np.ndarray, pd.Index] | None = None) -> pd.DataFrame:
     """Whole lanes kept, name-only lanes one row per name plus the rows a pattern names, unread lanes dropped.
 
     Lanes and names are factorized once (a few distinct values, hashed in pandas / Arrow): every
@@ -166,7 +173,7 @@ def _reduce_timeline(tl: pd.DataFrame, p: Plan) -> pd.DataFrame:
     keep = ~np.isin(np.array(lane_v, dtype=object), p.dropped_lanes + partial)[lane_c]
     if not any(v in partial for v in lane_v):
         return tl if keep.all() else tl[keep].reset_index(drop=True)
-    name_c, names = pd.factorize(tl["name"])  # null names: code -1
+    name_c, names = names_c if names_c is not None else pd.factorize(tl["name"])  # null names: code -1
     for which in partial:
         if which not in lane_v:
             continue

@@ -1,0 +1,78 @@
+"""The rank cache's writer: what it stores is what pyarrow's ``Table.from_pandas`` would, to the byte.
+
+``cache._write_tables`` converts a frame's columns itself and reuses the schema from_pandas gave the first
+frame of the same columns, dtypes and Arrow types (``cache._arrow_table``); the file must not depend on it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+pa = pytest.importorskip("pyarrow")
+
+from msdiag.ingest import cache as C  # noqa: E402
+
+
+def _reference(path: Path, tables: dict[str, Any]) -> None:
+    """The writer as it was: one from_pandas per table."""
+    options = pa.ipc.IpcWriteOptions(compression="lz4", use_threads=False)
+    with pa.OSFile(str(path), "wb") as sink:
+        for name, df in tables.items():
+            t = pa.Table.from_pandas(df, preserve_index=False, nthreads=1)
+            t = t.replace_schema_metadata({**(t.schema.metadata or {}), C._TABLE_KEY: name.encode()})
+            with pa.ipc.new_stream(sink, t.schema, options=options) as w:
+                w.write_table(t)
+
+
+def _frames() -> dict[str, pd.DataFrame]:
+    """Every kind of column a canonical table holds (nulls in each), and columns the fast path leaves to from_pandas."""
+    typed = pd.DataFrame(
+        {
+            "rank": pd.array([0, None, 2], dtype="Int64"),
+            "name": pd.array(["a", None, "Cast<float>"], dtype="string"),
+            "start_us": np.array([1.5, np.nan, -0.0]),
+            "ok": pd.array([True, None, False], dtype="boolean"),
+            "n": np.array([1, 2, 3], dtype=np.int64),
+            "flag": np.array([True, False, True]),
+        }
+    )
+    return {
+        "typed": typed,
+        "typed_again": typed.iloc[1:].reset_index(drop=True),  # the same columns: the schema reused
+        "empty": typed.iloc[:0],
+        "object": pd.DataFrame({"x": pd.Series(["a", None, "b"], dtype=object)}),  # inferred from the values: from_pandas
+        "attrs": typed.copy().assign(),
+        "indexed": typed.set_index(pd.Index([5, 6, 7])),  # the index is not stored either way
+        "str": pd.DataFrame({"s": pd.Series(["a", None], dtype="str")}),  # pandas 3 default strings (NaN for missing)
+    }
+
+
+def test_tables_file_is_from_pandas_byte_for_byte(tmp_path: Path) -> None:
+    frames = _frames()
+    frames["attrs"].attrs["why"] = "kept in the pandas metadata"
+    for round_ in range(2):  # the second time every schema comes from what the first one kept
+        ours, ref = tmp_path / f"ours{round_}.arrow", tmp_path / f"ref{round_}.arrow"
+        C._write_tables(ours, frames)
+        _reference(ref, frames)
+        assert ours.read_bytes() == ref.read_bytes()
+
+
+def test_fast_path_takes_typed_frames_only() -> None:
+    frames = _frames()
+    assert C._column_arrays(frames["typed"]) is not None
+    assert C._column_arrays(frames["object"]) is None  # an object column's Arrow type depends on its values
+    frames["attrs"].attrs["why"] = "x"
+    assert C._column_arrays(frames["attrs"]) is None  # attrs are part of the pandas metadata
+    dup = pd.DataFrame([[1.0, 2.0]], columns=["a", "a"])
+    assert C._column_arrays(dup) is None
+
+
+def test_dtypes_as_stored() -> None:
+    typed = _frames()["typed"]
+    assert C._dtypes(typed) == [["rank", "Int64"], ["name", "string"], ["start_us", "float64"], ["ok", "boolean"],
+                                ["n", "int64"], ["flag", "bool"]]  # fmt: skip

@@ -1,0 +1,63 @@
+"""Capture.join_tables: each table concatenated once, the ranks' frames row slices of it, nothing else changed."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pandas.testing as pdt
+
+from msdiag.model import Capture, RankData
+
+
+def _kernels(rank: int, starts: list[float], names: list[str | None]) -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "rank": pd.array([rank] * len(starts), dtype="Int64"),
+            "name": pd.array(names, dtype="string"),
+            "start_us": np.array(starts),
+        }
+    )
+
+
+def _capture() -> tuple[Capture, list[pd.DataFrame]]:
+    frames = [_kernels(0, [1.0, 2.5], ["a", None]), _kernels(1, [-0.0], ["b"]), _kernels(2, [np.nan, 4.0, 5.0], ["c", "d", "e"])]
+    ranks = [RankData(rank=i, family="ascend_pt", path=f"/r{i}", tables={"kernels": f.copy()}) for i, f in enumerate(frames)]
+    return Capture(path="/job", ranks=ranks), frames
+
+
+def test_slices_are_the_ranks_frames_and_the_concatenation_is_kept() -> None:
+    cap, frames = _capture()
+    cap.join_tables()
+    for r, f in zip(cap.ranks, frames):
+        pdt.assert_frame_equal(r.tables["kernels"], f, check_exact=True)  # values, dtypes and the 0..n-1 index
+        assert isinstance(r.tables["kernels"].index, pd.RangeIndex)
+    whole = cap.table("kernels")
+    # 2 + 1 + 3 rows, in rank order: what pd.concat of the ranks' frames gives
+    pdt.assert_frame_equal(whole, pd.concat(frames, ignore_index=True), check_exact=True)
+    assert len(whole) == 6 and whole["start_us"].tolist()[2] == 0.0 and np.signbit(whole["start_us"].to_numpy()[2])
+    assert cap.table("kernels") is whole  # kept: not concatenated again
+    # a rank's frame replaced (as a deep read replaces a shallow one): concatenated anew, with the new rows
+    cap.ranks[1].tables["kernels"] = _kernels(1, [9.0], ["z"])
+    assert cap.table("kernels")["start_us"].tolist()[2] == 9.0
+
+
+def test_unlike_frames_are_left_as_they_are() -> None:
+    cap, _ = _capture()
+    odd = cap.ranks[1].tables["kernels"].astype({"start_us": "Float64"})  # another dtype: concat would change it
+    cap.ranks[1].tables["kernels"] = odd
+    cap.join_tables()
+    assert cap.ranks[1].tables["kernels"] is odd
+    assert str(cap.ranks[1].tables["kernels"]["start_us"].dtype) == "Float64"
+
+    cap, _ = _capture()
+    shifted = cap.ranks[2].tables["kernels"].set_axis(pd.RangeIndex(5, 8))  # not 0..n-1
+    cap.ranks[2].tables["kernels"] = shifted
+    cap.join_tables()
+    assert cap.ranks[2].tables["kernels"] is shifted
+
+
+def test_one_rank_is_not_joined() -> None:
+    frame = _kernels(0, [1.0], ["a"])
+    cap = Capture(path="/job", ranks=[RankData(rank=0, family="ascend_pt", path="/r0", tables={"kernels": frame})])
+    cap.join_tables()
+    assert cap.ranks[0].tables["kernels"] is frame
