@@ -15,17 +15,21 @@ _MATMUL = r"^(?:Batch)?Mat[Mm]ul|^GroupedMatmul|^Dense$"
 _FP32 = {"FLOAT", "DT_FLOAT", "FLOAT32", "float32", "Float32"}
 
 
-def _compute(ctx: Context) -> pd.DataFrame:
-    """The compute kernels with a duration. Not kept for the analysis: on a CPU trace of millions of host ops
-    the copy would stay in memory under every later metric's own copies (the peak grew by a third)."""
-    return _timed_compute(ctx.capture.table("kernels"))
+def _compute(ctx: Context, cols: tuple[str, ...]) -> pd.DataFrame:
+    """The compute kernels with a duration, of the columns ``cols`` a metric reads. Not kept for the analysis:
+    on a CPU trace of millions of host ops the copy would stay in memory under every later metric's own copies
+    (the peak grew by a third); and a copy of every column of a 512-rank job's kernels added ~100 MB to the peak."""
+    return _timed_compute(ctx.capture.table("kernels"), cols)
 
 
-def _timed_compute(k: pd.DataFrame) -> pd.DataFrame:
-    """The compute kernels with a duration; the table itself when every kernel is one (host ops on CPU):
-    the analysis keeps this for its whole run, and a copy of a large table would stay in memory with it."""
+def _timed_compute(k: pd.DataFrame, cols: tuple[str, ...] | None = None) -> pd.DataFrame:
+    """The compute kernels with a duration (of the columns ``cols``, every column without); the table itself
+    when every kernel is one (host ops on CPU): the analysis keeps this for its whole run, and a copy of a large
+    table would stay in memory with it."""
     keep = ((k["kind"] == "compute") & k["dur_us"].notna()).to_numpy(dtype=bool, na_value=False)
-    return k if keep.all() else k[keep]
+    if keep.all():
+        return k
+    return k[keep] if cols is None else k.loc[keep, list(cols)]
 
 
 def _no_kernels() -> Value:
@@ -46,7 +50,7 @@ def _per_rank_share(c: pd.DataFrame, mask: pd.Series) -> dict[int, float | None]
 
 
 def _share_of_compute(ctx: Context, mask_fn, what: str) -> Value:  # type: ignore[no-untyped-def]
-    c = _compute(ctx)
+    c = _compute(ctx, ("rank", "dur_us", "core", "type"))  # (the masks read the core or the type)
     if not len(c):
         return _no_kernels()
     mask = mask_fn(c)
@@ -60,7 +64,7 @@ def _share_of_compute(ctx: Context, mask_fn, what: str) -> Value:  # type: ignor
 
 @metric("short_kernel_share", "ratio", f"Share of compute kernel launches shorter than {SHORT_KERNEL_US:g} us (launch-bound sign)", "kernels.dur_us")
 def _short(ctx: Context) -> Value:
-    c = _compute(ctx)
+    c = _compute(ctx, ("rank", "dur_us"))
     if not len(c):
         return _no_kernels()
     short = c["dur_us"] < SHORT_KERNEL_US
@@ -70,7 +74,7 @@ def _short(ctx: Context) -> Value:
 
 @metric("kernel_mean_us", "us", "Mean duration of a compute kernel launch", "kernels.dur_us")
 def _mean(ctx: Context) -> Value:
-    c = _compute(ctx)
+    c = _compute(ctx, ("rank", "dur_us"))
     if not len(c):
         return _no_kernels()
     return Value(float(c["dur_us"].mean()), {int(r): float(v) for r, v in c.groupby("rank")["dur_us"].mean().items()})
@@ -103,7 +107,7 @@ def _matmul(ctx: Context) -> Value:
 
 @metric("fp32_matmul_share", "ratio", "Share of matmul kernel time computed in FP32 (mixed precision would use FP16/BF16)", "kernels.input_dtypes")
 def _fp32(ctx: Context) -> Value:
-    c = _compute(ctx)
+    c = _compute(ctx, ("rank", "dur_us", "type", "input_dtypes"))
     if not len(c):
         return _no_kernels()
     mm = c[c["type"].astype("string").str.contains(_MATMUL, regex=True, na=False)]
@@ -128,7 +132,7 @@ def _fp32(ctx: Context) -> Value:
 )
 def _dynamic(ctx: Context) -> Value:
     k = ctx.capture.table("kernels")
-    k = k[k["input_shapes"].notna() & k["step"].notna()]
+    k = k.loc[(k["input_shapes"].notna() & k["step"].notna()).to_numpy(bool), ["rank", "name", "step", "input_shapes"]]
     if len(k) and k["step"].nunique() >= 2:
         # an op is dynamic when its set of shapes differs between steps. The sets are the same in every
         # step exactly when each of the op's shapes is seen in each of its steps: distinct (step, shape)
@@ -149,7 +153,7 @@ def _dynamic(ctx: Context) -> Value:
 
 @metric("kernels_per_step", "kernels", "Median number of kernel launches per step and rank", "kernels.step / steps")
 def _per_step(ctx: Context) -> Value:
-    c = _compute(ctx)
+    c = _compute(ctx, ("rank", "start_us"))
     s = ctx.steps
     if not len(c) or not len(s):
         return _no_kernels()

@@ -282,12 +282,12 @@ PYTHON_FRAME = re.compile(r"\.py\(\d+\): ")
 def _recompute_on(ctx: Context) -> Value:
     k = ctx.capture.table("kernels")
     tl = ctx.capture.table("timeline")
-    tl = tl[tl["lane"].isin(["scope", "host"]).fillna(False).to_numpy()]
     per: dict[int, float | None] = {}
     # distinct names only: a big trace repeats the same few thousand names millions of times, and
     # ranks share their names: each distinct name is matched once, then each rank looks its names up
+    # (the three columns read, not a copy of every column of the host rows)
     kn = k[["rank", "name"]].dropna().drop_duplicates()
-    t = tl[["rank", "lane", "name"]].dropna().drop_duplicates()
+    t = tl.loc[tl["lane"].isin(["scope", "host"]).fillna(False).to_numpy(), ["rank", "lane", "name"]].dropna().drop_duplicates()
     scope = t.loc[(t["lane"] == "scope").to_numpy(bool), ["rank", "name"]]
     host = t.loc[(t["lane"] == "host").to_numpy(bool), ["rank", "name"]]
 

@@ -64,10 +64,15 @@ def _strs(c: pd.DataFrame, col: str) -> list[str]:
     return [str(x) if isinstance(x, str) else "" for x in c[col].tolist()]
 
 
+#: The kernel columns the batch is read from (the first embedding lookup or image input of each rank's step).
+_SHAPE_COLUMNS = ("rank", "step", "start_us", "type", "input_shapes", "input_dtypes", "input_formats")
+
+
 def _from_shapes(ctx: Context) -> tuple[float, float | None, str] | None:
     """(samples, tokens or None, how) one device's inputs hold per step: median over steps and ranks."""
     k = ctx.capture.table("kernels")
-    k = k[(k["kind"] == "compute").fillna(False).to_numpy()]
+    # the compute rows of the columns read here, not a copy of every column (at 512 ranks: 100+ MB at the peak)
+    k = k.loc[(k["kind"] == "compute").fillna(False).to_numpy(), list(_SHAPE_COLUMNS)]
     if not len(k):
         return None
     emb = k["type"].astype("string").str.lower().isin(flops.EMBEDDING_TYPES).fillna(False).to_numpy()
