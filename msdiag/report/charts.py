@@ -820,9 +820,14 @@ CHARTS: tuple[Callable[[Analysis], Chart], ...] = (
 )
 
 
+def chart_functions(a: Analysis) -> tuple[Callable[[Analysis], Chart], ...]:
+    """The capture's charts' functions, in page order; none for an analysis without a capture (a request log)."""
+    return CHARTS if views(a).has_capture else ()
+
+
 def all_charts(a: Analysis) -> list[Chart]:
-    """Every chart of the report, in page order: drawn by forked processes when more than one CPU is ours."""
-    return drawn(a, CHARTS)
+    """The capture's charts, in page order: drawn by forked processes when more than one CPU is ours."""
+    return drawn(a, chart_functions(a))
 
 
 def _cpus() -> int:
@@ -844,7 +849,7 @@ def drawn(a: Analysis, fns: Sequence[Callable[[Analysis], Chart]]) -> list[Chart
     pipe; a child that fails in any way (a chart raising, a chart JSON would not give back exactly) returns
     nothing and its charts are drawn here, so an error is raised here as the serial loop raises it."""
     workers = min(_cpus(), len(fns))
-    if workers <= 1:
+    if workers <= 1:  # one CPU, or one chart, or none
         return [fn(a) for fn in fns]
     shares = [range(w, len(fns), workers) for w in range(workers)]
     children: dict[int, int] = {}  # pid -> the read end of its pipe, while it is not reaped
