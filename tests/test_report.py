@@ -200,6 +200,40 @@ def test_deterministic_across_processes(tmp_path: Path) -> None:
     assert outs[0] == outs[1]
 
 
+def test_charts_drawn_by_forked_children(monkeypatch: pytest.MonkeyPatch) -> None:
+    """charts.drawn: the charts of the serial loop, in page order, shared with forked children (4 workers here);
+    a child's chart that JSON would not give back exactly, or that raises, is drawn again by this process, so a
+    chart's error is raised here as the serial loop raises it."""
+    from msdiag.report import charts
+
+    monkeypatch.setattr(charts, "_cpus", lambda: 4)
+
+    def chart(i: int) -> Callable[[Any], charts.Chart]:
+        def fn(a: Any) -> charts.Chart:
+            c = charts.Chart(f"c{i}", f"chart {i}", svg=f"<svg>{os.getpid()}</svg>", table=[{"k": "v"}], table_columns=[("k", "K")])
+            if i == 5:
+                c.table = [{"k": ("a", "tuple")}]  # JSON would give a list back: drawn again here
+            if i == 6 and os.getpid() != here:
+                raise ValueError("boom in a child")  # the child fails: drawn again here, without error
+            return c
+        return fn
+
+    here = os.getpid()
+    got = charts.drawn(None, [chart(i) for i in range(8)])  # type: ignore[arg-type]
+    assert [c.id for c in got] == [f"c{i}" for i in range(8)]
+    assert all(c.table_columns == [("k", "K")] for c in got)
+    by = [c.svg == f"<svg>{here}</svg>" for c in got]
+    # chart i by worker i % 4, 0 being this process; the children of 1, 5 (a tuple) and 2, 6 (raises) failed
+    assert by == [True, True, True, False, True, True, True, False]
+    assert got[5].table == [{"k": ("a", "tuple")}]
+
+    def fails(a: Any) -> charts.Chart:
+        raise ValueError("boom")
+
+    with pytest.raises(ValueError, match="boom"):
+        charts.drawn(None, [chart(0), fails, chart(2)])  # type: ignore[arg-type]
+
+
 def test_autoescape(tmp_path: Path) -> None:
     """Kernel names such as Cast<float> and any text from a rule are text, never markup."""
     import jinja2

@@ -11,14 +11,24 @@ with a fixed ``svg.hashsalt`` and no date, and every SVG id is prefixed with the
 ids stay unique across the page. Text is kept as SVG text (``svg.fonttype`` none): the page
 stays small and its text searchable.
 
+The charts are independent: with more than one CPU, ``all_charts`` draws them in this process and
+forked children (``drawn``), the same charts in the same order, the same bytes.
+
 matplotlib is imported here only: this module is off the analyze path.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import gc
 import io
+import json
 import math
+import os
 import re
+import signal
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -810,6 +820,99 @@ CHARTS: tuple[Callable[[Analysis], Chart], ...] = (
 )
 
 
+def chart_functions(a: Analysis) -> tuple[Callable[[Analysis], Chart], ...]:
+    """The capture's charts' functions, in page order; none for an analysis without a capture (a request log)."""
+    return CHARTS if views(a).has_capture else ()
+
+
 def all_charts(a: Analysis) -> list[Chart]:
-    """Every chart of the report, in page order."""
-    return [fn(a) for fn in CHARTS]
+    """The capture's charts, in page order: drawn by forked processes when more than one CPU is ours."""
+    return drawn(a, chart_functions(a))
+
+
+def _cpus() -> int:
+    """The CPUs this process may run on (its affinity); 1 where it cannot fork, or should not: a process with
+    other threads (a Dask client's) could leave a lock held in the child."""
+    if not hasattr(os, "fork") or threading.active_count() > 1:
+        return 1
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # no affinity on this OS (macOS)
+        return os.cpu_count() or 1
+
+
+def drawn(a: Analysis, fns: Sequence[Callable[[Analysis], Chart]]) -> list[Chart]:
+    """``[fn(a) for fn in fns]``, the same charts and bytes, shared between this process and forked children.
+
+    The charts are independent (each reads its own view; a figure's SVG depends only on it), so with N CPUs the
+    chart i is drawn by worker i mod N, worker 0 being this process. A child returns its charts as JSON over a
+    pipe; a child that fails in any way (a chart raising, a chart JSON would not give back exactly) returns
+    nothing and its charts are drawn here, so an error is raised here as the serial loop raises it."""
+    workers = min(_cpus(), len(fns))
+    if workers <= 1:  # one CPU, or one chart, or none
+        return [fn(a) for fn in fns]
+    shares = [range(w, len(fns), workers) for w in range(workers)]
+    children: dict[int, int] = {}  # pid -> the read end of its pipe, while it is not reaped
+    try:
+        gc.freeze()  # the children's collections leave the objects they share with this process alone: no page copied
+        try:
+            for share in shares[1:]:
+                pid, fd = _fork(a, fns, share)
+                children[pid] = fd
+        finally:
+            gc.unfreeze()
+        out = {i: fns[i](a) for i in shares[0]}
+        for (pid, fd), share in zip(list(children.items()), shares[1:]):
+            del children[pid]  # _collect reaps it and closes its pipe, whatever happens
+            got = _collect(pid, fd)
+            for k, i in enumerate(share):
+                out[i] = got[k] if got is not None else fns[i](a)
+        return [out[i] for i in range(len(fns))]
+    finally:  # after an error here, the children not yet reaped are stopped and reaped
+        for pid, fd in children.items():
+            with contextlib.suppress(OSError):
+                os.close(fd)
+                os.kill(pid, signal.SIGTERM)
+            os.waitpid(pid, 0)
+
+
+def _fork(a: Analysis, fns: Sequence[Callable[[Analysis], Chart]], share: range) -> tuple[int, int]:
+    """A child drawing the charts ``share`` and writing them as JSON to a pipe: its pid and the pipe's read end."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid:
+        os.close(w)
+        return pid, r
+    code = 1
+    try:  # the child: never returns, never runs the parent's exit handlers nor flushes its buffers
+        os.close(r)
+        charts = [fns[i](a) for i in share]
+        text = json.dumps([dataclasses.asdict(c) for c in charts])
+        if [_chart(d) for d in json.loads(text)] == charts:  # JSON gives every chart back exactly
+            with os.fdopen(w, "w", encoding="utf-8") as f:
+                f.write(text)
+            code = 0
+    except BaseException:  # noqa: BLE001 - the parent draws these charts again and raises what they raise
+        pass
+    finally:
+        os._exit(code)
+
+
+def _chart(d: dict[str, Any]) -> Chart:
+    return Chart(**{**d, "table_columns": [tuple(c) for c in d["table_columns"]]})
+
+
+def _collect(pid: int, fd: int) -> list[Chart] | None:
+    """A child's charts, in the order of its share; None when it failed. The child is reaped, its pipe closed."""
+    text = None
+    try:
+        with os.fdopen(fd, "r", encoding="utf-8") as f:
+            text = f.read()
+    finally:
+        if text is None:  # interrupted while reading: the child is stopped
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGTERM)
+        _, status = os.waitpid(pid, 0)
+    if not os.WIFEXITED(status) or os.WEXITSTATUS(status) != 0:
+        return None
+    return [_chart(d) for d in json.loads(text)]

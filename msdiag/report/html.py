@@ -346,7 +346,8 @@ def context(a: Analysis, report: dict[str, Any] | None = None) -> dict[str, Any]
     from msdiag.report import inference_charts, training_charts
 
     # a request log alone has no capture: only the inference charts apply; a training log adds its own
-    charts = (ch.all_charts(a) if ch.views(a).has_capture else []) + inference_charts.all_charts(a) + training_charts.all_charts(a)
+    # the three families drawn together: their charts shared by this process and the forked children
+    charts = ch.drawn(a, ch.chart_functions(a) + inference_charts.chart_functions(a) + training_charts.chart_functions(a))
     findings = _findings(r)
     by_sev = [(sev, [f for f in findings if f["severity"] == sev]) for sev in SEVERITIES]
     others = [f for f in findings if f["severity"] not in SEVERITIES]

@@ -18,7 +18,7 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
 from msdiag.analysis import Analysis
-from msdiag.report.charts import ALERT, COMM, COMPUTE, FREE, INK, MUTED, Chart, _absent, _draw, _legend_top, views
+from msdiag.report.charts import ALERT, COMM, COMPUTE, FREE, INK, MUTED, Chart, _absent, _draw, _legend_top, drawn, views
 from msdiag.units import US_PER_MS
 
 PREFILL_COLOUR = COMM  # prefill steps / first tokens
@@ -170,8 +170,12 @@ def phase_breakdown(a: Analysis) -> Chart:
 CHARTS: tuple[Callable[[Analysis], Chart], ...] = (latency_cdf, ttft_vs_prompt, tpot_vs_batch, phase_breakdown)
 
 
+def chart_functions(a: Analysis) -> tuple[Callable[[Analysis], Chart], ...]:
+    """The inference charts' functions, in page order; none for an analysis with neither a request log nor
+    inference steps."""
+    return CHARTS if views(a).has_inference else ()
+
+
 def all_charts(a: Analysis) -> list[Chart]:
-    """The inference charts, in page order; none for an analysis with neither a request log nor inference steps."""
-    if not views(a).has_inference:
-        return []
-    return [fn(a) for fn in CHARTS]
+    """The inference charts, in page order."""
+    return drawn(a, chart_functions(a))

@@ -15,7 +15,7 @@ from matplotlib.lines import Line2D
 
 from msdiag import fmt
 from msdiag.analysis import Analysis
-from msdiag.report.charts import ALERT, COMM, COMPUTE, INK, MUTED, Chart, _absent, _draw, _legend_top, views
+from msdiag.report.charts import ALERT, COMM, COMPUTE, INK, MUTED, Chart, _absent, _draw, _legend_top, drawn, views
 
 # The summary tiles of a report on a training log alone: (metric id, label, note).
 TILES = (
@@ -106,8 +106,11 @@ def train_step_time(a: Analysis) -> Chart:
 CHARTS: tuple[Callable[[Analysis], Chart], ...] = (train_curves, train_step_time)
 
 
+def chart_functions(a: Analysis) -> tuple[Callable[[Analysis], Chart], ...]:
+    """The training-log charts' functions, in page order; none without a training log."""
+    return CHARTS if views(a).has_training else ()
+
+
 def all_charts(a: Analysis) -> list[Chart]:
-    """The training-log charts, in page order; none without a training log."""
-    if not views(a).has_training:
-        return []
-    return [fn(a) for fn in CHARTS]
+    """The training-log charts, in page order."""
+    return drawn(a, chart_functions(a))
