@@ -65,7 +65,7 @@ def _windows(ctx: Context, rank: int, tl: pd.DataFrame) -> pd.DataFrame:
     Built on arrays (a few ms per rank instead of tens: it runs once per rank of the job)."""
     marks = np.flatnonzero((tl["lane"] == "step").to_numpy(bool, na_value=False))  # positions, not a frame
     if len(marks):
-        step = tl["name"].iloc[marks].astype("string").str.extract(r"#(\d+)", expand=False).astype("Int64")
+        step = _step_numbers(tl["name"].iloc[marks])
         lo = tl["start_us"].to_numpy(float, na_value=np.nan)[marks]
         hi = lo + tl["dur_us"].to_numpy(float, na_value=np.nan)[marks]
     else:
@@ -76,7 +76,31 @@ def _windows(ctx: Context, rank: int, tl: pd.DataFrame) -> pd.DataFrame:
         hi = st["end_us"].to_numpy(float, na_value=np.nan)
     keep = np.flatnonzero(~(np.isnan(lo) | np.isnan(hi)))
     order = keep[np.argsort(lo[keep], kind="stable")]
-    return pd.DataFrame({"step": step.take(order).reset_index(drop=True), "lo": lo[order], "hi": hi[order]})
+    return pd.DataFrame({"step": step.array.take(order), "lo": lo[order], "hi": hi[order]})
+
+
+_STEP_NUMBER = re.compile(r"#(\d+)")
+_MAX_DIGITS = 18  # a step number of at most 18 digits fits int64
+
+
+def _step_numbers(names: pd.Series) -> pd.Series:
+    r"""The step number in each marker name (``ProfilerStep#12`` -> 12, none: NA) as Int64: what
+    ``str.extract(r"#(\d+)").astype("Int64")`` gives, by the same regex on a few Python strings; a number
+    that is not plain ASCII digits or is too long for that is left to pandas (and its error)."""
+
+    def by_pandas() -> pd.Series:
+        return names.astype("string").str.extract(r"#(\d+)", expand=False).astype("Int64")
+
+    if not isinstance(names.dtype, pd.StringDtype):
+        return by_pandas()
+    texts: list[Any] = []
+    for n in names.tolist():
+        m = _STEP_NUMBER.search(n) if isinstance(n, str) else None
+        t = m.group(1) if m else None
+        if t is not None and not (t.isascii() and len(t) <= _MAX_DIGITS):
+            return by_pandas()
+        texts.append(pd.NA if t is None else int(t))
+    return pd.Series(pd.array(texts, dtype="Int64"), index=names.index)
 
 
 def _rank_steps(ctx: Context, rank: int) -> pd.DataFrame:
@@ -280,8 +304,13 @@ _NO_ACTIVITY = pd.DataFrame(columns=["cause", "step", "start_us", "end_us", "sit
 CAUSE_CATEGORY = {"host-sync": "host", "data-wait": "data", "gc": "host", "checkpoint": "host", "compile": "host"}
 
 
-#: ctx.cache key of the per-rank activities; the analysis may seed it with ranks already computed (analysis._reuse).
+#: ctx.cache keys of what is computed per rank: the activities (rank -> (activities, number of steps)), their
+#: split by cause (rank -> cause -> rows) and the ms per step each cause costs the rank (rank -> cause -> ms). The
+#: analysis may seed them with ranks already computed (analysis._reuse): a rank found there is not computed again.
 ACTIVITY_CACHE = "causes.activity"
+SPLIT_CACHE = "causes.split"
+FIGURES_CACHE = "causes.figures"
+PER_RANK_CACHES = (ACTIVITY_CACHE, SPLIT_CACHE, FIGURES_CACHE)
 
 
 def _activity(ctx: Context) -> dict[int, tuple[pd.DataFrame, int]]:
@@ -355,30 +384,51 @@ def cause_per_rank(ctx: Context) -> dict[str, dict[int, float]]:
 
     Exact on ranks read shallow too (their pattern rows are whole): the choice of the ranks read deep
     (metrics/depth.py) reads it."""
-    acts, split = _activity(ctx), _by_cause(ctx)
     per_cause: dict[str, dict[int, float]] = {cause: {} for cause in CAUSE_CATEGORY}
-    for r, (_, n) in acts.items():
-        by_cause = split[r]
-        for cause, per_rank in per_cause.items():
-            if cause == "data-wait":
-                st = _rank_steps(ctx, r)
-                if len(st) and st["data_wait_us"].notna().any():
-                    per_rank[r] = float(st["data_wait_us"].median()) / US_PER_MS
-                continue
-            a = by_cause.get(cause)
-            if a is not None and len(a):
-                per_rank[r] = _per_step_ms(a, n)
+    for r, figures in _figures(ctx).items():  # ranks in the capture's order, causes in CAUSE_CATEGORY's
+        for cause, ms in figures.items():
+            per_cause[cause][r] = ms
     return {cause: {r: v for r, v in per_rank.items() if v > 0} for cause, per_rank in per_cause.items()}
+
+
+def _figures(ctx: Context) -> dict[int, dict[str, float]]:
+    """Per rank (the capture's order), the ms per step each cause it has a figure for costs it (0 included);
+    computed once per analysis (a rank already in the cache, FIGURES_CACHE, is not computed again)."""
+    if "causes.figures_done" not in ctx.cache:
+        known: dict[int, dict[str, float]] = ctx.cache.get(FIGURES_CACHE, {})
+        split = _by_cause(ctx)
+        out = {r: known[r] if r in known else _rank_figures(ctx, r, split[r], n) for r, (_, n) in _activity(ctx).items()}
+        ctx.cache["causes.figures_done"] = ctx.cache[FIGURES_CACHE] = out
+    done: dict[int, dict[str, float]] = ctx.cache["causes.figures_done"]
+    return done
+
+
+def _rank_figures(ctx: Context, r: int, by_cause: dict[str, pd.DataFrame], n: int) -> dict[str, float]:
+    """One rank's figure per cause (CAUSE_CATEGORY's order): data waits from its step rows, the others from its
+    activities (_per_step_ms); a cause without a figure is left out."""
+    out: dict[str, float] = {}
+    for cause in CAUSE_CATEGORY:
+        if cause == "data-wait":
+            st = _rank_steps(ctx, r)
+            if len(st) and st["data_wait_us"].notna().any():
+                out[cause] = float(st["data_wait_us"].median()) / US_PER_MS
+            continue
+        a = by_cause.get(cause)
+        if a is not None and len(a):
+            out[cause] = _per_step_ms(a, n)
+    return out
 
 
 def _by_cause(ctx: Context) -> dict[int, dict[str, pd.DataFrame]]:
     """Per rank, its activities (_activity) split by cause: one grouping per rank and analysis, not a filter
-    per rank and cause (the same rows in the same order)."""
-
-    def split() -> dict[int, dict[str, pd.DataFrame]]:
-        return {r: _split_by_cause(act) for r, (act, _) in _activity(ctx).items()}
-
-    return ctx.once("causes.by_cause", split)
+    per rank and cause (the same rows in the same order); a rank already in the cache (SPLIT_CACHE) is not
+    split again."""
+    if "causes.by_cause" not in ctx.cache:
+        known: dict[int, dict[str, pd.DataFrame]] = ctx.cache.get(SPLIT_CACHE, {})
+        out = {r: known[r] if r in known else _split_by_cause(act) for r, (act, _) in _activity(ctx).items()}
+        ctx.cache["causes.by_cause"] = ctx.cache[SPLIT_CACHE] = out
+    split: dict[int, dict[str, pd.DataFrame]] = ctx.cache["causes.by_cause"]
+    return split
 
 
 def _split_by_cause(act: pd.DataFrame) -> dict[str, pd.DataFrame]:
