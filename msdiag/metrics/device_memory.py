@@ -116,8 +116,10 @@ def _module_series(m: pd.DataFrame) -> dict[int, pd.DataFrame]:
           & m["ts_us"].notna().to_numpy(bool) & m["rank"].notna().to_numpy(bool)]
     if not len(g):
         return {}
-    grp = g["component"].fillna("").astype(str).map(_group_of)
-    wide = g.assign(group=grp.to_numpy(), rank=g["rank"].astype(int).to_numpy()).pivot_table(
+    # each distinct component classed once (the same group as _group_of on every row)
+    codes, names = pd.factorize(g["component"].fillna("").astype(str).to_numpy(object), use_na_sentinel=False)
+    grp = np.array([_group_of(str(n)) for n in names], dtype=object)[codes]
+    wide = g.assign(group=grp, rank=g["rank"].astype(int).to_numpy()).pivot_table(
         index=["rank", "ts_us"], columns="group", values="reserved_mb", aggfunc="sum", fill_value=0.0
     )
     out = pd.DataFrame({"rank": wide.index.get_level_values(0).to_numpy(), "ts_us": wide.index.get_level_values(1).to_numpy(float)})
@@ -126,7 +128,12 @@ def _module_series(m: pd.DataFrame) -> dict[int, pd.DataFrame]:
         out[key] = wide[col].to_numpy(float) if col in wide.columns else 0.0
     out["total_mb"] = out[list(COMPOSITION_KEYS)].sum(axis=1)
     out["basis"] = DEVICE_SOURCE
-    return {int(r): s.drop(columns="rank").reset_index(drop=True) for r, s in out.groupby("rank", sort=False)}
+    # each rank's rows are one run (the pivot's index is sorted by rank): its frame from slices of the columns,
+    # the frames groupby("rank") gave less the rank, without a grouping and a drop per rank
+    rank = out.pop("rank").to_numpy()
+    cols = {c: out[c].array for c in out.columns}
+    cuts = np.r_[0, np.flatnonzero(np.diff(rank)) + 1, len(rank)]
+    return {int(rank[a]): pd.DataFrame({c: v[a:b] for c, v in cols.items()}) for a, b in zip(cuts[:-1], cuts[1:])}
 
 
 def _app_series(g: pd.DataFrame) -> pd.DataFrame:
