@@ -22,7 +22,9 @@ import numpy as np
 import pandas as pd
 
 from msdiag import intervals as iv
+from msdiag.metrics.breakdown import DATA_WAIT_PATTERN
 from msdiag.metrics.registry import Context, Reads, Value, declare_reads, metric
+from msdiag.model import RankData
 from msdiag.units import US_PER_MS
 
 #: Host events that block the host until the device catches up (torch_npu, CANN AscendCL, MindSpore).
@@ -260,12 +262,13 @@ def rank_activity(ctx: Context, rank: int) -> pd.DataFrame:
     return _activity_in(tl, _windows(ctx, rank, tl), rd.info.read_depth == "shallow", _Names())
 
 
-def _activity_in(tl: pd.DataFrame, win: pd.DataFrame, shallow: bool, memo: _Names) -> pd.DataFrame:
+def _activity_in(tl: pd.DataFrame, win: pd.DataFrame, shallow: bool, memo: _Names, host: _Host | None = None) -> pd.DataFrame:
     """rank_activity of a rank's timeline ``tl`` and its steps ``win`` (_windows); ``shallow``: the rank was
-    read shallow (its call sites are unknown); ``memo``: the name matches of the analysis (_Names).
+    read shallow (its call sites are unknown); ``memo``: the name matches of the analysis (_Names); ``host``:
+    the host rows of ``tl`` already taken (_Host), else taken here.
 
     On arrays (positions in the host rows), not frames per pattern: it runs for every rank of the job."""
-    events = _Host(tl, memo)
+    events = host if host is not None else _Host(tl, memo)
     if not len(events) or not len(win):
         return _NO_ACTIVITY
     # a rank read shallow holds only the first frame of each name: its call sites are unknown, never guessed
@@ -310,7 +313,28 @@ CAUSE_CATEGORY = {"host-sync": "host", "data-wait": "data", "gc": "host", "check
 ACTIVITY_CACHE = "causes.activity"
 SPLIT_CACHE = "causes.split"
 FIGURES_CACHE = "causes.figures"
-PER_RANK_CACHES = (ACTIVITY_CACHE, SPLIT_CACHE, FIGURES_CACHE)
+#: and, taken from the same host rows, the events the projection reads as intervals (host_spans)
+SPANS_CACHE = "causes.host_spans"
+PER_RANK_CACHES = (ACTIVITY_CACHE, SPLIT_CACHE, FIGURES_CACHE, SPANS_CACHE)
+
+#: The host events the projection (metrics/projection.py) reads as intervals: data waits, synchronisations.
+SPAN_PATTERNS = (DATA_WAIT_PATTERN, SYNC_PATTERN)
+
+
+def _spans(host: _Host) -> list[iv.Intervals]:
+    """Per pattern of SPAN_PATTERNS, the host events whose name matches it (re.search, as pandas'
+    str.contains), as intervals."""
+    if not len(host):
+        return [iv.EMPTY for _ in SPAN_PATTERNS]
+    return [iv.make(host.start[hit], host.dur[hit]) for hit in (host.events(p) for p in SPAN_PATTERNS)]
+
+
+def host_spans(ctx: Context, rd: RankData, memo: _Names) -> list[iv.Intervals]:
+    """The events of each of SPAN_PATTERNS on the rank's host lane as intervals: those kept when the rank's
+    activities were computed from the same rows (SPANS_CACHE: the ranks of this capture), else taken from its
+    timeline here (``memo``: the name matches of the analysis, _Names)."""
+    kept: list[iv.Intervals] | None = ctx.cache.get(SPANS_CACHE, {}).get(rd.rank)
+    return kept if kept is not None else _spans(_Host(rd.table("timeline"), memo))
 
 
 def _activity(ctx: Context) -> dict[int, tuple[pd.DataFrame, int]]:
@@ -318,19 +342,25 @@ def _activity(ctx: Context) -> dict[int, tuple[pd.DataFrame, int]]:
     once per analysis (a rank already in the cache is not computed again)."""
     if "causes" not in ctx.cache:
         known: dict[int, tuple[pd.DataFrame, int]] = ctx.cache.get(ACTIVITY_CACHE, {})
-        out = {}
+        known_spans: dict[int, list[iv.Intervals]] = ctx.cache.get(SPANS_CACHE, {})
+        out, spans = {}, {}
         memo = _Names()
         for rd in ctx.capture.ranks:
             if rd.rank in known:
                 out[rd.rank] = known[rd.rank]
+                if rd.rank in known_spans:
+                    spans[rd.rank] = known_spans[rd.rank]
                 continue
             tl = rd.tables.get("timeline")
             if tl is None or not len(tl):
                 out[rd.rank] = (_NO_ACTIVITY, 0)
                 continue
             win = _windows(ctx, rd.rank, tl)  # once per rank: its steps and its activities in them
-            out[rd.rank] = (_activity_in(tl, win, rd.info.read_depth == "shallow", memo), len(win))
+            host = _Host(tl, memo)  # its host rows, taken once for the activities and the projection's spans
+            spans[rd.rank] = _spans(host)
+            out[rd.rank] = (_activity_in(tl, win, rd.info.read_depth == "shallow", memo, host), len(win))
         ctx.cache["causes"] = ctx.cache[ACTIVITY_CACHE] = out
+        ctx.cache[SPANS_CACHE] = spans
     cached: dict[int, tuple[pd.DataFrame, int]] = ctx.cache["causes"]
     return cached
 
