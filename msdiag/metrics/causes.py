@@ -23,7 +23,7 @@ import pandas as pd
 
 from msdiag import intervals as iv
 from msdiag.metrics.breakdown import DATA_WAIT_PATTERN
-from msdiag.metrics.registry import Context, Reads, Value, declare_reads, metric
+from msdiag.metrics.registry import Context, Reads, Value, declare_reads, metric, rank_rows
 from msdiag.model import RankData
 from msdiag.units import US_PER_MS
 
@@ -561,8 +561,11 @@ def _comm_overlap(ctx: Context) -> tuple[float | None, str | None]:
     """Share of the synchronisation time during which the same rank's device is inside a collective."""
     acts = _activity(ctx)
     k = ctx.capture.table("kernels")
-    comm = k[k["kind"] == "communication"] if len(k) else k
-    by_rank = dict(tuple(comm.groupby("rank", sort=False)))  # split once, not the whole table filtered per rank
+    comm = k[(k["kind"] == "communication").to_numpy(bool, na_value=False)] if len(k) else k
+    # each rank's communication kernels as arrays cut by position (rank_rows: groupby("rank")'s groups, in order)
+    by_rank = dict(rank_rows(comm)) if len(comm) else {}
+    c_start = comm["start_us"].to_numpy(float, na_value=np.nan)
+    c_dur = comm["dur_us"].to_numpy(float, na_value=np.nan)
     split = _by_cause(ctx)  # each rank's host-sync rows, in order: split once per analysis, not filtered here
     sync_us = over_us = 0.0
     for r, (act, _) in acts.items():
@@ -570,9 +573,9 @@ def _comm_overlap(ctx: Context) -> tuple[float | None, str | None]:
         if not len(a):
             continue
         s = (a["start_us"].to_numpy(float), a["end_us"].to_numpy(float))
-        c = by_rank.get(r, comm.iloc[:0])
+        at = by_rank.get(r, np.empty(0, dtype=np.int64))
         sync_us += iv.total(s)
-        over_us += iv.total(iv.intersect(s, iv.make(c["start_us"].to_numpy(float), c["dur_us"].to_numpy(float))))
+        over_us += iv.total(iv.intersect(s, iv.make(c_start[at], c_dur[at])))
     if not sync_us:
         return None, "no host-device synchronisation inside a step"
     return over_us / sync_us, None
