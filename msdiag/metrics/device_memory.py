@@ -256,17 +256,23 @@ def _allocated_at(rows: pd.DataFrame | None, ts: float, period_us: float) -> tup
     """The framework's allocated memory at ``ts``: its last sample at or before it (the allocator's state
     holds until its next event), or why not. A device sample up to one device sampling period after the
     allocator's last event still reads that event's state; further away, the files do not overlap."""
-    if rows is None or not rows["allocated_mb"].notna().any():
-        return None, "no framework memory samples with an allocated figure (memory_record.csv)"
-    g = rows[rows["allocated_mb"].notna() & rows["ts_us"].notna()]
-    lo, hi = float(g["ts_us"].min()), float(g["ts_us"].max())
+    no_samples = "no framework memory samples with an allocated figure (memory_record.csv)"
+    if rows is None:
+        return None, no_samples
+    allocated = rows["allocated_mb"].to_numpy(float, na_value=np.nan)
+    if np.isnan(allocated).all():
+        return None, no_samples
+    # on arrays (this runs for every rank): the samples with a time and an allocated figure, in order
+    t = rows["ts_us"].to_numpy(float, na_value=np.nan)
+    ok = ~(np.isnan(allocated) | np.isnan(t))
+    allocated, t = allocated[ok], t[ok]
+    lo, hi = (float(t.min()), float(t.max())) if len(t) else (float("nan"), float("nan"))
     if not lo <= ts <= hi + period_us:
         return None, (
             f"the framework memory samples ({lo:.0f}..{hi:.0f} us) do not reach the device peak's time ({ts:.0f} us, "
             f"sampled every {period_us / 1e3:.0f} ms): the two files do not share a clock or a time span"
         )
-    before = g[g["ts_us"].to_numpy(float) <= ts]
-    return float(before["allocated_mb"].iloc[-1]), None
+    return float(allocated[t <= ts][-1]), None
 
 
 def _period_us(series: pd.DataFrame) -> float:
