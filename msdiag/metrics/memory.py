@@ -65,12 +65,14 @@ def _framework_rows(ctx: Context) -> dict[int, pd.DataFrame]:
     comp = m["component"].fillna("")
     kinds = [comp.str.endswith(COMBINED_SUFFIX), comp.isin(FRAMEWORK_COMPONENTS), comp.eq(GE_COMPONENT)]
     tests = [k.to_numpy(bool) for k in kinds]
+    ts = m["ts_us"].to_numpy(float, na_value=np.nan)
     for rank, rows in rank_rows(m):
         for hit in tests:
             if hit[rows].any():
-                sel = m.iloc[rows[hit[rows]]]
-                # stable: rows with equal (or spreadsheet-rounded) timestamps keep the file's order
-                out[rank] = sel.sort_values("ts_us", kind="stable")
+                sel = rows[hit[rows]]
+                # stable: rows with equal (or spreadsheet-rounded) timestamps keep the file's order; the rows taken
+                # once in time order (numpy's stable argsort, NaN last in their order: sort_values' order)
+                out[rank] = m.iloc[sel[np.argsort(ts[sel], kind="stable")]]
                 break
     return out
 
