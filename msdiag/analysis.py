@@ -254,16 +254,19 @@ def _tiered(path: str | Path, opts: Options, chosen_on: dict[str, Any]) -> Tiere
 
 
 def _reuse(chosen_on: dict[str, Any], cap: Capture) -> dict[str, Any]:
-    """The per-rank host activities (metrics/causes.py) the choice computed, for the ranks the capture holds
-    unchanged (the same RankData: not read again deep): the analysis does not compute them twice."""
+    """What the choice computed per rank of the host causes (metrics/causes.py: each rank's activities, their
+    split by cause and its ms per step per cause), for the ranks the capture holds unchanged (the same RankData:
+    not read again deep): the analysis does not compute them twice."""
     from msdiag.metrics import causes  # (here: importing a metric module first would reorder the registry)
 
     if "cache" not in chosen_on:
         return {}
     kept = {id(r) for r in cap.ranks} & {id(r) for r in chosen_on["ranks"]}
-    acts = chosen_on["cache"].get(causes.ACTIVITY_CACHE, {})
     by_rank = {r.rank: r for r in chosen_on["ranks"]}
-    return {causes.ACTIVITY_CACHE: {k: v for k, v in acts.items() if k in by_rank and id(by_rank[k]) in kept}}
+    return {
+        key: {k: v for k, v in chosen_on["cache"].get(key, {}).items() if k in by_rank and id(by_rank[k]) in kept}
+        for key in causes.PER_RANK_CACHES
+    }
 
 
 def _no_capture(cap: Capture, identity: dict[str, Any], log: Any) -> tuple[Capture, dict[str, Any], pd.DataFrame, pd.DataFrame, list[dict[str, Any]], Any]:

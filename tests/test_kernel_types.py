@@ -233,3 +233,45 @@ def test_side_ran_is_busy_time_or_a_positive_ratio_sum_even_on_impossible_values
             want = (k[busy] > 0) | (k[busy].isna() & (k[cols].fillna(0.0).sum(axis=1) > 0))
             got = kt._side_ran(k, side)
         assert got.tolist() == want.tolist(), side
+
+
+def test_per_rank_mte2_share_on_arrays_orders_ties_as_the_rank_frame() -> None:
+    """mte2_bound_share's per-rank values are summed on arrays of the (rank, type) frame, each rank's rows in the
+    order of its own frame (time, largest first; ties in their order), as the frame's share column sums them.
+    Rank 0: AI_VECTOR_CORE kernels, aiv time = duration: types A (10 us, MTE2 0.9) and B (10 us, MTE2 0.95) tie,
+    C (10 us, MTE2 0.85), D (30 us, vector 0.9, MTE2 0.1): 60 us, so A, B, C are 1/6 each, all bound by a saturated
+    MTE2 (no cube ratio: below max_cube), D by the vector unit; the share is 1/6 + 1/6 + 1/6 summed in that order
+    = 0.5 (0.16666666666666666 + 0.16666666666666666 = 0.3333333333333333, + 0.16666666666666666 = 0.5).
+    Rank 1's kernels carry no ratio (no bound: no value); rank 2 has no compute kernel (no value)."""
+    from msdiag.analysis import resolve_rules
+    from msdiag.metrics.registry import Context
+    from msdiag.model import KERNELS, STEPS, Capture
+    from msdiag.options import Options
+
+    def kernels(rank: int, rows: list[tuple[str, str, float, float, float]]) -> pd.DataFrame:
+        return KERNELS.frame({
+            "rank": [rank] * len(rows), "kind": [r[0] for r in rows], "type": [r[1] for r in rows],
+            "name": [r[1] for r in rows], "core": ["AI_VECTOR_CORE"] * len(rows), "start_us": [float(i) for i in range(len(rows))],
+            "dur_us": [r[2] for r in rows], "aiv_time_us": [r[2] for r in rows], "aicore_time_us": [0.0] * len(rows),
+            "aiv_mte2_ratio": [r[3] for r in rows], "aiv_vec_ratio": [r[4] for r in rows],
+        })  # fmt: skip
+
+    nan = float("nan")
+    ranks = []
+    for r, rows in enumerate([
+        [("compute", "D", 30.0, 0.1, 0.9), ("compute", "A", 10.0, 0.9, 0.1), ("compute", "B", 10.0, 0.95, 0.1),
+         ("compute", "C", 10.0, 0.85, 0.1)],
+        [("compute", "A", 5.0, nan, nan)],
+        [("communication", "hcom_allReduce_", 5.0, nan, nan)],
+    ]):  # fmt: skip
+        rd = RankData(rank=r, family="ascend_pt", path=f"/constructed/rank{r}")
+        rd.tables["kernels"] = kernels(r, rows)
+        ranks.append(rd)
+    cap = Capture(path="/constructed", ranks=ranks)
+    _, opts = resolve_rules(Options())
+    ctx = Context(capture=cap, steps=STEPS.empty(), options=opts)
+    v = kt._mte2_share(ctx, kt.cached_table(ctx))
+    assert list(v.per_rank.items()) == [(0, 0.5)]
+    rt = kt.bound_shares_by_rank(cap)[0]  # the rank's own frame gives the same figure, to the bit
+    assert list(rt.index) == ["D", "A", "B", "C"]
+    assert v.per_rank[0] == float(rt.loc[kt._mte2_bound(rt, opts.param("kernel-memory-bound.max_cube")), "share"].sum())

@@ -22,7 +22,9 @@ import numpy as np
 import pandas as pd
 
 from msdiag import intervals as iv
-from msdiag.metrics.registry import Context, Reads, Value, declare_reads, metric
+from msdiag.metrics.breakdown import DATA_WAIT_PATTERN
+from msdiag.metrics.registry import Context, Reads, Value, declare_reads, metric, rank_rows
+from msdiag.model import RankData
 from msdiag.units import US_PER_MS
 
 #: Host events that block the host until the device catches up (torch_npu, CANN AscendCL, MindSpore).
@@ -65,7 +67,7 @@ def _windows(ctx: Context, rank: int, tl: pd.DataFrame) -> pd.DataFrame:
     Built on arrays (a few ms per rank instead of tens: it runs once per rank of the job)."""
     marks = np.flatnonzero((tl["lane"] == "step").to_numpy(bool, na_value=False))  # positions, not a frame
     if len(marks):
-        step = tl["name"].iloc[marks].astype("string").str.extract(r"#(\d+)", expand=False).astype("Int64")
+        step = _step_numbers(tl["name"].iloc[marks])
         lo = tl["start_us"].to_numpy(float, na_value=np.nan)[marks]
         hi = lo + tl["dur_us"].to_numpy(float, na_value=np.nan)[marks]
     else:
@@ -76,7 +78,31 @@ def _windows(ctx: Context, rank: int, tl: pd.DataFrame) -> pd.DataFrame:
         hi = st["end_us"].to_numpy(float, na_value=np.nan)
     keep = np.flatnonzero(~(np.isnan(lo) | np.isnan(hi)))
     order = keep[np.argsort(lo[keep], kind="stable")]
-    return pd.DataFrame({"step": step.take(order).reset_index(drop=True), "lo": lo[order], "hi": hi[order]})
+    return pd.DataFrame({"step": step.array.take(order), "lo": lo[order], "hi": hi[order]})
+
+
+_STEP_NUMBER = re.compile(r"#(\d+)")
+_MAX_DIGITS = 18  # a step number of at most 18 digits fits int64
+
+
+def _step_numbers(names: pd.Series) -> pd.Series:
+    r"""The step number in each marker name (``ProfilerStep#12`` -> 12, none: NA) as Int64: what
+    ``str.extract(r"#(\d+)").astype("Int64")`` gives, by the same regex on a few Python strings; a number
+    that is not plain ASCII digits or is too long for that is left to pandas (and its error)."""
+
+    def by_pandas() -> pd.Series:
+        return names.astype("string").str.extract(r"#(\d+)", expand=False).astype("Int64")
+
+    if not isinstance(names.dtype, pd.StringDtype):
+        return by_pandas()
+    texts: list[Any] = []
+    for n in names.tolist():
+        m = _STEP_NUMBER.search(n) if isinstance(n, str) else None
+        t = m.group(1) if m else None
+        if t is not None and not (t.isascii() and len(t) <= _MAX_DIGITS):
+            return by_pandas()
+        texts.append(pd.NA if t is None else int(t))
+    return pd.Series(pd.array(texts, dtype="Int64"), index=names.index)
 
 
 def _rank_steps(ctx: Context, rank: int) -> pd.DataFrame:
@@ -236,12 +262,13 @@ def rank_activity(ctx: Context, rank: int) -> pd.DataFrame:
     return _activity_in(tl, _windows(ctx, rank, tl), rd.info.read_depth == "shallow", _Names())
 
 
-def _activity_in(tl: pd.DataFrame, win: pd.DataFrame, shallow: bool, memo: _Names) -> pd.DataFrame:
+def _activity_in(tl: pd.DataFrame, win: pd.DataFrame, shallow: bool, memo: _Names, host: _Host | None = None) -> pd.DataFrame:
     """rank_activity of a rank's timeline ``tl`` and its steps ``win`` (_windows); ``shallow``: the rank was
-    read shallow (its call sites are unknown); ``memo``: the name matches of the analysis (_Names).
+    read shallow (its call sites are unknown); ``memo``: the name matches of the analysis (_Names); ``host``:
+    the host rows of ``tl`` already taken (_Host), else taken here.
 
     On arrays (positions in the host rows), not frames per pattern: it runs for every rank of the job."""
-    events = _Host(tl, memo)
+    events = host if host is not None else _Host(tl, memo)
     if not len(events) or not len(win):
         return _NO_ACTIVITY
     # a rank read shallow holds only the first frame of each name: its call sites are unknown, never guessed
@@ -280,8 +307,34 @@ _NO_ACTIVITY = pd.DataFrame(columns=["cause", "step", "start_us", "end_us", "sit
 CAUSE_CATEGORY = {"host-sync": "host", "data-wait": "data", "gc": "host", "checkpoint": "host", "compile": "host"}
 
 
-#: ctx.cache key of the per-rank activities; the analysis may seed it with ranks already computed (analysis._reuse).
+#: ctx.cache keys of what is computed per rank: the activities (rank -> (activities, number of steps)), their
+#: split by cause (rank -> cause -> rows) and the ms per step each cause costs the rank (rank -> cause -> ms). The
+#: analysis may seed them with ranks already computed (analysis._reuse): a rank found there is not computed again.
 ACTIVITY_CACHE = "causes.activity"
+SPLIT_CACHE = "causes.split"
+FIGURES_CACHE = "causes.figures"
+#: and, taken from the same host rows, the events the projection reads as intervals (host_spans)
+SPANS_CACHE = "causes.host_spans"
+PER_RANK_CACHES = (ACTIVITY_CACHE, SPLIT_CACHE, FIGURES_CACHE, SPANS_CACHE)
+
+#: The host events the projection (metrics/projection.py) reads as intervals: data waits, synchronisations.
+SPAN_PATTERNS = (DATA_WAIT_PATTERN, SYNC_PATTERN)
+
+
+def _spans(host: _Host) -> list[iv.Intervals]:
+    """Per pattern of SPAN_PATTERNS, the host events whose name matches it (re.search, as pandas'
+    str.contains), as intervals."""
+    if not len(host):
+        return [iv.EMPTY for _ in SPAN_PATTERNS]
+    return [iv.make(host.start[hit], host.dur[hit]) for hit in (host.events(p) for p in SPAN_PATTERNS)]
+
+
+def host_spans(ctx: Context, rd: RankData, memo: _Names) -> list[iv.Intervals]:
+    """The events of each of SPAN_PATTERNS on the rank's host lane as intervals: those kept when the rank's
+    activities were computed from the same rows (SPANS_CACHE: the ranks of this capture), else taken from its
+    timeline here (``memo``: the name matches of the analysis, _Names)."""
+    kept: list[iv.Intervals] | None = ctx.cache.get(SPANS_CACHE, {}).get(rd.rank)
+    return kept if kept is not None else _spans(_Host(rd.table("timeline"), memo))
 
 
 def _activity(ctx: Context) -> dict[int, tuple[pd.DataFrame, int]]:
@@ -289,19 +342,25 @@ def _activity(ctx: Context) -> dict[int, tuple[pd.DataFrame, int]]:
     once per analysis (a rank already in the cache is not computed again)."""
     if "causes" not in ctx.cache:
         known: dict[int, tuple[pd.DataFrame, int]] = ctx.cache.get(ACTIVITY_CACHE, {})
-        out = {}
+        known_spans: dict[int, list[iv.Intervals]] = ctx.cache.get(SPANS_CACHE, {})
+        out, spans = {}, {}
         memo = _Names()
         for rd in ctx.capture.ranks:
             if rd.rank in known:
                 out[rd.rank] = known[rd.rank]
+                if rd.rank in known_spans:
+                    spans[rd.rank] = known_spans[rd.rank]
                 continue
             tl = rd.tables.get("timeline")
             if tl is None or not len(tl):
                 out[rd.rank] = (_NO_ACTIVITY, 0)
                 continue
             win = _windows(ctx, rd.rank, tl)  # once per rank: its steps and its activities in them
-            out[rd.rank] = (_activity_in(tl, win, rd.info.read_depth == "shallow", memo), len(win))
+            host = _Host(tl, memo)  # its host rows, taken once for the activities and the projection's spans
+            spans[rd.rank] = _spans(host)
+            out[rd.rank] = (_activity_in(tl, win, rd.info.read_depth == "shallow", memo, host), len(win))
         ctx.cache["causes"] = ctx.cache[ACTIVITY_CACHE] = out
+        ctx.cache[SPANS_CACHE] = spans
     cached: dict[int, tuple[pd.DataFrame, int]] = ctx.cache["causes"]
     return cached
 
@@ -355,30 +414,51 @@ def cause_per_rank(ctx: Context) -> dict[str, dict[int, float]]:
 
     Exact on ranks read shallow too (their pattern rows are whole): the choice of the ranks read deep
     (metrics/depth.py) reads it."""
-    acts, split = _activity(ctx), _by_cause(ctx)
     per_cause: dict[str, dict[int, float]] = {cause: {} for cause in CAUSE_CATEGORY}
-    for r, (_, n) in acts.items():
-        by_cause = split[r]
-        for cause, per_rank in per_cause.items():
-            if cause == "data-wait":
-                st = _rank_steps(ctx, r)
-                if len(st) and st["data_wait_us"].notna().any():
-                    per_rank[r] = float(st["data_wait_us"].median()) / US_PER_MS
-                continue
-            a = by_cause.get(cause)
-            if a is not None and len(a):
-                per_rank[r] = _per_step_ms(a, n)
+    for r, figures in _figures(ctx).items():  # ranks in the capture's order, causes in CAUSE_CATEGORY's
+        for cause, ms in figures.items():
+            per_cause[cause][r] = ms
     return {cause: {r: v for r, v in per_rank.items() if v > 0} for cause, per_rank in per_cause.items()}
+
+
+def _figures(ctx: Context) -> dict[int, dict[str, float]]:
+    """Per rank (the capture's order), the ms per step each cause it has a figure for costs it (0 included);
+    computed once per analysis (a rank already in the cache, FIGURES_CACHE, is not computed again)."""
+    if "causes.figures_done" not in ctx.cache:
+        known: dict[int, dict[str, float]] = ctx.cache.get(FIGURES_CACHE, {})
+        split = _by_cause(ctx)
+        out = {r: known[r] if r in known else _rank_figures(ctx, r, split[r], n) for r, (_, n) in _activity(ctx).items()}
+        ctx.cache["causes.figures_done"] = ctx.cache[FIGURES_CACHE] = out
+    done: dict[int, dict[str, float]] = ctx.cache["causes.figures_done"]
+    return done
+
+
+def _rank_figures(ctx: Context, r: int, by_cause: dict[str, pd.DataFrame], n: int) -> dict[str, float]:
+    """One rank's figure per cause (CAUSE_CATEGORY's order): data waits from its step rows, the others from its
+    activities (_per_step_ms); a cause without a figure is left out."""
+    out: dict[str, float] = {}
+    for cause in CAUSE_CATEGORY:
+        if cause == "data-wait":
+            st = _rank_steps(ctx, r)
+            if len(st) and st["data_wait_us"].notna().any():
+                out[cause] = float(st["data_wait_us"].median()) / US_PER_MS
+            continue
+        a = by_cause.get(cause)
+        if a is not None and len(a):
+            out[cause] = _per_step_ms(a, n)
+    return out
 
 
 def _by_cause(ctx: Context) -> dict[int, dict[str, pd.DataFrame]]:
     """Per rank, its activities (_activity) split by cause: one grouping per rank and analysis, not a filter
-    per rank and cause (the same rows in the same order)."""
-
-    def split() -> dict[int, dict[str, pd.DataFrame]]:
-        return {r: _split_by_cause(act) for r, (act, _) in _activity(ctx).items()}
-
-    return ctx.once("causes.by_cause", split)
+    per rank and cause (the same rows in the same order); a rank already in the cache (SPLIT_CACHE) is not
+    split again."""
+    if "causes.by_cause" not in ctx.cache:
+        known: dict[int, dict[str, pd.DataFrame]] = ctx.cache.get(SPLIT_CACHE, {})
+        out = {r: known[r] if r in known else _split_by_cause(act) for r, (act, _) in _activity(ctx).items()}
+        ctx.cache["causes.by_cause"] = ctx.cache[SPLIT_CACHE] = out
+    split: dict[int, dict[str, pd.DataFrame]] = ctx.cache["causes.by_cause"]
+    return split
 
 
 def _split_by_cause(act: pd.DataFrame) -> dict[str, pd.DataFrame]:
@@ -481,8 +561,11 @@ def _comm_overlap(ctx: Context) -> tuple[float | None, str | None]:
     """Share of the synchronisation time during which the same rank's device is inside a collective."""
     acts = _activity(ctx)
     k = ctx.capture.table("kernels")
-    comm = k[k["kind"] == "communication"] if len(k) else k
-    by_rank = dict(tuple(comm.groupby("rank", sort=False)))  # split once, not the whole table filtered per rank
+    comm = k[(k["kind"] == "communication").to_numpy(bool, na_value=False)] if len(k) else k
+    # each rank's communication kernels as arrays cut by position (rank_rows: groupby("rank")'s groups, in order)
+    by_rank = dict(rank_rows(comm)) if len(comm) else {}
+    c_start = comm["start_us"].to_numpy(float, na_value=np.nan)
+    c_dur = comm["dur_us"].to_numpy(float, na_value=np.nan)
     split = _by_cause(ctx)  # each rank's host-sync rows, in order: split once per analysis, not filtered here
     sync_us = over_us = 0.0
     for r, (act, _) in acts.items():
@@ -490,9 +573,9 @@ def _comm_overlap(ctx: Context) -> tuple[float | None, str | None]:
         if not len(a):
             continue
         s = (a["start_us"].to_numpy(float), a["end_us"].to_numpy(float))
-        c = by_rank.get(r, comm.iloc[:0])
+        at = by_rank.get(r, np.empty(0, dtype=np.int64))
         sync_us += iv.total(s)
-        over_us += iv.total(iv.intersect(s, iv.make(c["start_us"].to_numpy(float), c["dur_us"].to_numpy(float))))
+        over_us += iv.total(iv.intersect(s, iv.make(c_start[at], c_dur[at])))
     if not sync_us:
         return None, "no host-device synchronisation inside a step"
     return over_us / sync_us, None

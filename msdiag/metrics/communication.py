@@ -693,7 +693,9 @@ def parallel_groups(capture: Capture) -> dict[str, dict[str, Any]] | None:
     out: dict[str, dict[str, Any]] = {}
     for gs in groups:
         for g in gs:
-            out.setdefault(str(g.hash), g.as_dict())
+            key = str(g.hash)
+            if key not in out:  # the first rank's; a copy made only for it (every rank lists the same groups)
+                out[key] = g.as_dict()
     return out
 
 

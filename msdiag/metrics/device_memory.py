@@ -116,8 +116,10 @@ def _module_series(m: pd.DataFrame) -> dict[int, pd.DataFrame]:
           & m["ts_us"].notna().to_numpy(bool) & m["rank"].notna().to_numpy(bool)]
     if not len(g):
         return {}
-    grp = g["component"].fillna("").astype(str).map(_group_of)
-    wide = g.assign(group=grp.to_numpy(), rank=g["rank"].astype(int).to_numpy()).pivot_table(
+    # each distinct component classed once (the same group as _group_of on every row)
+    codes, names = pd.factorize(g["component"].fillna("").astype(str).to_numpy(object), use_na_sentinel=False)
+    grp = np.array([_group_of(str(n)) for n in names], dtype=object)[codes]
+    wide = g.assign(group=grp, rank=g["rank"].astype(int).to_numpy()).pivot_table(
         index=["rank", "ts_us"], columns="group", values="reserved_mb", aggfunc="sum", fill_value=0.0
     )
     out = pd.DataFrame({"rank": wide.index.get_level_values(0).to_numpy(), "ts_us": wide.index.get_level_values(1).to_numpy(float)})
@@ -126,7 +128,12 @@ def _module_series(m: pd.DataFrame) -> dict[int, pd.DataFrame]:
         out[key] = wide[col].to_numpy(float) if col in wide.columns else 0.0
     out["total_mb"] = out[list(COMPOSITION_KEYS)].sum(axis=1)
     out["basis"] = DEVICE_SOURCE
-    return {int(r): s.drop(columns="rank").reset_index(drop=True) for r, s in out.groupby("rank", sort=False)}
+    # each rank's rows are one run (the pivot's index is sorted by rank): its frame from slices of the columns,
+    # the frames groupby("rank") gave less the rank, without a grouping and a drop per rank
+    rank = out.pop("rank").to_numpy()
+    cols = {c: out[c].array for c in out.columns}
+    cuts = np.r_[0, np.flatnonzero(np.diff(rank)) + 1, len(rank)]
+    return {int(rank[a]): pd.DataFrame({c: v[a:b] for c, v in cols.items()}) for a, b in zip(cuts[:-1], cuts[1:])}
 
 
 def _app_series(g: pd.DataFrame) -> pd.DataFrame:
@@ -249,17 +256,23 @@ def _allocated_at(rows: pd.DataFrame | None, ts: float, period_us: float) -> tup
     """The framework's allocated memory at ``ts``: its last sample at or before it (the allocator's state
     holds until its next event), or why not. A device sample up to one device sampling period after the
     allocator's last event still reads that event's state; further away, the files do not overlap."""
-    if rows is None or not rows["allocated_mb"].notna().any():
-        return None, "no framework memory samples with an allocated figure (memory_record.csv)"
-    g = rows[rows["allocated_mb"].notna() & rows["ts_us"].notna()]
-    lo, hi = float(g["ts_us"].min()), float(g["ts_us"].max())
+    no_samples = "no framework memory samples with an allocated figure (memory_record.csv)"
+    if rows is None:
+        return None, no_samples
+    allocated = rows["allocated_mb"].to_numpy(float, na_value=np.nan)
+    if np.isnan(allocated).all():
+        return None, no_samples
+    # on arrays (this runs for every rank): the samples with a time and an allocated figure, in order
+    t = rows["ts_us"].to_numpy(float, na_value=np.nan)
+    ok = ~(np.isnan(allocated) | np.isnan(t))
+    allocated, t = allocated[ok], t[ok]
+    lo, hi = (float(t.min()), float(t.max())) if len(t) else (float("nan"), float("nan"))
     if not lo <= ts <= hi + period_us:
         return None, (
             f"the framework memory samples ({lo:.0f}..{hi:.0f} us) do not reach the device peak's time ({ts:.0f} us, "
             f"sampled every {period_us / 1e3:.0f} ms): the two files do not share a clock or a time span"
         )
-    before = g[g["ts_us"].to_numpy(float) <= ts]
-    return float(before["allocated_mb"].iloc[-1]), None
+    return float(allocated[t <= ts][-1]), None
 
 
 def _period_us(series: pd.DataFrame) -> float:

@@ -230,10 +230,22 @@ def bound_shares_by_rank(capture: Capture) -> dict[int, pd.DataFrame]:
     """:func:`bound_shares` of every rank of the capture, from one grouping of the capture's kernels by rank and
     type (one pass, not one per rank: a rank's groups hold its kernels in the same order, so every sum is the
     same); a rank without compute kernels gets an empty frame."""
-    comp = _compute(capture)
     out = {rd.rank: pd.DataFrame() for rd in capture.ranks}
-    if not len(comp):
+    grouped = _by_rank_and_type(capture)
+    if grouped is None:
         return out
+    whole, rows_of = grouped
+    for r, rows in rows_of.items():
+        out[r] = whole.iloc[rows].droplevel(0).sort_values("time_us", ascending=False, kind="stable")
+    return out
+
+
+def _by_rank_and_type(capture: Capture) -> tuple[pd.DataFrame, dict[int, np.ndarray]] | None:
+    """The frame of bound_shares_by_rank over (rank, type) and each rank's rows in it (in its groups' order);
+    None without compute kernels."""
+    comp = _compute(capture)
+    if not len(comp):
+        return None
     keys = [comp["rank"].rename("rank"), _types(comp)]
     time_us = comp["dur_us"].astype(float).groupby(keys, sort=False).sum()
     bounds = _bounds(comp, keys)  # the same groups in the same order as time_us
@@ -247,9 +259,7 @@ def bound_shares_by_rank(capture: Capture) -> dict[int, pd.DataFrame]:
         if total > 0:
             share[rows] = times[rows] / total
     whole = _none_for_nan(pd.DataFrame({"time_us": times, "share": share}, index=time_us.index).join(bounds))
-    for r, rows in zip(uniq, rows_of):
-        out[int(r)] = whole.iloc[rows].droplevel(0).sort_values("time_us", ascending=False, kind="stable")
-    return out
+    return whole, {int(r): rows for r, rows in zip(uniq, rows_of)}
 
 
 def cached_table(ctx: Context) -> pd.DataFrame:
@@ -353,11 +363,33 @@ def _given_pipes(ctx: Context) -> tuple[pd.DataFrame | None, str | None]:
 )
 def _mte2_share(ctx: Context, t: pd.DataFrame) -> Value:
     max_cube = ctx.options.param("kernel-memory-bound.max_cube")
-    per: dict[int, float | str | None] = {}
-    for r, rt in _per_rank_tables(ctx).items():
-        if len(rt) and rt["bound"].notna().any():
-            per[int(r)] = float(rt.loc[_mte2_bound(rt, max_cube), "share"].sum())
-    return Value(float(t.loc[_mte2_bound(t, max_cube), "share"].sum()), per)
+    grouped = ctx.once(_KEY + ".by_rank", lambda: _by_rank_and_type(ctx.capture))
+    job = float(t.loc[_mte2_bound(t, max_cube), "share"].sum())
+    if grouped is None:
+        return Value(job, {})
+    whole, rows_of = grouped
+    if not all(whole[c].dtype == np.float64 for c in ("time_us", "share", "cube")):  # not the arrays below: by frames
+        per = {}
+        for r, rt in _per_rank_tables(ctx).items():
+            if len(rt) and rt["bound"].notna().any():
+                per[int(r)] = float(rt.loc[_mte2_bound(rt, max_cube), "share"].sum())
+        return Value(job, per)
+    # each rank's bound_shares frame on arrays: its rows of the (rank, type) frame in its frame's order (sort_values
+    # by time, descending, stable: ties in their order), _mte2_bound's test on the whole frame, the share summed as
+    # pandas sums a float column (NaN as 0, numpy's order: np.nansum)
+    time, share = whole["time_us"].to_numpy(float), whole["share"].to_numpy(float)
+    bound, cube = whole["bound"].to_numpy(object), whole["cube"].to_numpy(float)
+    has = ~pd.isna(bound)
+    hit = (bound == "mte2") & pd.isna(whole["bound_note"].to_numpy(object)) & (np.where(np.isnan(cube), 0.0, cube) < max_cube)
+    per_rank: dict[int, float | str | None] = {}
+    for r in dict.fromkeys([*(rd.rank for rd in ctx.capture.ranks), *rows_of]):  # bound_shares_by_rank's order
+        rows = rows_of.get(int(r))
+        if rows is None or not len(rows):
+            continue
+        rows = rows[np.argsort(-time[rows], kind="stable")]
+        if has[rows].any():
+            per_rank[int(r)] = float(np.nansum(share[rows][hit[rows]]))
+    return Value(job, per_rank)
 
 
 @metric(

@@ -65,12 +65,14 @@ def _framework_rows(ctx: Context) -> dict[int, pd.DataFrame]:
     comp = m["component"].fillna("")
     kinds = [comp.str.endswith(COMBINED_SUFFIX), comp.isin(FRAMEWORK_COMPONENTS), comp.eq(GE_COMPONENT)]
     tests = [k.to_numpy(bool) for k in kinds]
+    ts = m["ts_us"].to_numpy(float, na_value=np.nan)
     for rank, rows in rank_rows(m):
         for hit in tests:
             if hit[rows].any():
-                sel = m.iloc[rows[hit[rows]]]
-                # stable: rows with equal (or spreadsheet-rounded) timestamps keep the file's order
-                out[rank] = sel.sort_values("ts_us", kind="stable")
+                sel = rows[hit[rows]]
+                # stable: rows with equal (or spreadsheet-rounded) timestamps keep the file's order; the rows taken
+                # once in time order (numpy's stable argsort, NaN last in their order: sort_values' order)
+                out[rank] = m.iloc[sel[np.argsort(ts[sel], kind="stable")]]
                 break
     return out
 
@@ -225,20 +227,26 @@ def _memory_activation_share(ctx: Context) -> Value:
         return Value(None, reason=_NO_MEMORY)
     per: dict[int, float | None] = {}
     why: list[str] = []
-    dyn_by = dict(tuple(dyn_all.groupby("rank")))  # one pass over every rank's allocations
+    # every rank's allocations as arrays, its rows by position (rank_rows: the groups of groupby("rank"), in order)
+    dyn_by = dict(rank_rows(dyn_all))
+    d_alloc, d_release = dyn_all["alloc_us"].to_numpy(float), dyn_all["release_us"].to_numpy(float, na_value=np.nan)
+    d_size = dyn_all["size_kb"].to_numpy(float, na_value=np.nan)
     for rank, g in rows.items():
-        g = g[g["allocated_mb"].notna() & g["ts_us"].notna()]
-        dyn = dyn_by.get(rank, dyn_all.iloc[:0])
-        if not len(g) or not len(dyn):
+        allocated = g["allocated_mb"].to_numpy(float, na_value=np.nan)
+        ts = g["ts_us"].to_numpy(float, na_value=np.nan)
+        ok = ~(np.isnan(allocated) | np.isnan(ts))
+        at = dyn_by.get(rank, np.empty(0, dtype=np.int64))
+        if not ok.any() or not len(at):
             per[rank] = None
             why.append(f"rank {rank}: no allocated-memory samples or no operator allocations")
             continue
-        i = g["allocated_mb"].to_numpy().argmax()
-        t = float(g["ts_us"].iloc[i])
-        peak = float(g["allocated_mb"].iloc[i])
-        alloc = dyn["alloc_us"].to_numpy(float)
-        release = dyn["release_us"].to_numpy(float)
-        last = float(pd.Series(alloc).max()) if pd.isna(release).all() else max(float(alloc.max()), float(pd.Series(release).max()))
+        i = allocated[ok].argmax()
+        t = float(ts[ok][i])
+        peak = float(allocated[ok][i])
+        alloc, release = d_alloc[at], d_release[at]
+        # the latest time recorded: the max of the allocations, and of the releases where one is (pandas' max:
+        # NaN as -inf, then numpy's max)
+        last = float(alloc.max()) if np.isnan(release).all() else max(float(alloc.max()), float(np.where(np.isnan(release), -np.inf, release).max()))
         if not alloc.min() <= t <= last or peak <= 0:
             per[rank] = None
             why.append(
@@ -247,7 +255,7 @@ def _memory_activation_share(ctx: Context) -> Value:
             )
             continue
         live = (alloc <= t) & (pd.isna(release) | (release > t))
-        live_mb = float(dyn["size_kb"].to_numpy(float)[live].sum()) / KB_PER_MB
+        live_mb = float(d_size[at][live].sum()) / KB_PER_MB
         if live_mb > peak * 1.001:
             per[rank] = None
             why.append(f"rank {rank}: live operator allocations ({live_mb:.1f} MB) exceed the peak ({peak:.1f} MB)")

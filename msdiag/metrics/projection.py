@@ -29,8 +29,8 @@ import numpy as np
 import pandas as pd
 
 from msdiag import intervals as iv
-from msdiag.metrics.breakdown import _RECEIVE, DATA_WAIT_PATTERN, _comm_from_timeline, _device_ops, _windows
-from msdiag.metrics.causes import SYNC_PATTERN, _Host, _Names
+from msdiag.metrics.breakdown import _RECEIVE, _comm_from_timeline, _device_ops, _windows
+from msdiag.metrics.causes import _Names, host_spans
 from msdiag.metrics.registry import Context
 from msdiag.model import STEP_KINDS, RankData
 
@@ -61,20 +61,6 @@ def timed_steps(steps: pd.DataFrame) -> pd.DataFrame:
     return steps[keep.to_numpy(bool)]
 
 
-def _host_intervals(rd: RankData, memo: _Names, *patterns: str) -> list[iv.Intervals]:
-    """Per pattern, the host-lane events whose name matches it (re.search, as pandas' str.contains), as
-    intervals: the host rows taken as arrays once for all patterns (causes._Host), each distinct name matched
-    once per pattern and analysis (``memo``: this runs for every rank of the job)."""
-    host = _Host(rd.table("timeline"), memo)
-    if not len(host):
-        return [iv.EMPTY for _ in patterns]
-    out = []
-    for pattern in patterns:
-        hit = host.events(pattern)
-        out.append(iv.make(host.start[hit], host.dur[hit]))
-    return out
-
-
 def _window_kinds(comp: iv.Intervals, comm: iv.Intervals, recv: iv.Intervals, waits: iv.Intervals,
                   syncs: iv.Intervals, lo: float, hi: float) -> dict[str, iv.Intervals]:
     """Every kind of one step window, from its compute, communication, receive and host intervals."""
@@ -93,7 +79,7 @@ def _window_kinds(comp: iv.Intervals, comm: iv.Intervals, recv: iv.Intervals, wa
     }
 
 
-def _rank_sets(rd: RankData, memo: _Names) -> dict[int | None, dict[str, iv.Intervals]]:
+def _rank_sets(ctx: Context, rd: RankData, memo: _Names) -> dict[int | None, dict[str, iv.Intervals]]:
     """Each step window of a rank's timeline (cut as the breakdown cuts it) -> its kinds; ``memo``: the host
     names matched so far (causes._Names)."""
     ops, src = _device_ops(rd)
@@ -109,7 +95,8 @@ def _rank_sets(rd: RankData, memo: _Names) -> dict[int | None, dict[str, iv.Inte
     recv = ops["name"].astype("string").str.lower().str.contains("|".join(_RECEIVE), regex=True, na=False).to_numpy(bool)
     extra = _comm_from_timeline(rd) if src == "kernels" and not is_comm.any() else None
     extra_iv = iv.make(extra["start_us"].to_numpy(float), extra["dur_us"].to_numpy(float)) if extra is not None else iv.EMPTY
-    waits, syncs = _host_intervals(rd, memo, DATA_WAIT_PATTERN, SYNC_PATTERN)
+    # the host lane's data waits and syncs: kept by the causes where they took the rank's host rows, else taken here
+    waits, syncs = host_spans(ctx, rd, memo)
     out: dict[int | None, dict[str, iv.Intervals]] = {}
     for w in windows:
         s, d = starts[w.rows], durs[w.rows]
@@ -153,7 +140,7 @@ def step_sets(ctx: Context) -> list[StepSets]:
     memo = _Names()
     for rank, rows in steps.groupby("rank", sort=True):
         from_timeline = rows["source"].astype("string").str.startswith("timeline").fillna(False).to_numpy(bool)
-        measured = _rank_sets(ranks[int(rank)], memo) if from_timeline.any() and int(rank) in ranks else {}
+        measured = _rank_sets(ctx, ranks[int(rank)], memo) if from_timeline.any() and int(rank) in ranks else {}
         # the step and total of each row from arrays; a row as a Series only when its columns are laid end to end
         step_of, total_of = rows["step"].to_numpy(object), rows["total_us"].to_numpy(object)
         for j, timeline in enumerate(from_timeline):
