@@ -169,3 +169,23 @@ def test_tiered_answer_is_the_full_answer_on_a_replicated_cluster(corpus: Path, 
     stats = a.capture.ingest["cache"]
     assert stats["misses"] == 0 and stats["hits"] == 8 + len(rd["deep"])
     assert _answer(json.loads(json.dumps(build(a), ensure_ascii=False))) == _answer(auto)
+
+
+def test_the_reductions_patterns_join_as_one_expression_pythons_re_accepts() -> None:
+    """The reduction matches a lane's distinct names against all its patterns at once. The causes' patterns
+    start with a global flag ("(?i)^(?:gc|...)"): joined as they are, Python's re (pandas 2's string methods)
+    refuses the expression ("global flags not at the start"), which stopped every Ascend capture under
+    pandas 2.2. Each pattern's leading flags become its own group's, so the flag reaches no other pattern."""
+    import re
+
+    from msdiag.metrics.causes import ACTIVITY_PATTERNS
+    from msdiag.metrics.reduce import _either
+
+    joined = _either([ACTIVITY_PATTERNS["gc"], r"^ProfilerStep#\d+$"])
+    assert joined == r"(?i:^(?:gc|garbage ?collect|PyGC))|(?:^ProfilerStep#\d+$)"
+    rx = re.compile(joined)  # (the old join, "(?:(?i)^...)|(?:...)", raises re.error here)
+    # case-insensitive for the gc pattern only: names written by hand
+    assert rx.search("GC collect") and rx.search("garbage collect") and rx.search("ProfilerStep#3")
+    assert not rx.search("profilerstep#3")
+    names = pd.Series(["PyGC", "Garbage collect", "ProfilerStep#12", "profilerstep#12", "MatMul"], dtype="string")
+    assert names.str.contains(joined, regex=True, na=False).tolist() == [True, True, True, False, False]

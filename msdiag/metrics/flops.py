@@ -570,7 +570,7 @@ def kernel_flops(kernels: pd.DataFrame) -> pd.Series:
         ins = _parse_shapes(ins_s, cache)
         f = _FORMULAS[t](ins, _parse_formats(fmt_s), _parse_shapes(outs_s, cache)) if ins else None
         values.append(np.nan if f is None else float(f))
-    uniq["flops"] = values
+    uniq = uniq.assign(flops=values)  # (a new frame: pandas 2 warns on a column set on drop_duplicates' result)
     out[sel] = key.merge(uniq, on=cols, how="left")["flops"].to_numpy()
     return pd.Series(out, index=kernels.index, dtype="float64", name="flops")
 

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -187,9 +188,23 @@ def _reduce_timeline(tl: pd.DataFrame, p: Plan, names_c: tuple[np.ndarray, pd.In
             # the distinct names are few: match them, not every event
             present = np.unique(codes[codes >= 0])
             distinct = pd.Series(names.take(present)).astype("string")
-            hits = distinct.str.contains("|".join(f"(?:{pat})" for pat in patterns), regex=True, na=False)
+            hits = distinct.str.contains(_either(patterns), regex=True, na=False)
             first |= np.isin(codes, present[hits.to_numpy(bool)])
         keep[idx[first]] = True
     if keep.all():
         return tl
     return tl[keep].reset_index(drop=True)
+
+
+_GLOBAL_FLAGS = re.compile(r"\(\?([imsx]+)\)")
+
+
+def _either(patterns: list[str]) -> str:
+    """One regular expression that matches where any of ``patterns`` does: each a group of its own, a pattern's
+    leading global flags (``(?i)``) made its group's (``(?i:...)``). Python's re, which pandas 2's string methods
+    use, refuses global flags anywhere but at the start; RE2 (pandas 3's Arrow strings) reads both alike."""
+    out = []
+    for pat in patterns:
+        m = _GLOBAL_FLAGS.match(pat)
+        out.append(f"(?{m.group(1)}:{pat[m.end():]})" if m else f"(?:{pat})")
+    return "|".join(out)

@@ -872,6 +872,7 @@ def drawn(a: Analysis, fns: Sequence[Callable[[Analysis], Chart]]) -> list[Chart
         for pid, fd in children.items():
             with contextlib.suppress(OSError):
                 os.close(fd)
+            with contextlib.suppress(OSError):  # (stopped even when its pipe could not be closed)
                 os.kill(pid, signal.SIGTERM)
             os.waitpid(pid, 0)
 
