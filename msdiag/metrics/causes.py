@@ -23,7 +23,7 @@ import pandas as pd
 
 from msdiag import intervals as iv
 from msdiag.metrics.breakdown import DATA_WAIT_PATTERN
-from msdiag.metrics.registry import Context, Reads, Value, declare_reads, metric, rank_rows
+from msdiag.metrics.registry import Context, Reads, Value, declare_reads, key_rows, metric, rank_rows
 from msdiag.model import RankData
 from msdiag.units import US_PER_MS
 
@@ -377,9 +377,7 @@ def _per_step_ms(act: pd.DataFrame, n_steps: int) -> float:
     # depend on the order of the groups)
     codes, _ = pd.factorize(act["step"].to_numpy(object))  # a missing step: -1, one group as groupby's NaN group
     start, end = act["start_us"].to_numpy(float), act["end_us"].to_numpy(float)
-    order = np.argsort(codes, kind="stable")
-    cuts = np.flatnonzero(np.diff(codes[order])) + 1
-    per = [iv.total((start[g], end[g])) for g in np.split(order, cuts) if len(g)]
+    per = [iv.total((start[g], end[g])) for _, g in key_rows(codes)]
     per += [0.0] * (n_steps - len(per))
     return float(np.median(per)) / US_PER_MS if per else 0.0
 

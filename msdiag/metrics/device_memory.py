@@ -62,7 +62,7 @@ import pandas as pd
 
 from msdiag.metrics.flops import kernel_flops
 from msdiag.metrics.memory import KB_PER_MB, MB_PER_GB, _capacity, framework_rows
-from msdiag.metrics.registry import Context, Reads, Value, metric, rank_rows
+from msdiag.metrics.registry import Context, Reads, Value, key_rows, metric, rank_rows
 from msdiag.units import FLOPS_PER_TFLOPS
 
 DEVICE_SOURCE = "npu_module_mem"
@@ -448,10 +448,7 @@ def _step_starts(ctx: Context) -> dict[int, np.ndarray]:
     start = s["start_us"].to_numpy(float, na_value=np.nan)
     ok = ~np.isnan(start)
     rank, start = s["rank"].to_numpy(np.int64)[ok], start[ok]
-    order = np.lexsort((start, rank))
-    rank, start = rank[order], start[order]
-    cuts = np.flatnonzero(np.diff(rank)) + 1
-    return {int(r[0]): st for r, st in zip(np.split(rank, cuts), np.split(start, cuts)) if len(r)}
+    return {int(r): np.sort(start[rows]) for r, rows in key_rows(rank)}
 
 
 def _phase_starts(backward: np.ndarray, optimizer: np.ndarray, alloc: np.ndarray) -> tuple[float, float]:

@@ -42,15 +42,21 @@ class Context:
         return self.cache[key]  # type: ignore[no-any-return]
 
 
+def key_rows(keys: np.ndarray) -> list[tuple[Any, np.ndarray]]:
+    """Each distinct value of ``keys`` (no NaN) with the positions of its rows: keys ascending, each group's rows
+    in their order (one stable sort, then the array cut where the key changes)."""
+    order = np.argsort(keys, kind="stable")
+    cuts = np.flatnonzero(np.diff(keys[order])) + 1
+    return [(keys[g[0]], g) for g in np.split(order, cuts) if len(g)]
+
+
 def rank_rows(df: pd.DataFrame) -> list[tuple[int, np.ndarray]]:
     """The groups of ``df.groupby("rank")`` as row positions: ranks in order, missing ranks left out, each
     group's rows in their order in ``df``. One stable sort instead of a frame per rank: a metric over
     every rank sums ``column[rows]`` on arrays (np.nansum is pandas' float sum, the same order)."""
     rank = df["rank"].to_numpy(float, na_value=np.nan)
     pos = np.flatnonzero(~np.isnan(rank))
-    pos = pos[np.argsort(rank[pos], kind="stable")]
-    cuts = np.flatnonzero(np.diff(rank[pos])) + 1
-    return [(int(rank[g[0]]), g) for g in np.split(pos, cuts) if len(g)]
+    return [(int(r), pos[g]) for r, g in key_rows(rank[pos])]
 
 
 @dataclass
