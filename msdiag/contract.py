@@ -32,31 +32,17 @@ def _records(df: pd.DataFrame, cols: list[str]) -> list[dict[str, Any]]:
     return [{c: finite_or_none(v) for c, v in zip(cols, row)} for row in df[cols].itertuples(index=False)]
 
 
-def top_kernels(k: pd.DataFrame, n: int = TOP_KERNELS) -> list[dict[str, Any]]:
-    """Kernel types by total time (compute only), with count and share of the compute time."""
-    c = k.loc[k["kind"] == "compute", ["type", "name", "dur_us"]]  # three columns, not a copy of every kernel's row
-    if not len(c):
-        return []
-    g = c.groupby(c["type"].fillna(c["name"]), dropna=False)["dur_us"].agg(["count", "sum", "mean"])
-    g = g.sort_values("sum", ascending=False)
-    total = float(g["sum"].sum()) or 1.0
-    return [
-        {"type": str(t), "count": int(r["count"]), "total_us": float(r["sum"]), "mean_us": float(r["mean"]), "share": float(r["sum"]) / total}
-        for t, r in g.head(n).iterrows()
-    ]
-
-
 def _descending(v: np.ndarray) -> np.ndarray:
-    """The positions of ``v`` in the order ``top_kernels`` gives its groups (``sort_values(ascending=False)``,
-    ties and NaN placed as pandas places them): pandas sorts, on a few values per rank, so a pandas release
-    that orders ties otherwise orders both paths alike."""
+    """The positions of ``v`` by descending value, ties and NaN placed as pandas' ``sort_values(ascending=False)``
+    places them (pandas sorts: a few values per rank)."""
     return pd.Series(v).sort_values(ascending=False).index.to_numpy()
 
 
 def _top_kernels_per_rank(a: Analysis, n: int = TOP_KERNELS) -> list[list[dict[str, Any]]]:
-    """top_kernels of each rank (in the capture's order) from one grouping of the capture's kernels over
-    (rank, type): each group counts, sums and averages the same rows in the same order as the rank's own
-    grouping, and each rank's groups are ordered as top_kernels orders them, so the rows are the same."""
+    """Each rank's compute kernel types by total time (in the capture's order of ranks; the first ``n``), with
+    count, mean and share of the rank's compute time, from one grouping of the capture's kernels over (rank,
+    type): each group counts, sums and averages the same rows in the same order as a grouping of the rank's own
+    kernels would."""
     out: list[list[dict[str, Any]]] = [[] for _ in a.capture.ranks]
     lengths = [(i, len(rd.tables["kernels"])) for i, rd in enumerate(a.capture.ranks) if "kernels" in rd.tables]
     lengths = [(i, m) for i, m in lengths if m]
