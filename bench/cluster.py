@@ -30,6 +30,10 @@ code, the job's file count and bytes); a later run with the same parameters reus
 only reuse, never build; ``--rebuild``: build again; ``--build-only``: build and measure nothing). The
 builder is importable (``build(out, n, steps, seed, jitter, slow_factor, slow_link_factor, jobs)``).
 
+msdiag's bytecode is compiled in the checkout first (``compile_bytecode``), as ``pip install`` compiles an installed
+package and compiled msprof-analyze's: a process that finds no bytecode (PYTHONDONTWRITEBYTECODE set, as on this
+project's machines) compiles every module it imports from source, the parent and each fresh pool worker alike.
+
 Measured, per job, each run a fresh process started by a small wrapper (stdout and stderr to files, so a
 verbose tool never blocks on a full pipe); every file of the job is read once first, so that both tools
 find it in the page cache (none drops it):
@@ -67,6 +71,7 @@ from __future__ import annotations
 import argparse
 import csv
 import hashlib
+import importlib.util
 import inspect
 import io
 import json
@@ -995,6 +1000,19 @@ def environment(args: argparse.Namespace) -> dict[str, Any]:
             "argv": sys.argv[1:]}  # fmt: skip
 
 
+def compile_bytecode() -> dict[str, Any]:
+    """Compile msdiag's bytecode in the checkout, as ``pip install`` does for an installed package (and did for
+    msprof-analyze's venv): with PYTHONDONTWRITEBYTECODE set, or a read-only checkout, every msdiag process would
+    otherwise compile its modules from source, the parent and each pool worker alike, which a user's install never
+    does. Returns what was done (recorded in the JSON's environment)."""
+    import compileall
+
+    ok = compileall.compile_dir(str(REPO / "msdiag"), quiet=1)
+    missing = [str(p.relative_to(REPO)) for p in (REPO / "msdiag").rglob("*.py")
+               if not Path(importlib.util.cache_from_source(str(p))).exists()]  # fmt: skip
+    return {"compiled": bool(ok) and not missing, "without_bytecode": missing[:5]}
+
+
 def print_details(results: list[dict[str, Any]]) -> None:
     """One line per run (stderr): times, CPU time, peak memory and what it found or why it failed."""
     runs = (("msdiag analyze cold", "msdiag_cold"), ("msdiag analyze warm", "msdiag_warm"), ("msdiag report cold", "report_cold"))
@@ -1119,6 +1137,7 @@ def main(argv: list[str] | None = None) -> int:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
     info = environment(args)
+    info["bytecode"] = compile_bytecode()
     tmp = Path(tempfile.mkdtemp(prefix="msdiag-cluster-")) if args.out is None else Path(".")
     results = []
     try:
@@ -1139,7 +1158,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print_details(results)
     print(f"\nmsprof-analyze: {info['msprof_analyze']}; {info['cpus']} CPUs, load average at start {info['loadavg_at_start']}; "
-          f"msdiag {info['msdiag_rev']}; the bench took {info['total_s'] / 60:.1f} min\n")  # fmt: skip
+          f"msdiag {info['msdiag_rev']} (bytecode compiled: {info['bytecode']['compiled']}); "
+          f"the bench took {info['total_s'] / 60:.1f} min\n")  # fmt: skip
     print(markdown(results))
     return 0
 
