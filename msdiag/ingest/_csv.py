@@ -298,7 +298,7 @@ def strip_quotes(s: pd.Series) -> pd.Series:
 def quoted_texts_of(raw: np.ndarray) -> pd.api.extensions.ExtensionArray:
     """:func:`strip_quotes` of an object array of cells: a "string" array."""
     t = pc.utf8_trim_whitespace(_arrow_strings(raw))
-    return pd.arrays.ArrowStringArray(pc.utf8_trim_whitespace(pc.utf8_trim(t, characters='"')))
+    return _string_array(pc.utf8_trim_whitespace(pc.utf8_trim(t, characters='"')))
 
 
 def texts_of(raw: np.ndarray) -> pd.api.extensions.ExtensionArray:
@@ -309,7 +309,14 @@ def texts_of(raw: np.ndarray) -> pd.api.extensions.ExtensionArray:
     na = pc.is_in(t, value_set=_NA_ARROW)
     if pc.any(na).as_py():
         t = pc.if_else(na, pa.scalar(None, pa.large_string()), t)
-    return pd.arrays.ArrowStringArray(t)
+    return _string_array(t)
+
+
+def _string_array(t: pa.Array) -> pd.api.extensions.ExtensionArray:
+    """Arrow texts as a "string" array of pandas' default storage (model.STR), as ``astype("string")`` and the
+    other readers give: Arrow under pandas 3, Python objects under pandas 2 unless its option says pyarrow."""
+    out = pd.arrays.ArrowStringArray(t)
+    return out if pd.StringDtype().storage == "pyarrow" else out.astype(pd.StringDtype())
 
 
 def _arrow_strings(raw: np.ndarray) -> pa.Array:
