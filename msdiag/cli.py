@@ -1,7 +1,7 @@
 """Command line: parse arguments, call the pipeline, map errors to exit codes.
 
 Exit codes: 0 ok, 1 findings at or above --fail-on, 2 usage or input error (and, with --strict, a
-rank left out or a source that failed), 3 an internal error (a bug in msdiag: one line, the traceback
+rank left out or a source that failed; and an environment that cannot import what msdiag needs), 3 an internal error (a bug in msdiag: one line, the traceback
 with --debug), never 1, which --fail-on gives findings.
 """
 
@@ -240,6 +240,19 @@ def _fail(e: Exception, debug: bool) -> None:
     sys.exit(EXIT_ERROR)
 
 
+class _EnvironmentProblem(Exception):
+    """An ImportError as the CLI prints it: what this Python environment cannot import, with the known fix."""
+
+    def __init__(self, e: ImportError) -> None:
+        from msdiag.errors import one_line
+
+        text = one_line(str(e))[:300]
+        hint = ""
+        if "pyarrow" in text and "NumPy 2" in text:  # pyarrow 26+ with numpy 1.x (MindSpore 2.10 needs numpy<2)
+            hint = ": with numpy<2 install 'pyarrow<26' (pip install 'msdiag[capture]' pins a set that works together)"
+        super().__init__(f"this Python environment cannot import what msdiag needs ({type(e).__name__}: {text}){hint}")
+
+
 class _Main(click.Group):
     """The command group: an exception that is not an input problem is an internal error, exit 3."""
 
@@ -250,6 +263,10 @@ class _Main(click.Group):
             raise
         except MsdiagError as e:  # an input problem a command did not catch itself
             _fail(e, bool(ctx.meta.get(_DEBUG)))
+        except ImportError as e:  # a broken environment, not a bug: say what cannot be imported, and the fix
+            if ctx.meta.get(_DEBUG):
+                raise
+            _fail(_EnvironmentProblem(e), False)
         except Exception as e:  # noqa: BLE001 - every bug ends in one line and its own exit code
             if ctx.meta.get(_DEBUG):
                 raise

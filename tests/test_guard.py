@@ -180,6 +180,23 @@ def test_internal_error_is_one_line_exit_3(corpus: Path, monkeypatch: pytest.Mon
     assert isinstance(r.exception, KeyError)  # --debug: the exception itself, for its traceback
 
 
+def test_broken_environment_is_one_line_exit_2(corpus: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # pip pairs pyarrow 26 with numpy 1.26 (pyarrow declares no numpy requirement), and pyarrow then refuses to
+    # import with this text (seen when .ci/run's oldest-pandas environment was first tried): not a bug in msdiag
+    import msdiag.analysis as analysis
+
+    def broken(*_: object, **__: object) -> None:
+        raise ImportError("pyarrow requires NumPy 2.0 or newer, found 1.26.4")
+
+    monkeypatch.setattr(analysis, "compute_all", broken)
+    r = CliRunner().invoke(main, ["analyze", "--no-cache", str(corpus.joinpath(*L0))])
+    assert r.exit_code == 2 and r.stderr.count("\n") == 1
+    assert r.stderr.startswith("msdiag: error: this Python environment cannot import what msdiag needs (ImportError: pyarrow")
+    assert "install 'pyarrow<26'" in r.stderr and "internal error" not in r.stderr
+    r = CliRunner().invoke(main, ["analyze", "--no-cache", "--debug", str(corpus.joinpath(*L0))])
+    assert isinstance(r.exception, ImportError)  # --debug: the exception itself
+
+
 def test_strict_failed_source(corpus: Path, tmp_path: Path) -> None:
     """op_statistic.csv emptied: a failed optional source (a note-free exit 0 by default), exit 2 with --strict."""
     cap = tmp_path / "cap"
