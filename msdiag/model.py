@@ -182,6 +182,18 @@ STEPS = _t(
     ],
 )
 
+STEP_KINDS_TABLE = _t(
+    "step_kinds",
+    "One row per interval of a removable kind of a step window (metrics/projection.py), and one per window.",
+    [
+        ("rank", INT, "global rank id"),
+        ("step", INT, "the window's step (the steps table's); null for a capture without steps"),
+        ("kind", STR, "window (the step window itself) or a kind of STEP_KINDS"),
+        ("start_us", FLOAT, "interval start (absolute, us)"),
+        ("end_us", FLOAT, "interval end (absolute, us)"),
+    ],
+)
+
 KERNELS = _t(
     "kernels",
     "Device kernels (Ascend) or host ops (MindSpore CPU), one row per launch.",
@@ -469,6 +481,7 @@ TABLES: dict[str, Table] = {
     for t in (
         RANKS,
         STEPS,
+        STEP_KINDS_TABLE,
         KERNELS,
         COMM_OPS,
         COMM_TRANSPORT,

@@ -30,11 +30,11 @@ import pandas as pd
 
 from msdiag import intervals as iv
 from msdiag.metrics.breakdown import _RECEIVE, _comm_from_timeline, _device_ops, _windows
-from msdiag.metrics.causes import _Names, host_spans
+from msdiag.metrics.causes import _Host, _Names, _spans, host_spans
 from msdiag.metrics.registry import Context
-from msdiag.model import STEP_KINDS, RankData
+from msdiag.model import STEP_KINDS, STEP_KINDS_TABLE, RankData
 
-__all__ = ["TIMELINE_ONLY", "StepSets", "removed_us", "step_sets", "timed_steps"]
+__all__ = ["TIMELINE_ONLY", "StepSets", "rank_kinds", "removed_us", "step_sets", "timed_steps"]
 
 #: Kinds a step row's totals cannot give (they need the host lane of a timeline).
 TIMELINE_ONLY = ("host_sync",)
@@ -61,6 +61,10 @@ def timed_steps(steps: pd.DataFrame) -> pd.DataFrame:
     return steps[keep.to_numpy(bool)]
 
 
+#: The kinds of a step window, in the order _window_kinds gives them.
+_KINDS = ("exposed_communication", "bubble", "idle", "data_wait", "host_idle", "host_sync")
+
+
 def _window_kinds(comp: iv.Intervals, comm: iv.Intervals, recv: iv.Intervals, waits: iv.Intervals,
                   syncs: iv.Intervals, lo: float, hi: float) -> dict[str, iv.Intervals]:
     """Every kind of one step window, from its compute, communication, receive and host intervals."""
@@ -79,13 +83,13 @@ def _window_kinds(comp: iv.Intervals, comm: iv.Intervals, recv: iv.Intervals, wa
     }
 
 
-def _rank_sets(ctx: Context, rd: RankData, memo: _Names) -> dict[int | None, dict[str, iv.Intervals]]:
-    """Each step window of a rank's timeline (cut as the breakdown cuts it) -> its kinds; ``memo``: the host
-    names matched so far (causes._Names)."""
+def _rank_windows(rd: RankData, spans: list[iv.Intervals]) -> list[tuple[int | None, float, float, dict[str, iv.Intervals]]]:
+    """Each step window of a rank's timeline (cut as the breakdown cuts it): its step, lo, hi and kinds; ``spans``:
+    the rank's host data waits and syncs (causes.host_spans)."""
     ops, src = _device_ops(rd)
     ops = ops[ops["start_us"].notna()].reset_index(drop=True)
     if not len(ops):
-        return {}
+        return []
     k = rd.table("kernels")
     host_ops = src == "kernels" and len(k) > 0 and bool((k["core"] == "CPU").all())
     windows, _ = _windows(rd, ops, host_ops)
@@ -95,17 +99,86 @@ def _rank_sets(ctx: Context, rd: RankData, memo: _Names) -> dict[int | None, dic
     recv = ops["name"].astype("string").str.lower().str.contains("|".join(_RECEIVE), regex=True, na=False).to_numpy(bool)
     extra = _comm_from_timeline(rd) if src == "kernels" and not is_comm.any() else None
     extra_iv = iv.make(extra["start_us"].to_numpy(float), extra["dur_us"].to_numpy(float)) if extra is not None else iv.EMPTY
-    # the host lane's data waits and syncs: kept by the causes where they took the rank's host rows, else taken here
-    waits, syncs = host_spans(ctx, rd, memo)
-    out: dict[int | None, dict[str, iv.Intervals]] = {}
+    waits, syncs = spans
+    out = []
     for w in windows:
         s, d = starts[w.rows], durs[w.rows]
         cm = is_comm[w.rows]
         comm = iv.make(s[cm], d[cm])
         comm = (np.concatenate([comm[0], extra_iv[0]]), np.concatenate([comm[1], extra_iv[1]]))
         rv = cm & recv[w.rows]
-        out[w.step] = _window_kinds(iv.make(s[is_comp[w.rows]], d[is_comp[w.rows]]), comm, iv.make(s[rv], d[rv]),
-                                    waits, syncs, w.lo, w.hi)
+        kinds = _window_kinds(iv.make(s[is_comp[w.rows]], d[is_comp[w.rows]]), comm, iv.make(s[rv], d[rv]),
+                              waits, syncs, w.lo, w.hi)
+        out.append((w.step, w.lo, w.hi, kinds))
+    return out
+
+
+def _rank_sets(ctx: Context, rd: RankData, memo: _Names) -> dict[int | None, dict[str, iv.Intervals]]:
+    """Each step window of a rank's timeline -> its kinds, computed here; ``memo``: the host names matched so
+    far (causes._Names)."""
+    # the host lane's data waits and syncs: kept by the causes where they took the rank's host rows, else taken here
+    return {step: kinds for step, _, _, kinds in _rank_windows(rd, host_spans(ctx, rd, memo))}
+
+
+#: The row of a rank's STEP_KINDS_TABLE that is the step window itself, [lo, hi] (a window whose kinds are all
+#: empty is still a window: its step is measured, not laid end to end).
+_WINDOW = "window"
+
+
+def rank_kinds(rd: RankData) -> pd.DataFrame:
+    """The rank's step windows and each window's kinds as rows of STEP_KINDS_TABLE (rank, step, kind, start_us,
+    end_us): per window, its [lo, hi] row (kind "window"), then each kind's intervals in _window_kinds' order.
+
+    Computed where the rank is reduced (metrics/reduce.py), once its rows are: the rows the analysis holds, so
+    it is what the analysis would compute from them; step_sets then reads it instead (:func:`_from_table`).
+    ``host_idle`` rows are written only where the window has a data wait: else they are the idle rows."""
+    steps: list[int | None] = []
+    kinds: list[str] = []
+    counts: list[int] = []
+    lo: list[np.ndarray] = []
+    hi: list[np.ndarray] = []
+    for step, w_lo, w_hi, per_kind in _rank_windows(rd, _spans(_Host(rd.table("timeline"), _Names()))):
+        for kind, (a, b) in ((_WINDOW, (np.array([w_lo]), np.array([w_hi]))), *per_kind.items()):
+            if len(a) and not (kind == "host_idle" and not len(per_kind["data_wait"][0])):  # then idle's rows
+                steps.append(step)
+                kinds.append(kind)
+                counts.append(len(a))
+                lo.append(a)
+                hi.append(b)
+    n = int(sum(counts))
+    rep = np.repeat(np.arange(len(counts)), counts)
+    step_col = pd.array(steps, dtype="Int64")
+    return STEP_KINDS_TABLE.frame({
+        "rank": np.full(n, rd.rank, dtype=np.int64),
+        "step": step_col.take(rep) if n else pd.array([], dtype="Int64"),
+        "kind": pd.array(np.array(kinds, dtype=object)[rep] if n else np.empty(0, dtype=object), dtype="string"),
+        "start_us": np.concatenate(lo) if n else np.empty(0),
+        "end_us": np.concatenate(hi) if n else np.empty(0),
+    })  # fmt: skip
+
+
+def _from_table(t: pd.DataFrame) -> dict[int | None, dict[str, iv.Intervals]]:
+    """:func:`_rank_sets` of a rank from its rows of STEP_KINDS_TABLE (:func:`rank_kinds`): every window with
+    every kind (an absent kind: no intervals), the same values in the same order."""
+    if not len(t):
+        return {}
+    kind = t["kind"].to_numpy(object)
+    start, end = t["start_us"].to_numpy(float), t["end_us"].to_numpy(float)
+    step = t["step"].to_numpy(object, na_value=None)
+    is_window = kind == _WINDOW
+    # each window's row, then its kinds, each a run of rows: cut where the kind changes and at every window row
+    cut = np.flatnonzero(np.r_[True, kind[1:] != kind[:-1]] | is_window)
+    bounds = np.r_[cut, len(kind)]
+    out: dict[int | None, dict[str, iv.Intervals]] = {}
+    current: dict[str, iv.Intervals] = {}
+    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+        if is_window[a]:
+            current = out[None if step[a] is None else int(step[a])] = dict.fromkeys(_KINDS, iv.EMPTY)
+        else:
+            current[str(kind[a])] = (start[a:b], end[a:b])
+    for kinds in out.values():
+        if not len(kinds["data_wait"][0]):  # idle less no data wait: the idle intervals themselves (merged twice)
+            kinds["host_idle"] = kinds["idle"]
     return out
 
 
@@ -130,6 +203,13 @@ def _laid_end_to_end(row: pd.Series) -> dict[str, iv.Intervals]:
     }
 
 
+def _measured(ctx: Context, rd: RankData, memo: _Names) -> dict[int | None, dict[str, iv.Intervals]]:
+    """A rank's windows and their kinds: from its STEP_KINDS_TABLE rows where it was reduced (computed there, in
+    parallel: rank_kinds), else computed here (a rank read without the reduction, e.g. report --trace)."""
+    kept = rd.tables.get(STEP_KINDS_TABLE.name)
+    return _from_table(kept) if kept is not None else _rank_sets(ctx, rd, memo)
+
+
 def step_sets(ctx: Context) -> list[StepSets]:
     """Every timed step (warm-up left out) with its removable kinds; computed once per analysis."""
     if _CACHE_KEY in ctx.cache:
@@ -140,7 +220,7 @@ def step_sets(ctx: Context) -> list[StepSets]:
     memo = _Names()
     for rank, rows in steps.groupby("rank", sort=True):
         from_timeline = rows["source"].astype("string").str.startswith("timeline").fillna(False).to_numpy(bool)
-        measured = _rank_sets(ctx, ranks[int(rank)], memo) if from_timeline.any() and int(rank) in ranks else {}
+        measured = _measured(ctx, ranks[int(rank)], memo) if from_timeline.any() and int(rank) in ranks else {}
         # the step and total of each row from arrays; a row as a Series only when its columns are laid end to end
         step_of, total_of = rows["step"].to_numpy(object), rows["total_us"].to_numpy(object)
         for j, timeline in enumerate(from_timeline):

@@ -32,7 +32,8 @@ only (``Reads.deep_rows``: the Python frames, which only call sites read), kept 
 
 The rank's step breakdown (``breakdown.step_breakdown``, the per-rank part of the analysis) is
 computed here too, before anything is dropped, and kept as the rank's ``steps`` table: it is then
-computed on the workers, in parallel, and read back from the cache with the rank.
+computed on the workers, in parallel, and read back from the cache with the rank. So are its step
+windows' removable kinds (``projection.rank_kinds``, table ``step_kinds``), which the projection reads.
 """
 
 from __future__ import annotations
@@ -46,12 +47,13 @@ import numpy as np
 import pandas as pd
 
 from msdiag.metrics.breakdown import step_breakdown
+from msdiag.metrics.projection import rank_kinds
 from msdiag.metrics.registry import all_reads
-from msdiag.model import RankData
+from msdiag.model import STEP_KINDS_TABLE, RankData
 
 #: Bumped whenever the way the reduction keeps rows changes (what it keeps follows from the
 #: declarations, hashed by reduce_id): part of the cache key.
-REDUCE_VERSION = 3
+REDUCE_VERSION = 4  # 4: the step windows' removable kinds stored (table step_kinds)
 #: Every lane the canonical timeline has (model.py: TIMELINE's ``lane`` column). Rows of any other
 #: lane value are kept: the reduction drops only what it knows nothing reads.
 TIMELINE_LANES = ("device", "hccl", "overlap", "host", "step", "scope")
@@ -160,6 +162,9 @@ def _reduce(rd: RankData, p: Plan, names: tuple[np.ndarray, pd.Index] | None = N
         keep = c["track"].isin(p.tracks).fillna(False).to_numpy(bool)
         if not keep.all():
             rd.tables["counters"] = c[keep].reset_index(drop=True)
+    # the projection's windows and kinds, from the rows the analysis will hold (the reduced rank: fewer host
+    # rows to take than the whole one, and the very rows the analysis would compute them from)
+    rd.tables[STEP_KINDS_TABLE.name] = rank_kinds(rd)
     return rd
 
 
