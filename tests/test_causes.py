@@ -155,3 +155,83 @@ def test_host_arrays_choose_as_pandas_did() -> None:
     chosen = set(host.index[kept[host.resolved(kept)]])
     assert chosen == set(expected.nlargest(MAX_RESOLVED, "dur_us").index)
     assert len(chosen) == MAX_RESOLVED
+
+
+def _frame_rules(ctx: Any) -> tuple[dict[int, dict[str, Any]], dict[int, float], list[dict[str, Any]]]:
+    # the pandas rules the arrays replaced (written out): each rank's activity frame split by
+    # groupby("cause", sort=False), its data-wait figure as the median of its step rows (pandas' median, NaN
+    # left out) and the call sites of host-sync from the frames of every rank, concatenated and grouped by site
+    import pandas as pd
+
+    from msdiag.metrics.causes import TOP_SITES, US_PER_MS, _activity
+
+    split = {r: {str(k): g for k, g in a.frame().groupby("cause", sort=False)} for r, (a, _) in _activity(ctx).items()}
+    waits = {}
+    for r, g in ctx.steps.groupby("rank", sort=False):
+        if g["data_wait_us"].notna().any():
+            waits[int(r)] = float(g["data_wait_us"].median())
+    acts = _activity(ctx)
+    empty = next(iter(acts.values()))[0].frame().iloc[:0]
+    all_act = pd.concat([split[r].get("host-sync", empty) for r in acts], ignore_index=True)
+    n_all = sum(n for _, n in acts.values())
+    named = all_act[all_act["site"].notna()]
+    sites: list[dict[str, Any]] = []
+    if len(named) and n_all:
+        ms = (named["end_us"] - named["start_us"]).groupby(named["site"]).sum() / US_PER_MS / n_all
+        top = ms.sort_values(ascending=False, kind="stable").head(TOP_SITES)
+        sites = [{"site": str(k).split(" < ")[0], "stack": str(k), "ms_per_step": round(float(v), 3)} for k, v in top.items()]
+    return split, waits, sites
+
+
+@pytest.mark.parametrize("name", [LEVEL1, LEVEL0, CPU_MSRUN])
+def test_activity_arrays_as_the_frames_gave(corpus: Path, analysed: Callable[[str], Analysis], name: str) -> None:
+    # causes keeps each rank's activities as arrays by cause (_Acts), the data-wait medians from one grouping of
+    # the step rows and the call sites from the rows laid end to end: the same rows, figures and sites as the
+    # frames' rules (_frame_rules), on real ranks
+    import numpy as np
+    import pandas as pd
+
+    from msdiag.metrics.causes import _activity, _call_sites, _step_medians
+    from msdiag.metrics.registry import Context
+
+    a = analysed(name)
+    ctx = Context(capture=a.capture, steps=a.steps, options=a.options)
+    split, waits, sites = _frame_rules(ctx)
+    for r, (acts, _) in _activity(ctx).items():
+        assert set(split[r]) == {c for c in acts.parts if acts.of(c) is not None}
+        for cause, g in split[r].items():
+            p = acts.of(cause)
+            assert p is not None
+            # (the frames' concatenation turns a part's missing sites into NaN: missing either way)
+            assert list(g["step"]) == list(p.step) and [None if pd.isna(x) else x for x in g["site"]] == p.site
+            assert np.array_equal(g["start_us"].to_numpy(), p.start) and np.array_equal(g["end_us"].to_numpy(), p.end)
+    assert _step_medians(ctx, "data_wait_us") == waits
+    parts = [p for p in (acts.of("host-sync") for acts, _ in _activity(ctx).values()) if p is not None]
+    n_all = sum(n for _, n in _activity(ctx).values())
+    start = np.concatenate([p.start for p in parts]) if parts else np.empty(0)
+    end = np.concatenate([p.end for p in parts]) if parts else np.empty(0)
+    assert _call_sites(start, end, np.array([x for p in parts for x in p.site], dtype=object), n_all) == sites
+    assert name != LEVEL1 or sites  # level1 has sites (test_level1_progress_print_syncs_the_host)
+
+
+def test_step_medians_on_ties_and_nan() -> None:
+    # _step_medians against groupby("rank")'s median on ties, NaN, a rank with NaN only (no figure), an
+    # even count (the mean of the middle two), a missing rank (left out) and ranks out of order
+    import numpy as np
+    import pandas as pd
+
+    from msdiag.metrics.causes import _step_medians
+    from msdiag.metrics.registry import Context
+    from msdiag.model import Capture
+
+    steps = pd.DataFrame({
+        "rank": pd.array([3, 1, 3, 1, 2, 2, None, 1, 3, 4], dtype="Int64"),
+        "data_wait_us": [0.1, 0.3, np.nan, 0.3, np.nan, np.nan, 5.0, 0.7, 0.2 + 0.1, 1e300],
+        "total_us": [1.0, 2.0, 2.0, 2.0, 3.0, 1.0, 9.0, 0.1, np.nan, 7.0],
+    })  # fmt: skip
+    ctx = Context(capture=Capture(path="x", ranks=[]), steps=steps)
+    for column in ("data_wait_us", "total_us"):
+        expected = {int(r): float(g[column].median()) for r, g in steps.groupby("rank") if g[column].notna().any()}
+        got = _step_medians(ctx, column)
+        assert got == expected and all(np.float64(got[r]).tobytes() == np.float64(v).tobytes() for r, v in expected.items())
+    assert 2 not in _step_medians(ctx, "data_wait_us")

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from functools import cached_property
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -61,24 +61,49 @@ declare_reads("causes", _READS)
 _SOURCE = "trace_view.json host events (python_function frames with with_stack, CANN AscendCL, torch ops)"
 
 
-def _windows(ctx: Context, rank: int, tl: pd.DataFrame) -> pd.DataFrame:
+def _windows(ctx: Context, rank: int, tl: pd.DataFrame, step_rows: np.ndarray | None = None) -> _Windows:
     """The rank's steps (step, lo, hi): host ProfilerStep#N markers, else the step breakdown's spans.
 
-    Built on arrays (a few ms per rank instead of tens: it runs once per rank of the job)."""
-    marks = np.flatnonzero((tl["lane"] == "step").to_numpy(bool, na_value=False))  # positions, not a frame
+    On arrays, no frame (it runs once per rank of the job); ``step_rows``: the positions of the timeline's step
+    markers when already found (_lane_rows)."""
+    marks = _lane_rows(tl)[1] if step_rows is None else step_rows  # positions, not a filtered frame
     if len(marks):
-        step = _step_numbers(tl["name"].iloc[marks])
+        names = tl["name"]
+        fast = _step_objects(names.array.take(marks)) if isinstance(names.dtype, pd.StringDtype) else None
+        step = _step_numbers(names.iloc[marks]) if fast is None else fast
         lo = tl["start_us"].to_numpy(float, na_value=np.nan)[marks]
         hi = lo + tl["dur_us"].to_numpy(float, na_value=np.nan)[marks]
     else:
         st = _rank_steps(ctx, rank)
         if not len(st):
-            return _NO_WINDOWS.copy()
+            return _Windows(np.empty(0, dtype=object), np.empty(0), np.empty(0))
         step, lo = st["step"], st["start_us"].to_numpy(float, na_value=np.nan)
         hi = st["end_us"].to_numpy(float, na_value=np.nan)
     keep = np.flatnonzero(~(np.isnan(lo) | np.isnan(hi)))
     order = keep[np.argsort(lo[keep], kind="stable")]
-    return pd.DataFrame({"step": step.array.take(order), "lo": lo[order], "hi": hi[order]})
+    if isinstance(step, np.ndarray):
+        return _Windows(step[order], lo[order], hi[order])
+    # the values a column of step.array.take(order) gave as objects (Series.to_numpy(object): NA as pd.NA)
+    return _Windows(step.array.take(order).to_numpy(dtype=object), lo[order], hi[order])
+
+
+class _Windows(NamedTuple):
+    """A rank's steps in start order: each one's step number (objects: int, or NA when the marker has none),
+    start and end (us)."""
+
+    step: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+
+    def __len__(self) -> int:  # type: ignore[override]
+        return len(self.lo)
+
+
+def _lane_rows(tl: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """The positions of the timeline's host rows and of its step markers, from one pass over its lanes."""
+    codes, lanes = pd.factorize(tl["lane"])  # a missing lane: -1
+    at = {str(x): j for j, x in enumerate(lanes)}
+    return tuple(np.flatnonzero(codes == at[k]) if k in at else np.empty(0, dtype=np.int64) for k in ("host", "step"))  # type: ignore[return-value]
 
 
 _STEP_NUMBER = re.compile(r"#(\d+)")
@@ -105,6 +130,19 @@ def _step_numbers(names: pd.Series) -> pd.Series:
     return pd.Series(pd.array(texts, dtype="Int64"), index=names.index)
 
 
+def _step_objects(names: Any) -> np.ndarray | None:
+    """_step_numbers of the marker names ``names`` (a pandas string array) as the objects its Int64 values give
+    (int, or pd.NA where a name has no number), without a Series; None when one is left to pandas."""
+    out = np.empty(len(names), dtype=object)
+    for j, n in enumerate(names.tolist()):
+        m = _STEP_NUMBER.search(n) if isinstance(n, str) else None
+        t = m.group(1) if m else None
+        if t is not None and not (t.isascii() and len(t) <= _MAX_DIGITS):
+            return None
+        out[j] = pd.NA if t is None else int(t)
+    return out
+
+
 def _rank_steps(ctx: Context, rank: int) -> pd.DataFrame:
     """The step breakdown's rows of one rank: ctx.steps grouped by rank once per analysis, not filtered per rank."""
     by_rank: dict[int, pd.DataFrame] = ctx.once(
@@ -112,9 +150,6 @@ def _rank_steps(ctx: Context, rank: int) -> pd.DataFrame:
         lambda: {int(r): g for r, g in ctx.steps.groupby("rank", sort=False)} if len(ctx.steps) else {},
     )
     return by_rank.get(rank, ctx.steps.iloc[:0])
-
-
-_NO_WINDOWS = pd.DataFrame({"step": pd.Series(dtype="Int64"), "lo": pd.Series(dtype=float), "hi": pd.Series(dtype=float)})
 
 
 def call_site(frames: pd.DataFrame, start: float, end: float) -> list[str]:
@@ -134,16 +169,19 @@ class _Names:
         self.hits: dict[str, np.ndarray] = {}
 
     def ids_of(self, names: Any) -> np.ndarray:
-        """The id of each of ``names`` (by str(name))."""
-        ids, out = self.ids, np.empty(len(names), dtype=np.int64)
-        for j, n in enumerate(names):
-            key = str(n)
-            i = ids.get(key)
-            if i is None:
-                i = ids[key] = len(self.names)
-                self.names.append(key)
-            out[j] = i
-        return out
+        """The id of each of ``names`` (by str(name)): those seen before looked up at once, the others one by one."""
+        ids = self.ids
+        got = list(map(ids.get, names))  # a str is its own key
+        if None in got:
+            for j, i in enumerate(got):
+                if i is None:
+                    key = str(names[j])
+                    i = ids.get(key)
+                    if i is None:
+                        i = ids[key] = len(self.names)
+                        self.names.append(key)
+                    got[j] = i
+        return np.array(got, dtype=np.int64)
 
     def matches(self, pattern: str, ids: np.ndarray) -> np.ndarray:
         """Whether the name of each of ``ids`` matches ``pattern``."""
@@ -177,24 +215,31 @@ class _Host:
     once per analysis (_Names), and each event's thread: the id at the end of its track name
     ('Python/Thread 3096504' and 'CANN/Thread 3096504' are one thread)."""
 
-    def __init__(self, tl: pd.DataFrame, memo: _Names) -> None:
-        rows = np.flatnonzero((tl["lane"] == "host").to_numpy(bool, na_value=False))
+    def __init__(self, tl: pd.DataFrame, memo: _Names, rows: np.ndarray | None = None) -> None:
+        """``rows``: the positions of the host rows in ``tl`` when already found (_lane_rows)."""
+        rows = _lane_rows(tl)[0] if rows is None else rows
         self.memo = memo
         self.index = tl.index[rows]
         self.start = tl["start_us"].to_numpy(float, na_value=np.nan)[rows]
         self.dur = tl["dur_us"].to_numpy(float, na_value=np.nan)[rows]
-        self.name = tl["name"].to_numpy(object)[rows]
-        self.codes, names = pd.factorize(self.name)  # a missing name: -1, never matches
-        self.ids = memo.ids_of(names)  # the analysis' id of each distinct name
+        self.codes, names = pd.factorize(tl["name"].array.take(rows))  # a missing name: -1, never matches
+        self._names = np.asarray(names, dtype=object)
+        self.ids = memo.ids_of(self._names)  # the analysis' id of each distinct name
         self._tracks = tl["track"]
         self._rows = rows
 
     @cached_property
+    def name(self) -> np.ndarray:
+        """Each event's name (a missing one: NA; computed when first asked: the call sites read the frames' only)."""
+        return np.append(self._names, pd.NA)[self.codes] if len(self.codes) else np.empty(0, dtype=object)
+
+    @cached_property
     def thread(self) -> np.ndarray:
-        """Each event's thread (computed when first asked: the projection reads the events only)."""
-        tcodes, tracks = pd.factorize(self._tracks.to_numpy(object)[self._rows], use_na_sentinel=False)
+        """Each event's thread (computed when first asked: the projection reads the events only); the track
+        names of the timeline factorized whole (its own storage's hashing), each distinct one parsed once."""
+        tcodes, tracks = pd.factorize(self._tracks, use_na_sentinel=False)
         threads = np.array([str(t).rsplit(" ", 1)[-1] for t in tracks], dtype=object)
-        return threads[tcodes] if len(tcodes) else np.empty(0, dtype=object)
+        return threads[tcodes[self._rows]] if len(self._rows) else np.empty(0, dtype=object)
 
     def __len__(self) -> int:
         return len(self.start)
@@ -259,18 +304,49 @@ def rank_activity(ctx: Context, rank: int) -> pd.DataFrame:
     tl = rd.tables.get("timeline")
     if tl is None or not len(tl):
         return _NO_ACTIVITY
-    return _activity_in(tl, _windows(ctx, rank, tl), rd.info.read_depth == "shallow", _Names())
+    return _acts_in(tl, _windows(ctx, rank, tl), rd.info.read_depth == "shallow", _Names()).frame()
 
 
-def _activity_in(tl: pd.DataFrame, win: pd.DataFrame, shallow: bool, memo: _Names, host: _Host | None = None) -> pd.DataFrame:
-    """rank_activity of a rank's timeline ``tl`` and its steps ``win`` (_windows); ``shallow``: the rank was
+class _Part(NamedTuple):
+    """The activities of one cause of a rank, in the order found: step (objects), start_us, end_us, site."""
+
+    step: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    site: list[str | None]
+
+
+class _Acts:
+    """A rank's activities as arrays, one part per cause (CAUSE_CATEGORY's order, causes with events only): what
+    the figures, the call sites and the comm overlap read, without a frame per rank; the frame
+    (rank_activity's) is built when asked."""
+
+    def __init__(self, parts: dict[str, _Part]) -> None:
+        self.parts = parts
+
+    def of(self, cause: str) -> _Part | None:
+        """The rows of ``cause`` (None when it has none): ``groupby("cause")``'s group of the frame."""
+        p = self.parts.get(cause)
+        return p if p is not None and len(p.start) else None
+
+    def frame(self) -> pd.DataFrame:
+        """The activities as rank_activity's frame: a frame per cause with events, concatenated."""
+        if not self.parts:
+            return _NO_ACTIVITY
+        return pd.concat([pd.DataFrame({
+            "cause": cause, "step": p.step, "start_us": p.start, "end_us": p.end, "site": p.site,
+        }) for cause, p in self.parts.items()], ignore_index=True)  # fmt: skip
+
+
+def _acts_in(tl: pd.DataFrame, win: _Windows, shallow: bool, memo: _Names, host: _Host | None = None) -> _Acts:
+    """The activities of a rank's timeline ``tl`` and its steps ``win`` (_windows); ``shallow``: the rank was
     read shallow (its call sites are unknown); ``memo``: the name matches of the analysis (_Names); ``host``:
     the host rows of ``tl`` already taken (_Host), else taken here.
 
     On arrays (positions in the host rows), not frames per pattern: it runs for every rank of the job."""
     events = host if host is not None else _Host(tl, memo)
     if not len(events) or not len(win):
-        return _NO_ACTIVITY
+        return _NO_ACTS
     # a rank read shallow holds only the first frame of each name: its call sites are unknown, never guessed
     frames = events.events(FRAME_PATTERN) if not shallow else np.empty(0, dtype=np.int64)
     by_thread: dict[str, _Frames] = {}
@@ -279,9 +355,8 @@ def _activity_in(tl: pd.DataFrame, win: pd.DataFrame, shallow: bool, memo: _Name
         for j, t in enumerate(threads):
             f = frames[tcodes == j]
             by_thread[str(t)] = _Frames(events.start[f], events.dur[f], events.name[f], memo)
-    lo, hi = win["lo"].to_numpy(float), win["hi"].to_numpy(float)
-    steps = win["step"].to_numpy(object)
-    parts = []
+    lo, hi, steps = win.lo, win.hi, win.step
+    parts = {}
     for cause, pattern in (("host-sync", SYNC_PATTERN), *ACTIVITY_PATTERNS.items()):
         ev = events.outermost(events.events(pattern))
         if not len(ev):
@@ -291,14 +366,12 @@ def _activity_in(tl: pd.DataFrame, win: pd.DataFrame, shallow: bool, memo: _Name
         i = np.searchsorted(lo, s, side="right") - 1  # the step that began last before the event
         ok = (i >= 0) & (s < hi[np.clip(i, 0, None)])
         sites = events.sites(ev, by_thread)
-        parts.append(pd.DataFrame({
-            "cause": cause, "step": steps[i[ok]], "start_us": s[ok],
-            "end_us": np.minimum(e[ok], hi[i[ok]]), "site": [x for x, k in zip(sites, ok) if k],
-        }))  # fmt: skip
-    return pd.concat(parts, ignore_index=True) if parts else _NO_ACTIVITY
+        parts[cause] = _Part(steps[i[ok]], s[ok], np.minimum(e[ok], hi[i[ok]]), [x for x, k in zip(sites, ok) if k])
+    return _Acts(parts) if parts else _NO_ACTS
 
 
 _NO_ACTIVITY = pd.DataFrame(columns=["cause", "step", "start_us", "end_us", "site"])
+_NO_ACTS = _Acts({})
 
 
 # ---- causes ------------------------------------------------------------------------------------
@@ -307,15 +380,14 @@ _NO_ACTIVITY = pd.DataFrame(columns=["cause", "step", "start_us", "end_us", "sit
 CAUSE_CATEGORY = {"host-sync": "host", "data-wait": "data", "gc": "host", "checkpoint": "host", "compile": "host"}
 
 
-#: ctx.cache keys of what is computed per rank: the activities (rank -> (activities, number of steps)), their
-#: split by cause (rank -> cause -> rows) and the ms per step each cause costs the rank (rank -> cause -> ms). The
-#: analysis may seed them with ranks already computed (analysis._reuse): a rank found there is not computed again.
+#: ctx.cache keys of what is computed per rank: the activities (rank -> (activities by cause as arrays, _Acts;
+#: number of steps)) and the ms per step each cause costs the rank (rank -> cause -> ms). The analysis may seed
+#: them with ranks already computed (analysis._reuse): a rank found there is not computed again.
 ACTIVITY_CACHE = "causes.activity"
-SPLIT_CACHE = "causes.split"
 FIGURES_CACHE = "causes.figures"
 #: and, taken from the same host rows, the events the projection reads as intervals (host_spans)
 SPANS_CACHE = "causes.host_spans"
-PER_RANK_CACHES = (ACTIVITY_CACHE, SPLIT_CACHE, FIGURES_CACHE, SPANS_CACHE)
+PER_RANK_CACHES = (ACTIVITY_CACHE, FIGURES_CACHE, SPANS_CACHE)
 
 #: The host events the projection (metrics/projection.py) reads as intervals: data waits, synchronisations.
 SPAN_PATTERNS = (DATA_WAIT_PATTERN, SYNC_PATTERN)
@@ -337,11 +409,11 @@ def host_spans(ctx: Context, rd: RankData, memo: _Names) -> list[iv.Intervals]:
     return kept if kept is not None else _spans(_Host(rd.table("timeline"), memo))
 
 
-def _activity(ctx: Context) -> dict[int, tuple[pd.DataFrame, int]]:
-    """Per rank, in the capture's order: its activities (rank_activity) and its number of steps; computed
-    once per analysis (a rank already in the cache is not computed again)."""
+def _activity(ctx: Context) -> dict[int, tuple[_Acts, int]]:
+    """Per rank, in the capture's order: its activities (rank_activity's rows as arrays by cause, _Acts) and its
+    number of steps; computed once per analysis (a rank already in the cache is not computed again)."""
     if "causes" not in ctx.cache:
-        known: dict[int, tuple[pd.DataFrame, int]] = ctx.cache.get(ACTIVITY_CACHE, {})
+        known: dict[int, tuple[_Acts, int]] = ctx.cache.get(ACTIVITY_CACHE, {})
         known_spans: dict[int, list[iv.Intervals]] = ctx.cache.get(SPANS_CACHE, {})
         out, spans = {}, {}
         memo = _Names()
@@ -353,46 +425,50 @@ def _activity(ctx: Context) -> dict[int, tuple[pd.DataFrame, int]]:
                 continue
             tl = rd.tables.get("timeline")
             if tl is None or not len(tl):
-                out[rd.rank] = (_NO_ACTIVITY, 0)
+                out[rd.rank] = (_NO_ACTS, 0)
                 continue
-            win = _windows(ctx, rd.rank, tl)  # once per rank: its steps and its activities in them
-            host = _Host(tl, memo)  # its host rows, taken once for the activities and the projection's spans
+            host_rows, step_rows = _lane_rows(tl)  # one pass over the lanes for both
+            win = _windows(ctx, rd.rank, tl, step_rows)  # once per rank: its steps and its activities in them
+            host = _Host(tl, memo, host_rows)  # its host rows, taken once for the activities and the projection's spans
             spans[rd.rank] = _spans(host)
-            out[rd.rank] = (_activity_in(tl, win, rd.info.read_depth == "shallow", memo, host), len(win))
+            out[rd.rank] = (_acts_in(tl, win, rd.info.read_depth == "shallow", memo, host), len(win))
         ctx.cache["causes"] = ctx.cache[ACTIVITY_CACHE] = out
         ctx.cache[SPANS_CACHE] = spans
-    cached: dict[int, tuple[pd.DataFrame, int]] = ctx.cache["causes"]
+    cached: dict[int, tuple[_Acts, int]] = ctx.cache["causes"]
     return cached
 
 
 def host_syncs(ctx: Context, rank: int) -> pd.DataFrame:
     """The rank's host-device synchronisations inside its steps (rank_activity rows), from the analysis' cache."""
-    act = _activity(ctx).get(rank, (_NO_ACTIVITY, 0))[0]
+    act = _activity(ctx).get(rank, (_NO_ACTS, 0))[0].frame()
     return act[act["cause"] == "host-sync"]
 
 
-def _per_step_ms(act: pd.DataFrame, n_steps: int) -> float:
+def _per_step_ms(act: _Part, n_steps: int) -> float:
     """Median over the rank's steps of the union (ms) of the activity's events in each step (0 where none)."""
     # the groups of groupby("step", dropna=False), each with its rows in order, on arrays (the median does not
     # depend on the order of the groups)
-    codes, _ = pd.factorize(act["step"].to_numpy(object))  # a missing step: -1, one group as groupby's NaN group
-    start, end = act["start_us"].to_numpy(float), act["end_us"].to_numpy(float)
+    codes, _ = pd.factorize(act.step)  # a missing step: -1, one group as groupby's NaN group
+    start, end = act.start, act.end
     per = [iv.total((start[g], end[g])) for _, g in key_rows(codes)]
     per += [0.0] * (n_steps - len(per))
     return float(np.median(per)) / US_PER_MS if per else 0.0
 
 
 def _step_ms(ctx: Context, rank: int) -> float | None:
-    st = _rank_steps(ctx, rank)
-    return float(st["total_us"].median()) / US_PER_MS if len(st) and st["total_us"].notna().any() else None
+    """The rank's median step time (ms; None without a timed step)."""
+    med = _step_medians(ctx, "total_us").get(rank)
+    return None if med is None else med / US_PER_MS
 
 
-def _call_sites(act: pd.DataFrame, n_steps: int) -> list[dict[str, Any]]:
-    """Top call sites of a cause: site (innermost user frame), stack, ms per step (mean over ranks)."""
-    named = act[act["site"].notna()]
+def _call_sites(start: np.ndarray, end: np.ndarray, site: np.ndarray, n_steps: int) -> list[dict[str, Any]]:
+    """Top call sites of a cause: site (innermost user frame), stack, ms per step (mean over ranks); from its
+    rows of the ranks whose sites count, laid end to end."""
+    named = np.flatnonzero(pd.notna(site))
     if not len(named) or not n_steps:
         return []
-    ms = (named["end_us"] - named["start_us"]).groupby(named["site"]).sum() / US_PER_MS / n_steps
+    dur = pd.Series(end[named] - start[named])
+    ms = dur.groupby(pd.Series(site[named], dtype=object)).sum() / US_PER_MS / n_steps  # pandas' sum (as before)
     top = ms.sort_values(ascending=False, kind="stable").head(TOP_SITES)
     return [{"site": str(k).split(" < ")[0], "stack": str(k), "ms_per_step": round(float(v), 3)} for k, v in top.items()]
 
@@ -424,52 +500,48 @@ def _figures(ctx: Context) -> dict[int, dict[str, float]]:
     computed once per analysis (a rank already in the cache, FIGURES_CACHE, is not computed again)."""
     if "causes.figures_done" not in ctx.cache:
         known: dict[int, dict[str, float]] = ctx.cache.get(FIGURES_CACHE, {})
-        split = _by_cause(ctx)
-        out = {r: known[r] if r in known else _rank_figures(ctx, r, split[r], n) for r, (_, n) in _activity(ctx).items()}
+        waits = _step_medians(ctx, "data_wait_us")
+        out = {r: known[r] if r in known else _rank_figures(waits.get(r), a, n) for r, (a, n) in _activity(ctx).items()}
         ctx.cache["causes.figures_done"] = ctx.cache[FIGURES_CACHE] = out
     done: dict[int, dict[str, float]] = ctx.cache["causes.figures_done"]
     return done
 
 
-def _rank_figures(ctx: Context, r: int, by_cause: dict[str, pd.DataFrame], n: int) -> dict[str, float]:
-    """One rank's figure per cause (CAUSE_CATEGORY's order): data waits from its step rows, the others from its
-    activities (_per_step_ms); a cause without a figure is left out."""
+def _step_medians(ctx: Context, column: str) -> dict[int, float]:
+    """Per rank with a value of ``column`` in a step row, the median of its values (pandas' median of the rank's
+    rows, NaN left out: np.median of the others); from one grouping of the step rows per analysis, not a
+    frame per rank."""
+
+    def medians() -> dict[int, float]:
+        st = ctx.steps
+        if not len(st):
+            return {}
+        values = st[column].to_numpy(float, na_value=np.nan)
+        out = {}
+        for r, rows in rank_rows(st):
+            v = values[rows]
+            v = v[~np.isnan(v)]
+            if len(v):
+                out[r] = float(np.median(v))
+        return out
+
+    got: dict[int, float] = ctx.once(f"causes.step_medians.{column}", medians)
+    return got
+
+
+def _rank_figures(wait_us: float | None, acts: _Acts, n: int) -> dict[str, float]:
+    """One rank's figure per cause (CAUSE_CATEGORY's order): data waits from its step rows (``wait_us``, None:
+    none recorded; us), the others from its activities (_per_step_ms); a cause without a figure is left out."""
     out: dict[str, float] = {}
     for cause in CAUSE_CATEGORY:
         if cause == "data-wait":
-            st = _rank_steps(ctx, r)
-            if len(st) and st["data_wait_us"].notna().any():
-                out[cause] = float(st["data_wait_us"].median()) / US_PER_MS
+            if wait_us is not None:
+                out[cause] = wait_us / US_PER_MS
             continue
-        a = by_cause.get(cause)
-        if a is not None and len(a):
+        a = acts.of(cause)
+        if a is not None:
             out[cause] = _per_step_ms(a, n)
     return out
-
-
-def _by_cause(ctx: Context) -> dict[int, dict[str, pd.DataFrame]]:
-    """Per rank, its activities (_activity) split by cause: one grouping per rank and analysis, not a filter
-    per rank and cause (the same rows in the same order); a rank already in the cache (SPLIT_CACHE) is not
-    split again."""
-    if "causes.by_cause" not in ctx.cache:
-        known: dict[int, dict[str, pd.DataFrame]] = ctx.cache.get(SPLIT_CACHE, {})
-        out = {r: known[r] if r in known else _split_by_cause(act) for r, (act, _) in _activity(ctx).items()}
-        ctx.cache["causes.by_cause"] = ctx.cache[SPLIT_CACHE] = out
-    split: dict[int, dict[str, pd.DataFrame]] = ctx.cache["causes.by_cause"]
-    return split
-
-
-def _split_by_cause(act: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    """``act.groupby("cause", sort=False)``'s groups: slices of ``act`` when each cause's rows are one run (as
-    _activity_in writes them, a part per cause), the same rows, labels and order without a grouping."""
-    if not len(act):
-        return {}
-    cause = act["cause"].to_numpy(object)
-    starts = np.flatnonzero(np.r_[True, cause[1:] != cause[:-1]])
-    if len(starts) != len(set(cause)):  # a cause in several runs: group as before
-        return {str(k): g for k, g in act.groupby("cause", sort=False)}
-    ends = np.r_[starts[1:], len(cause)]
-    return {str(cause[a]): act.iloc[a:b] for a, b in zip(starts, ends)}
 
 
 def _site_ranks(ctx: Context) -> set[int] | None:
@@ -480,9 +552,10 @@ def _site_ranks(ctx: Context) -> set[int] | None:
 
 
 def _cause_rows(ctx: Context) -> list[dict[str, Any]]:
-    acts, split = _activity(ctx), _by_cause(ctx)
+    acts = _activity(ctx)
     sites_from = _site_ranks(ctx)
-    site_acts = [(r, v) for r, v in acts.items() if sites_from is None or r in sites_from]
+    site_acts = [v for r, v in acts.items() if sites_from is None or r in sites_from]
+    n_all = sum(n for _, n in site_acts)
     rows = []
     for cause, per_rank in cause_per_rank(ctx).items():
         category = CAUSE_CATEGORY[cause]
@@ -490,13 +563,14 @@ def _cause_rows(ctx: Context) -> list[dict[str, Any]]:
             continue
         worst = max(per_rank, key=lambda r: per_rank[r])
         step_ms = _step_ms(ctx, worst)
-        parts = [split[r].get(cause, a.iloc[:0]) for r, (a, _) in site_acts]
-        all_act = pd.concat(parts, ignore_index=True) if parts else _NO_ACTIVITY
-        n_all = sum(n for _, (_, n) in site_acts)
+        parts = [p for p in (a.of(cause) for a, _ in site_acts) if p is not None]  # the rows, ranks end to end
+        start = np.concatenate([p.start for p in parts]) if parts else np.empty(0)
+        end = np.concatenate([p.end for p in parts]) if parts else np.empty(0)
+        site = np.array([x for p in parts for x in p.site], dtype=object)
         rows.append({
             "id": cause, "category": category, "ms_per_step": round(per_rank[worst], 3),
             "share_of_step": round(per_rank[worst] / step_ms, 4) if step_ms else None,
-            "ranks": sorted(per_rank), "call_sites": _call_sites(all_act, n_all),
+            "ranks": sorted(per_rank), "call_sites": _call_sites(start, end, site, n_all),
         })  # fmt: skip
     return sorted(rows, key=lambda x: -x["ms_per_step"])
 
@@ -564,13 +638,12 @@ def _comm_overlap(ctx: Context) -> tuple[float | None, str | None]:
     by_rank = dict(rank_rows(comm)) if len(comm) else {}
     c_start = comm["start_us"].to_numpy(float, na_value=np.nan)
     c_dur = comm["dur_us"].to_numpy(float, na_value=np.nan)
-    split = _by_cause(ctx)  # each rank's host-sync rows, in order: split once per analysis, not filtered here
     sync_us = over_us = 0.0
-    for r, (act, _) in acts.items():
-        a = split[r].get("host-sync", act.iloc[:0])
-        if not len(a):
+    for r, (acts_r, _) in acts.items():
+        a = acts_r.of("host-sync")  # each rank's host-sync rows, in order
+        if a is None:
             continue
-        s = (a["start_us"].to_numpy(float), a["end_us"].to_numpy(float))
+        s = (a.start, a.end)
         at = by_rank.get(r, np.empty(0, dtype=np.int64))
         sync_us += iv.total(s)
         over_us += iv.total(iv.intersect(s, iv.make(c_start[at], c_dur[at])))
