@@ -64,12 +64,16 @@ def load(
     # with a note; a single rank, or every rank broken, is an error as before
     reader = _load_rank_or_mark if len(disc.ranks) > 1 else load_rank
 
+    # one local pool for both passes of a tiered read: the deep pass reuses the shallow pass' workers
+    workers = parallel.Workers()
+
     def read(dirs: list[RankDir], shallow: bool = False) -> tuple[list[RankData], dict[str, Any]]:
         if shallow and tiered is not None:
-            return parallel.read_ranks(dirs, reader, jobs=jobs, cache=scache, scheduler=scheduler, reduce=tiered.reduce)
-        return parallel.read_ranks(dirs, reader, jobs=jobs, cache=rcache, scheduler=scheduler, reduce=reduce)
+            return parallel.read_ranks(dirs, reader, jobs=jobs, cache=scache, scheduler=scheduler, reduce=tiered.reduce, workers=workers)
+        return parallel.read_ranks(dirs, reader, jobs=jobs, cache=rcache, scheduler=scheduler, reduce=reduce, workers=workers)
 
-    ranks, info = read(disc.ranks) if tiered is None else _read_tiered(disc.ranks, tiered, read)
+    with workers:
+        ranks, info = read(disc.ranks) if tiered is None else _read_tiered(disc.ranks, tiered, read)
     broken = [r for r in ranks if UNREADABLE in r.meta]
     if broken and len(broken) == len(ranks):
         first = broken[0]

@@ -8,10 +8,11 @@ what the analysis needs, not with the traces' size.
 - Cache: the parent fingerprints every rank (a ``stat`` of its files) and reads the entries that
   are current; only the others are parsed. Pool workers write their entries themselves; entries
   of ranks parsed on Dask workers are written by the parent, which owns the cache folder.
-- Local pool: ``jobs`` worker processes (default: the CPUs); at most two tasks per worker are in
-  flight, so results do not pile up unread, and the pool is replaced after ``TASKS_PER_WORKER``
-  ranks per worker, so a worker that parsed a huge trace does not keep its memory for the rest of
-  the run. One rank, or ``jobs=1``: read in this process.
+- Local pool (:class:`Workers`): ``jobs`` worker processes (default: the CPUs); at most two tasks per
+  worker are in flight, so results do not pile up unread. The pool is replaced when a worker's peak
+  memory grew by more than ``WORKER_GROWTH_KB`` since it started, so a worker that parsed a huge trace
+  does not keep its memory for the rest of the run; otherwise it reads every rank, and the caller may
+  keep it for another call (a tiered load's deep pass). One rank, or ``jobs=1``: read in this process.
 - Dask (``scheduler="tcp://HOST:PORT"``): the ranks are mapped on the cluster's workers, which must
   see the capture at the same path and have the same msdiag installed; results are gathered one
   by one as they complete. Dask is optional (``pip install 'msdiag[cluster]'``).
@@ -23,7 +24,9 @@ import gc
 import multiprocessing as mp
 import os
 import socket
+import sys
 import uuid
+from collections import deque
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Callable
@@ -36,7 +39,9 @@ from msdiag.model import SCHEMA_VERSION, RankData
 LoadRank = Callable[[RankDir], RankData]
 Reduce = Callable[[RankData], RankData]
 
-#: A pool worker is replaced after this many ranks (bounds what a worker's heap keeps).
+#: A pool is replaced once one of its workers' peak memory grew by more than this since it started (KiB).
+WORKER_GROWTH_KB = 256 * 1024
+#: Where a worker's memory is not known: a pool is replaced after this many ranks per worker.
 TASKS_PER_WORKER = 16
 #: Tasks in flight per worker.
 IN_FLIGHT = 2
@@ -74,8 +79,10 @@ def read_ranks(
     cache: RankCache | None = None,
     scheduler: str | None = None,
     reduce: Reduce | None = None,
+    workers: Workers | None = None,
 ) -> tuple[list[RankData], dict[str, Any]]:
-    """Every rank of ``dirs`` in order, and how they were read (``Capture.ingest``)."""
+    """Every rank of ``dirs`` in order, and how they were read (``Capture.ingest``). ``workers``: the local
+    pool to read on (kept by the caller across calls); None: one for this call."""
     stats = CacheStats()
     out: list[RankData | None] = [None] * len(dirs)
     keys: list[dict[str, Any] | None] = [None] * len(dirs)
@@ -106,7 +113,12 @@ def read_ranks(
             _count(stats, cache, unstored)
     else:
         executor = "process-pool"
-        _on_pool(min(n, len(todo)), dirs, todo, load_rank, reduce, cache, keys, stats, out, by)
+        args = (min(n, len(todo)), dirs, todo, load_rank, reduce, cache, keys, stats, out, by)
+        if workers is not None:
+            workers.read(*args)
+        else:
+            with Workers() as own:
+                own.read(*args)
     info = {
         "executor": executor if todo else "cache",
         "jobs": n,
@@ -134,59 +146,130 @@ def _pool_context() -> Any:
     return mp.get_context("fork") if "fork" in mp.get_all_start_methods() else None
 
 
-def _on_pool(
-    workers: int,
-    dirs: list[RankDir],
-    todo: list[int],
-    load_rank: LoadRank,
-    reduce: Reduce | None,
-    cache: RankCache | None,
-    keys: list[dict[str, Any] | None],
-    stats: CacheStats,
-    out: list[RankData | None],
-    by: dict[int, str],
-) -> None:
-    # A pool reads at most workers x TASKS_PER_WORKER ranks, then is replaced by a fresh one
-    # (max_tasks_per_child is refused with fork, and other start methods re-import the caller's
-    # main module).
-    ctx = _pool_context()
-    per_pool = workers * TASKS_PER_WORKER
-    for lo in range(0, len(todo), per_pool):
-        queue = list(todo[lo : lo + per_pool])
-        pending: dict[Future[tuple[RankData, str, str | None]], int] = {}
-        with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
-            try:
-                first = True
-                while queue or pending:
-                    # the workers are forked at the first submit: the ranks read so far are frozen out
-                    # of the garbage collector then, or a collection in a worker would touch, and so
-                    # copy, every page of them
-                    if first:
+def _peak_kb() -> int | None:
+    """This process' peak resident memory so far in KiB (``ru_maxrss``), None where it is not known."""
+    try:
+        import resource
+    except ImportError:  # not a POSIX system
+        return None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak // 1024 if sys.platform == "darwin" else peak  # bytes on macOS, KiB elsewhere
+
+
+#: A pool worker's peak memory at its start (set in the worker by :func:`_worker_start`).
+_start_kb: int | None = None
+
+
+def _worker_start() -> None:
+    """Run in each pool worker as it starts: its peak memory then (a forked worker's is the parent's size)."""
+    global _start_kb
+    _start_kb = _peak_kb()
+
+
+def _read_in_worker(
+    d: RankDir, load_rank: LoadRank, reduce: Reduce | None, cache: RankCache | None, key: dict[str, Any] | None
+) -> tuple[RankData, str, str | None, int | None]:
+    """read_one in a pool worker, and how much its peak memory has grown since it started (KiB; None: unknown)."""
+    rd, at, unstored = read_one(d, load_rank, reduce, cache, key)
+    peak = _peak_kb()
+    return rd, at, unstored, None if peak is None or _start_kb is None else peak - _start_kb
+
+
+class Workers:
+    """A local process pool kept across :func:`read_ranks` calls (the shallow and the deep pass of one
+    load), created at its first task and replaced only when one of its workers grew by more than
+    ``WORKER_GROWTH_KB`` since it started (``ru_maxrss``: a worker that parsed a huge trace does not keep
+    that heap for the rest of the run), or after ``TASKS_PER_WORKER`` ranks per worker where the
+    platform does not say. Use it as a context manager: the workers end with it."""
+
+    def __init__(self) -> None:
+        self.pools = 0  # pools started so far
+        self._pool: ProcessPoolExecutor | None = None
+        self._workers = 0
+        self._tasks = 0  # tasks given to the current pool
+
+    def __enter__(self) -> Workers:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """End the current pool's workers (after their tasks)."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    def _get(self, workers: int) -> ProcessPoolExecutor:
+        if self._pool is None or self._workers < workers:
+            self.close()
+            self._pool = ProcessPoolExecutor(workers, mp_context=_pool_context(), initializer=_worker_start)
+            self._workers, self._tasks = workers, 0
+            self.pools += 1
+        return self._pool
+
+    def read(
+        self,
+        workers: int,
+        dirs: list[RankDir],
+        todo: list[int],
+        load_rank: LoadRank,
+        reduce: Reduce | None,
+        cache: RankCache | None,
+        keys: list[dict[str, Any] | None],
+        stats: CacheStats,
+        out: list[RankData | None],
+        by: dict[int, str],
+    ) -> None:
+        """Read the ranks ``todo`` of ``dirs`` on at most ``workers`` workers into ``out`` / ``by``."""
+        queue = deque(todo)
+        pending: dict[Future[tuple[RankData, str, str | None, int | None]], int] = {}
+        retire = False  # the current pool takes no more tasks: it is replaced once its tasks are done
+        by_count = _peak_kb() is None  # no measure of a worker's memory: a pool reads a fixed number of ranks
+        try:
+            while queue or pending:
+                if retire and not pending:
+                    self.close()
+                    retire = False
+                if not retire:
+                    pool = self._get(workers)
+                    fresh = self._tasks == 0
+                    # the workers are forked at a fresh pool's first submit: the ranks read so far are frozen
+                    # out of the garbage collector then, or a collection in a worker would touch, and so copy,
+                    # every page of them
+                    if fresh:
                         gc.freeze()
                     try:
-                        while queue and len(pending) < IN_FLIGHT * workers:
-                            i = queue.pop(0)
-                            pending[pool.submit(read_one, dirs[i], load_rank, reduce, cache, keys[i])] = i
+                        while queue and len(pending) < IN_FLIGHT * self._workers and not retire:
+                            i = queue.popleft()
+                            pending[pool.submit(_read_in_worker, dirs[i], load_rank, reduce, cache, keys[i])] = i
+                            self._tasks += 1
+                            retire = by_count and self._tasks >= self._workers * TASKS_PER_WORKER
                     finally:
-                        if first:
+                        if fresh:
                             gc.unfreeze()
-                            first = False
-                    done, _ = wait(pending, return_when=FIRST_COMPLETED)
-                    for f in done:
-                        i = pending.pop(f)
-                        try:
-                            rd, at, unstored = f.result()
-                        except BrokenProcessPool:
-                            raise InputError(
-                                dirs[i].path,
-                                "the worker process reading this rank died (out of memory?): retry with fewer --jobs",
-                            ) from None
-                        out[i], by[rd.rank] = rd, at
-                        _count(stats, cache, unstored)
-            except BaseException:
-                for f in pending:
-                    f.cancel()
-                raise
+                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for f in done:
+                    i = pending.pop(f)
+                    try:
+                        rd, at, unstored, grown_kb = f.result()
+                    except BrokenProcessPool:
+                        self.close()
+                        raise InputError(
+                            dirs[i].path,
+                            "the worker process reading this rank died (out of memory?): retry with fewer --jobs",
+                        ) from None
+                    out[i], by[rd.rank] = rd, at
+                    _count(stats, cache, unstored)
+                    if grown_kb is not None and grown_kb > WORKER_GROWTH_KB:
+                        retire = True
+            if retire:  # not kept for a later call either
+                self.close()
+        except BaseException:
+            for f in pending:
+                f.cancel()
+            self.close()
+            raise
 
 
 # ---- Dask ---------------------------------------------------------------------------------------

@@ -1,0 +1,98 @@
+"""The local process pool of ingest/parallel.py: replaced when a worker's memory grew, not after a count.
+
+- a worker whose peak memory grew beyond ``WORKER_GROWTH_KB`` (it parsed a huge trace) reads no rank
+  given to the pool after that: the pool is drained and replaced, so that heap is not kept for the run;
+- ranks that leave the workers small are all read by one pool, however many (no re-forking, no warm-up
+  paid again), and a capture's shallow and deep passes share it;
+- where a worker's memory is not known, the pool is replaced after ``TASKS_PER_WORKER`` ranks per worker.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from msdiag.analysis import analyze
+from msdiag.ingest import parallel
+from msdiag.ingest.discover import RankDir
+from msdiag.model import RankData
+from msdiag.options import Options
+
+pytestmark = pytest.mark.skipif(parallel._pool_context() is None, reason="the pool's memory bound is measured on fork platforms")
+
+#: What a "huge" rank allocates (and touches) in these tests, against a bound lowered to half of it.
+BIG = 64 << 20
+
+
+def _dirs(tmp_path: Path, n: int) -> list[RankDir]:
+    out = []
+    for r in range(n):
+        p = tmp_path / f"rank{r}"
+        p.mkdir()
+        out.append(RankDir(rank=r, path=p, family="ascend_pt", rank_from="folder name", captured_ns=None))
+    return out
+
+
+def _small(d: RankDir) -> RankData:
+    return RankData(rank=d.rank, family=d.family, path=str(d.path))
+
+
+def _huge(d: RankDir) -> RankData:
+    """A rank whose parse takes BIG bytes of heap (written, so resident), freed before it returns."""
+    block = b"x" * BIG
+    assert block[-1:] == b"x"
+    del block
+    return _small(d)
+
+
+def _pid(where: str) -> int:
+    return int(where.rsplit(":", 1)[1])
+
+
+def test_a_worker_that_grew_is_not_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # every rank grows its worker beyond the bound: the first result retires the pool, which takes no
+    # further rank; the ranks in flight then (IN_FLIGHT x 2 workers) finish there, the rest go to a new pool
+    monkeypatch.setattr(parallel, "WORKER_GROWTH_KB", BIG // 2048)
+    dirs = _dirs(tmp_path, 2 * parallel.IN_FLIGHT * 2)
+    with parallel.Workers() as w:
+        ranks, info = parallel.read_ranks(dirs, _huge, jobs=2, workers=w)
+        assert w.pools == 2
+    assert [r.rank for r in ranks] == list(range(len(dirs)))
+    by = {r: _pid(at) for r, at in info["read_by"].items()}
+    first = {by[r] for r in range(parallel.IN_FLIGHT * 2)}
+    later = {by[r] for r in range(parallel.IN_FLIGHT * 2, len(dirs))}
+    assert not first & later and os.getpid() not in first | later
+
+
+def test_workers_that_stay_small_read_every_rank(tmp_path: Path) -> None:
+    # more ranks than the old fixed replacement (16 per worker) let one pool read: one pool, two workers
+    dirs = _dirs(tmp_path, 2 * parallel.TASKS_PER_WORKER + 8)
+    with parallel.Workers() as w:
+        ranks, info = parallel.read_ranks(dirs, _small, jobs=2, workers=w)
+        assert w.pools == 1
+        # a second read on the same workers (the deep pass of a tiered load) starts no other pool
+        again, more = parallel.read_ranks(dirs[:3], _small, jobs=2, workers=w)
+        assert w.pools == 1
+    assert [r.rank for r in ranks] == list(range(len(dirs)))
+    pids = {_pid(at) for at in info["read_by"].values()}
+    assert len(pids) <= 2 and {_pid(at) for at in more["read_by"].values()} <= pids
+
+
+def test_without_a_memory_measure_pools_are_replaced_by_count(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(parallel, "_peak_kb", lambda: None)
+    monkeypatch.setattr(parallel, "TASKS_PER_WORKER", 2)
+    dirs = _dirs(tmp_path, 10)
+    with parallel.Workers() as w:
+        ranks, info = parallel.read_ranks(dirs, _small, jobs=2, workers=w)
+        assert w.pools == 3  # 4 + 4 + 2 ranks
+    assert [r.rank for r in ranks] == list(range(10))
+
+
+def test_a_tiered_load_reads_its_deep_ranks_on_the_shallow_pass_workers(job8: Path) -> None:
+    # threshold 0: every rank read shallow, then the chosen ones deep, on the same two workers
+    a = analyze(job8, Options(jobs=2, deep="auto", deep_all_up_to=0))
+    ing = a.capture.ingest
+    assert ing["executor"] == "process-pool" and ing["read_depth"]["deep"]
+    assert len({_pid(at) for at in ing["read_by"].values()}) <= 2
