@@ -596,7 +596,11 @@ class ParallelGroup:
     hash: str  # group_hash(group_id): the text after '@' in communication op keys
 
     def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """``dataclasses.asdict``'s dict (global_ranks a new list), built directly: a job of a thousand ranks
+        lists thousands of groups (tests/test_join_tables.py checks both alike)."""
+        ranks = None if self.global_ranks is None else list(self.global_ranks)
+        return {"group_id": self.group_id, "group_name": self.group_name, "group_rank": self.group_rank,
+                "global_ranks": ranks, "hash": self.hash}  # fmt: skip
 
 
 @dataclass
@@ -704,6 +708,38 @@ def _joinable(frames: list[pd.DataFrame]) -> bool:
     return True
 
 
+def _runs(name: str, frames: list[pd.DataFrame], cut: list[tuple[str, Any, list[Any]]],
+          where: dict[int, tuple[int, int, int]]) -> tuple[Any, list[tuple[pd.DataFrame, pd.DataFrame]]]:
+    """``frames`` (the ranks' frames of table ``name``) as pieces to concatenate (Capture.join_tables):
+    each run of consecutive slices of one frame of ``cut`` (``where``: id of a slice -> (entry, first
+    row, end row); ``cut`` holds the slices, so an id there is that slice's) becomes one row slice of
+    that frame, any other frame stays itself. Returns (the frame of ``cut`` when ``frames`` are all its
+    slices in order, else None; [(piece, the first rank's frame in it), ...])."""
+    pieces: list[tuple[pd.DataFrame, pd.DataFrame]] = []
+    run: list[Any] | None = None  # [entry, first row, end row, first frame]
+    for f in frames:
+        got = where.get(id(f))
+        if got is not None and cut[got[0]][0] == name:
+            k, lo, hi = got
+            if run is not None and run[0] == k and run[2] == lo:
+                run[2] = hi
+                continue
+            if run is not None:
+                pieces.append((cut[run[0]][1].iloc[run[1] : run[2]], run[3]))
+            run = [k, lo, hi, f]
+            continue
+        if run is not None:
+            pieces.append((cut[run[0]][1].iloc[run[1] : run[2]], run[3]))
+            run = None
+        pieces.append((f, f))
+    if run is not None:
+        whole = cut[run[0]][1]
+        if not pieces and run[1] == 0 and run[2] == len(whole):
+            return whole, []
+        pieces.append((whole.iloc[run[1] : run[2]], run[3]))
+    return None, pieces
+
+
 @dataclass
 class Capture:
     """A whole capture: every rank's tables concatenated, plus metadata and provenance."""
@@ -736,7 +772,7 @@ class Capture:
         self._tables[name] = (ident, whole, parts)  # parts held: their ids stay theirs
         return whole
 
-    def join_tables(self) -> None:
+    def join_tables(self, cut: list[tuple[str, Any, list[Any]]] | None = None) -> None:
         """Concatenate each table of the ranks now, as :meth:`table` would, and make every rank's frame a
         row slice of that concatenation: the rows are then held once, not once per rank and once more
         concatenated (a job of hundreds of ranks: a third of the analysis' memory).
@@ -745,12 +781,33 @@ class Capture:
         and the row index 0..n-1, so that each slice is its rank's frame as it was (same values, dtypes
         and index) and the concatenation the one :meth:`table` gives. The slices are views of the
         concatenation (with pandas' copy-on-write, pandas 3, a write to one copies it first): like the
-        frames :meth:`table` returns, they are read, never modified in place."""
+        frames :meth:`table` returns, they are read, never modified in place.
+
+        ``cut``: tables already held as one frame whose row slices are ranks' frames (the rank cache's
+        ``take_cut``: (name, whole, slices in order), each slice with the index 0..n-1 and the whole's
+        columns and dtypes). When the ranks' frames of a table are exactly those slices in order, the
+        whole is the concatenation as it is (nothing copied or cut again); a run of consecutive slices
+        among other frames (ranks read again deep, or parsed) is concatenated as one piece."""
+        where: dict[int, tuple[int, int, int]] = {}  # id(slice) -> (entry, first row, end row)
+        for k, (_, whole, parts) in enumerate(cut or ()):
+            if whole.attrs:
+                continue
+            lo = 0
+            for part in parts:
+                where[id(part)] = (k, lo, lo + len(part))
+                lo += len(part)
         for name in dict.fromkeys(n for r in self.ranks for n in r.tables):
             holders = [r for r in self.ranks if name in r.tables and len(r.tables[name])]
-            if len(holders) < 2 or not _joinable([r.tables[name] for r in holders]):
+            if len(holders) < 2:
                 continue
-            whole = pd.concat([r.tables[name] for r in holders], ignore_index=True)
+            frames = [r.tables[name] for r in holders]
+            whole, pieces = _runs(name, frames, cut or [], where)
+            if whole is not None:  # the ranks' frames are the slices of one frame, all of it in order
+                self._tables[name] = (tuple(id(p) for p in frames), whole, frames)
+                continue
+            if not _joinable([first for _, first in pieces]):  # a run's frames: its frame's columns and dtypes
+                continue
+            whole = pd.concat([f for f, _ in pieces], ignore_index=True)
             parts, lo = [], 0
             for r in holders:
                 n = len(r.tables[name])

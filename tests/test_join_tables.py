@@ -61,3 +61,48 @@ def test_one_rank_is_not_joined() -> None:
     cap = Capture(path="/job", ranks=[RankData(rank=0, family="ascend_pt", path="/r0", tables={"kernels": frame})])
     cap.join_tables()
     assert cap.ranks[0].tables["kernels"] is frame
+
+
+def _cut_of(frames: list[pd.DataFrame]) -> tuple[pd.DataFrame, list[pd.DataFrame]]:
+    """The frames as the rank cache hands them over: one frame, each rank's a row slice of it (index 0..n-1)."""
+    whole = pd.concat(frames, ignore_index=True)
+    parts, lo = [], 0
+    for f in frames:
+        part = whole.iloc[lo : lo + len(f)]
+        part.index = pd.RangeIndex(len(f))
+        parts.append(part)
+        lo += len(f)
+    return whole, parts
+
+
+def test_slices_of_one_frame_are_joined_as_they_are() -> None:
+    _, frames = _capture()
+    whole, parts = _cut_of(frames)
+    ranks = [RankData(rank=i, family="ascend_pt", path=f"/r{i}", tables={"kernels": p}) for i, p in enumerate(parts)]
+    cap = Capture(path="/job", ranks=ranks)
+    cap.join_tables([("kernels", whole, parts)])
+    assert cap.table("kernels") is whole and all(r.tables["kernels"] is p for r, p in zip(cap.ranks, parts))
+    pdt.assert_frame_equal(cap.table("kernels"), pd.concat(frames, ignore_index=True), check_exact=True)
+
+
+def test_a_replaced_rank_among_slices_is_concatenated_anew() -> None:
+    _, frames = _capture()
+    whole, parts = _cut_of(frames)
+    deep = _kernels(1, [7.0, np.nan], [None, "y"])  # a rank read again (deep), another frame
+    ranks = [RankData(rank=i, family="ascend_pt", path=f"/r{i}", tables={"kernels": p}) for i, p in enumerate(parts)]
+    ranks[1].tables["kernels"] = deep
+    extra = RankData(rank=3, family="ascend_pt", path="/r3", tables={"kernels": _kernels(3, [], [])})  # empty: not joined
+    cap = Capture(path="/job", ranks=[*ranks, extra])
+    cap.join_tables([("kernels", whole, parts), ("other", whole, parts)])
+    want = [frames[0], deep, frames[2]]
+    for r, f in zip(cap.ranks, want):
+        pdt.assert_frame_equal(r.tables["kernels"], f, check_exact=True)
+    pdt.assert_frame_equal(cap.table("kernels"), pd.concat(want, ignore_index=True), check_exact=True)
+    assert cap.table("kernels") is not whole and cap.ranks[0].tables["kernels"] is not parts[0]
+    # unlike frames among the slices: left as they are
+    odd = deep.astype({"start_us": "Float64"})
+    ranks = [RankData(rank=i, family="ascend_pt", path=f"/r{i}", tables={"kernels": p}) for i, p in enumerate(parts)]
+    ranks[1].tables["kernels"] = odd
+    cap = Capture(path="/job", ranks=ranks)
+    cap.join_tables([("kernels", whole, parts)])
+    assert cap.ranks[1].tables["kernels"] is odd and cap.ranks[0].tables["kernels"] is parts[0]

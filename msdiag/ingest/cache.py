@@ -119,6 +119,23 @@ class RankCache:
     root: Path
     code: str  # code_fingerprint() of the process that created it
     reduce_id: str = "none"  # the reduction applied to the stored tables: an opaque id from the caller
+    # what get_many converted whole, until the loader takes it (take_cut): (table, the ranks' rows
+    # concatenated, each rank's frame: a row slice of it, in order); never pickled (the workers get none)
+    _cut: list[tuple[str, Any, list[Any]]] = field(default_factory=list, compare=False, repr=False)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_cut": []}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+    def take_cut(self) -> list[tuple[str, Any, list[Any]]]:
+        """What :meth:`get_many` converted in one go since the last call, for ``Capture.join_tables``:
+        (table, the ranks' rows concatenated, each rank's frame of that table, a row slice of it, in
+        order); forgotten here once taken."""
+        out = list(self._cut)
+        self._cut.clear()
+        return out
 
     @classmethod
     def open(cls, folder: str | Path, reduce_id: str = "none") -> RankCache:
@@ -174,7 +191,8 @@ class RankCache:
         with ThreadPoolExecutor(max(1, min(4, os.cpu_count() or 1))) as pool:
             got = list(pool.map(lambda k: self._read_entry(k, stats), keys))
         heads = [h for h, _ in got]
-        frames, broken, dtypes = _to_pandas([t for _, t in got])
+        frames, broken, dtypes, cut = _to_pandas([t for _, t in got])
+        self._cut.extend(cut)
         del got
         out: list[RankData | None] = []
         for i, (key, head, tables) in enumerate(zip(keys, heads, frames)):
@@ -492,15 +510,25 @@ def _restore(head: dict[str, Any], tables: dict[str, Any], rank_path: str,
     )
 
 
-def _to_pandas(arrow: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[int, str], list[dict[str, list[list[str]]]]]:
+def _to_pandas(arrow: list[dict[str, Any]]) -> tuple[
+    list[dict[str, Any]], dict[int, str], list[dict[str, list[list[str]]]], list[tuple[str, Any, list[Any]]]
+]:
     """Each rank's Arrow tables as pandas, converted one table name at a time over all ranks; the
-    ranks whose tables could not be converted (index -> why); and the dtypes of the tables cut from
-    one converted table (the same for every rank: index -> {table: [[column, dtype], ...]})."""
+    ranks whose tables could not be converted (index -> why); the dtypes of the tables cut from
+    one converted table (the same for every rank: index -> {table: [[column, dtype], ...]}); and
+    each table converted whole: (name, the frame, each rank's frame of it in order).
+
+    A rank's frame of a table converted whole is a row slice of that frame (a view; pandas'
+    copy-on-write copies it before any write) with the index 0..n-1: no copy of its rows, and
+    ``Capture.join_tables`` takes the whole frame as the table's concatenation when the ranks are
+    these slices in this order."""
+    import pandas as pd
     import pyarrow as pa
 
     frames: list[dict[str, Any]] = [{} for _ in arrow]
     broken: dict[int, str] = {}
     dtypes: list[dict[str, list[list[str]]]] = [{} for _ in arrow]
+    cut: list[tuple[str, Any, list[Any]]] = []
     for name in sorted({n for t in arrow for n in t}):
         idx = [i for i, t in enumerate(arrow) if name in t]
         parts = [arrow[i].pop(name) for i in idx]  # held here only: freed once converted
@@ -515,12 +543,18 @@ def _to_pandas(arrow: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[
                 except Exception as e:  # noqa: BLE001 - a table that does not convert: that rank is rebuilt
                     broken[i] = f"{name}: {type(e).__name__}: {e}"
             continue
-        lo, shared = 0, _dtypes(whole)
+        if not (isinstance(whole.index, pd.RangeIndex) and whole.index.start == 0 and whole.index.step == 1):
+            whole.index = pd.RangeIndex(len(whole))  # the index each slice is given below, as one
+        lo, shared, sliced = 0, _dtypes(whole), []
         for i, t in zip(idx, parts):
-            frames[i][name] = whole.iloc[lo : lo + t.num_rows].reset_index(drop=True)
+            part = whole.iloc[lo : lo + t.num_rows]
+            part.index = pd.RangeIndex(t.num_rows)  # as reset_index(drop=True), without its shallow copy
+            frames[i][name] = part
+            sliced.append(part)
             dtypes[i][name] = shared
             lo += t.num_rows
-    return frames, broken, dtypes
+        cut.append((name, whole, sliced))
+    return frames, broken, dtypes, cut
 
 
 def _same(a: Any, b: Any) -> bool:

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from msdiag.metrics.communication import cached_collective_rows, collective_rows
-from msdiag.metrics.registry import Context, Reads, Value, metric
+from msdiag.metrics.registry import Context, Reads, Value, metric, rank_rows
 from msdiag.model import Capture
 from msdiag.units import US_PER_MS
 
@@ -60,13 +60,15 @@ class _StepLookup:
         self._by_rank: dict[int, tuple[np.ndarray, np.ndarray, list[Any]]] = {}
         if not len(steps) or "start_us" not in steps:
             return
-        for rank, g in steps.groupby("rank"):
-            g = g.sort_values("start_us", kind="stable")
-            self._by_rank[int(rank)] = (
-                g["start_us"].to_numpy(dtype=float, na_value=np.nan),
-                g["end_us"].to_numpy(dtype=float, na_value=np.nan),
-                g["step"].tolist(),
-            )
+        # on arrays, each rank's rows cut by position (rank_rows: the groups of groupby("rank")), each put in
+        # start order by numpy's stable argsort (NaN last in their order: sort_values' order, kind="stable")
+        start = steps["start_us"].to_numpy(dtype=float, na_value=np.nan)
+        end = steps["end_us"].to_numpy(dtype=float, na_value=np.nan)
+        ids = np.empty(len(steps), dtype=object)
+        ids[:] = steps["step"].tolist()
+        for rank, rows in rank_rows(steps):
+            at = rows[np.argsort(start[rows], kind="stable")]
+            self._by_rank[rank] = (start[at], end[at], ids[at].tolist())
 
     def __call__(self, rank: int, t: float) -> Any:
         if rank not in self._by_rank:
@@ -272,17 +274,20 @@ def known_ranks(capture: Capture) -> tuple[set[int], list[str]]:
     whence: list[str] = []
     links = _global_links(capture)
     if len(links):
-        ids = pd.concat([links["src"], links["dst"]]).dropna().astype("int64")
-        known |= {int(r) for r in ids if 0 <= int(r) < NO_RANK}
+        ids = pd.concat([links["src"], links["dst"]]).dropna().astype("int64").to_numpy(np.int64)
+        known |= set(np.unique(ids[(ids >= 0) & (ids < NO_RANK)]).tolist())  # each distinct id once, on arrays
         whence.append("communication_matrix links")
+    sizes: set[int] = set()  # the world sizes recorded: ranks 0..world-1 of each added once
     for rd in capture.ranks:
         for g in rd.info.groups or []:
             known |= {int(r) for r in g.global_ranks or [] if r is not None}
             whence.append("parallel_group_info")
         ws = rd.info.world_size()
         if ws is not None:
-            known |= set(range(ws[0]))
+            sizes.add(int(ws[0]))
             whence.append(ws[1])
+    for n in sizes:
+        known |= set(range(n))
     return known, sorted(set(whence))
 
 

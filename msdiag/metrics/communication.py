@@ -731,7 +731,7 @@ def _linked_groups(ctx: Context) -> tuple[pd.DataFrame | None, str | None]:
         return None, f"no communication ops to link to the groups ({_missing(ctx.capture, 'communication.json')})"
     rpn = _ranks_per_node(ctx)
     rows = []
-    for (rank, h), _ in ops[ops["group"].notna()].groupby(["rank", "group"]):
+    for rank, h in ops[ops["group"].notna()].groupby(["rank", "group"]).size().index:  # the groups' keys, no frame each
         g = groups.get(str(h))
         if g is None or not g.get("global_ranks"):
             continue

@@ -61,7 +61,7 @@ import numpy as np
 import pandas as pd
 
 from msdiag.metrics.flops import kernel_flops
-from msdiag.metrics.memory import KB_PER_MB, MB_PER_GB, _capacity, framework_rows
+from msdiag.metrics.memory import KB_PER_MB, MB_PER_GB, _capacity, column_max, framework_column, framework_rows
 from msdiag.metrics.registry import Context, Reads, Value, key_rows, metric, rank_rows
 from msdiag.units import FLOPS_PER_TFLOPS
 
@@ -94,6 +94,11 @@ _NO_DEVICE = (
 def device_series(ctx: Context) -> dict[int, pd.DataFrame]:
     """Per rank, the device footprint over time: ts_us, total_mb, the four groups (null without
     npu_module_mem), basis ("npu_module_mem" or "APP"). Computed once per analysis (ctx.cache)."""
+    return _series(ctx)[0]
+
+
+def _series(ctx: Context) -> tuple[dict[int, pd.DataFrame], dict[int, tuple[np.ndarray, np.ndarray]]]:
+    """(device_series, per rank its ts_us and total_mb as float arrays): computed once per analysis."""
     kept = ctx.cache.get("device_memory.series")
     if kept is None:
         kept = ctx.cache["device_memory.series"] = _device_series(ctx)
@@ -107,7 +112,7 @@ def _group_of(component: str) -> str:
     return "other"
 
 
-def _module_series(m: pd.DataFrame) -> dict[int, pd.DataFrame]:
+def _module_series(m: pd.DataFrame) -> tuple[dict[int, pd.DataFrame], dict[int, tuple[np.ndarray, np.ndarray]]]:
     """Every rank's npu_module_mem rows -> per rank, one row per sample time: the groups and their sum.
 
     One pivot over (rank, sample time) for all ranks, not one per rank: each cell sums the same rows in
@@ -115,7 +120,7 @@ def _module_series(m: pd.DataFrame) -> dict[int, pd.DataFrame]:
     g = m[(m["source"] == DEVICE_SOURCE).fillna(False).to_numpy(bool) & m["reserved_mb"].notna().to_numpy(bool)
           & m["ts_us"].notna().to_numpy(bool) & m["rank"].notna().to_numpy(bool)]
     if not len(g):
-        return {}
+        return {}, {}
     # each distinct component classed once (the same group as _group_of on every row)
     codes, names = pd.factorize(g["component"].fillna("").astype(str).to_numpy(object), use_na_sentinel=False)
     grp = np.array([_group_of(str(n)) for n in names], dtype=object)[codes]
@@ -133,7 +138,10 @@ def _module_series(m: pd.DataFrame) -> dict[int, pd.DataFrame]:
     rank = out.pop("rank").to_numpy()
     cols = {c: out[c].array for c in out.columns}
     cuts = np.r_[0, np.flatnonzero(np.diff(rank)) + 1, len(rank)]
-    return {int(rank[a]): pd.DataFrame({c: v[a:b] for c, v in cols.items()}) for a, b in zip(cuts[:-1], cuts[1:])}
+    ts, total = out["ts_us"].to_numpy(float), out["total_mb"].to_numpy(float)
+    spans = [(int(rank[a]), a, b) for a, b in zip(cuts[:-1], cuts[1:])]
+    frames = {r: pd.DataFrame({c: v[a:b] for c, v in cols.items()}) for r, a, b in spans}
+    return frames, {r: (ts[a:b], total[a:b]) for r, a, b in spans}
 
 
 def _app_series(g: pd.DataFrame) -> pd.DataFrame:
@@ -153,24 +161,36 @@ def _counter_series(c: pd.DataFrame) -> pd.DataFrame:
     return _app_series(pd.DataFrame({"ts_us": c["ts_us"].to_numpy(float), "reserved_mb": c["value"].to_numpy(float) / KB_PER_MB}))
 
 
-def _device_series(ctx: Context) -> dict[int, pd.DataFrame]:
+def _device_series(ctx: Context) -> tuple[dict[int, pd.DataFrame], dict[int, tuple[np.ndarray, np.ndarray]]]:
     m = ctx.capture.table("memory")
     c = ctx.capture.table("counters")
     c = c[(c["track"] == NPU_MEM_TRACK).fillna(False).to_numpy(bool)]
-    counters = dict(tuple(c.groupby("rank")))
-    modules = _module_series(m)
-    app_rows = m[((m["source"] == "memory_record") & (m["component"] == APP_COMPONENT)).fillna(False).to_numpy(bool)]
-    apps = dict(tuple(app_rows.groupby("rank")))  # split once, not the whole table filtered per rank
+    modules, arrays = _module_series(m)
+    ranks = [int(r) for r in np.unique(np.r_[_ranks_of(m), _ranks_of(c)])]  # the ranks of either table, ascending
     out: dict[int, pd.DataFrame] = {}
-    for rank in sorted(set(m["rank"].dropna().astype(int)) | {int(r) for r in counters}):
-        s = modules.get(rank, pd.DataFrame())
-        if not len(s):
-            s = _app_series(apps.get(rank, app_rows.iloc[:0]))
+    others = [r for r in ranks if r not in modules]
+    if others:  # ranks without npu_module_mem: the driver's figure (memory_record APP), else the counter
+        counters = dict(tuple(c.groupby("rank")))
+        app_rows = m[((m["source"] == "memory_record") & (m["component"] == APP_COMPONENT)).fillna(False).to_numpy(bool)]
+        apps = dict(tuple(app_rows.groupby("rank")))  # split once, not the whole table filtered per rank
+    for rank in ranks:
+        s = modules.get(rank)
+        if s is not None and len(s):
+            out[rank] = s  # its index is 0..n-1 already (as reset_index gives)
+            continue
+        s = _app_series(apps.get(rank, app_rows.iloc[:0]))
         if not len(s) and rank in counters:
             s = _counter_series(counters[rank])
         if len(s):
             out[rank] = s.reset_index(drop=True)
-    return out
+            arrays[rank] = (s["ts_us"].to_numpy(float, na_value=np.nan), s["total_mb"].to_numpy(float, na_value=np.nan))
+    return out, arrays
+
+
+def _ranks_of(df: pd.DataFrame) -> np.ndarray:
+    """The table's distinct ranks (nulls left out), as floats."""
+    rank = df["rank"].to_numpy(float, na_value=np.nan)
+    return np.unique(rank[~np.isnan(rank)])
 
 
 def device_peaks(ctx: Context) -> dict[int, pd.Series]:
@@ -186,22 +206,22 @@ def device_peaks(ctx: Context) -> dict[int, pd.Series]:
 
 
 def _device_peaks(ctx: Context) -> dict[int, pd.Series]:
-    rows = framework_rows(ctx)
+    series, arrays = _series(ctx)
+    allocated, times = framework_column(ctx, "allocated_mb"), framework_column(ctx, "ts_us")
     out: dict[int, pd.Series] = {}
-    for r, s in device_series(ctx).items():  # on arrays: the row chosen is taken from the series once
-        total = s["total_mb"].to_numpy(float, na_value=np.nan)
+    for r, s in series.items():  # on arrays: the row chosen is taken from the series once
+        ts_s, total = arrays[r]
         if np.isnan(total).all():
             continue
         top = np.flatnonzero(total == np.nanmax(total))
-        g = rows.get(r)
-        alloc = np.empty(0) if g is None else g["allocated_mb"].to_numpy(float, na_value=np.nan)
-        ts = np.empty(0) if g is None else g["ts_us"].to_numpy(float, na_value=np.nan)
+        alloc = allocated.get(r, np.empty(0))
+        ts = times.get(r, np.empty(0))
         ok = ~(np.isnan(alloc) | np.isnan(ts))  # the framework's samples with a time and an allocated figure
         if not ok.any():
             out[r] = s.iloc[top[0]]
             continue
         t = float(ts[ok][int(alloc[ok].argmax())])
-        out[r] = s.iloc[top[int(np.abs(s["ts_us"].to_numpy(float)[top] - t).argmin())]]
+        out[r] = s.iloc[top[int(np.abs(ts_s[top] - t).argmin())]]
     return out
 
 
@@ -252,18 +272,17 @@ def _memory_peak_basis(ctx: Context) -> Value:
 # ---- composition at the peak ------------------------------------------------------------------
 
 
-def _allocated_at(rows: pd.DataFrame | None, ts: float, period_us: float) -> tuple[float | None, str | None]:
+def _allocated_at(rows: tuple[np.ndarray, np.ndarray] | None, ts: float, period_us: float) -> tuple[float | None, str | None]:
     """The framework's allocated memory at ``ts``: its last sample at or before it (the allocator's state
     holds until its next event), or why not. A device sample up to one device sampling period after the
     allocator's last event still reads that event's state; further away, the files do not overlap."""
     no_samples = "no framework memory samples with an allocated figure (memory_record.csv)"
     if rows is None:
         return None, no_samples
-    allocated = rows["allocated_mb"].to_numpy(float, na_value=np.nan)
+    allocated, t = rows  # the rank's framework rows: allocated_mb and ts_us (framework_column)
     if np.isnan(allocated).all():
         return None, no_samples
     # on arrays (this runs for every rank): the samples with a time and an allocated figure, in order
-    t = rows["ts_us"].to_numpy(float, na_value=np.nan)
     ok = ~(np.isnan(allocated) | np.isnan(t))
     allocated, t = allocated[ok], t[ok]
     lo, hi = (float(t.min()), float(t.max())) if len(t) else (float("nan"), float("nan"))
@@ -275,9 +294,9 @@ def _allocated_at(rows: pd.DataFrame | None, ts: float, period_us: float) -> tup
     return float(allocated[t <= ts][-1]), None
 
 
-def _period_us(series: pd.DataFrame) -> float:
-    """The device series' median sampling interval (0 with fewer than two samples)."""
-    t = np.unique(series["ts_us"].to_numpy(float))
+def _period_us(ts: np.ndarray) -> float:
+    """The device series' median sampling interval (its ts_us; 0 with fewer than two samples)."""
+    t = np.unique(ts)
     return float(np.median(np.diff(t))) if len(t) > 1 else 0.0
 
 
@@ -288,15 +307,19 @@ def composition_rows(ctx: Context) -> list[dict[str, Any]]:
     """
     rows = framework_rows(ctx)
     peaks = device_peaks(ctx)
-    series = device_series(ctx)
+    arrays = _series(ctx)[1]
+    allocated, times = framework_column(ctx, "allocated_mb"), framework_column(ctx, "ts_us")
     out: list[dict[str, Any]] = []
     for rank in sorted(set(rows) | set(peaks)):
-        period = _period_us(series[rank]) if rank in series else 0.0
-        out.append(_composition_row(rank, peaks.get(rank), rows.get(rank), period))
+        period = _period_us(arrays[rank][0]) if rank in arrays else 0.0
+        columns = (allocated[rank], times[rank]) if rank in rows else None
+        out.append(_composition_row(rank, peaks.get(rank), rows.get(rank), period, columns))
     return out
 
 
-def _composition_row(rank: int, peak: pd.Series | None, rows: pd.DataFrame | None, period_us: float) -> dict[str, Any]:
+def _composition_row(rank: int, peak: pd.Series | None, rows: pd.DataFrame | None, period_us: float,
+                     columns: tuple[np.ndarray, np.ndarray] | None) -> dict[str, Any]:
+    """``columns``: the rank's framework rows' allocated_mb and ts_us as arrays (framework_column)."""
     row: dict[str, Any] = {"rank": rank, "basis": None, "ts_us": None, "device_mb": None}
     row.update({k: None for k in COMPOSITION_KEYS})
     row.update({"framework_allocated_mb": None, "framework_cached_mb": None, "reason": None})
@@ -316,7 +339,7 @@ def _composition_row(rank: int, peak: pd.Series | None, rows: pd.DataFrame | Non
     ts = float(peak["ts_us"])
     row.update(basis=DEVICE_SOURCE, ts_us=ts, device_mb=float(peak["total_mb"]))
     row.update({k: float(peak[k]) for k in COMPOSITION_KEYS})
-    alloc, why = _allocated_at(rows, ts, period_us)
+    alloc, why = _allocated_at(columns, ts, period_us)
     if alloc is not None:
         row["framework_allocated_mb"] = alloc
         row["framework_cached_mb"] = max(0.0, float(peak["framework_pool_mb"]) - alloc)
@@ -396,16 +419,18 @@ def _peak_holders(ctx: Context) -> dict[int, Holders]:
     out: dict[int, Holders] = {}
     held: list[tuple[int, np.ndarray, np.ndarray]] = []  # per rank: its live rows (indices into rows), their classes
     unexplained: dict[int, float] = {}
-    for rank, g in framework_rows(ctx).items():
+    allocated_of, ts_of = framework_column(ctx, "allocated_mb"), framework_column(ctx, "ts_us")
+    for rank in framework_rows(ctx):
         h = Holders(rank)
         out[rank] = h
-        g = g[g["allocated_mb"].notna() & g["ts_us"].notna()]
+        ok = ~(np.isnan(allocated_of[rank]) | np.isnan(ts_of[rank]))  # the samples with both (on arrays)
+        allocated, ts = allocated_of[rank][ok], ts_of[rank][ok]
         lo, hi = np.searchsorted(ranks, rank, side="left"), np.searchsorted(ranks, rank, side="right")
-        if not len(g):
+        if not len(allocated):
             h.reason = "no framework memory samples with an allocated figure"
             continue
-        i = int(g["allocated_mb"].to_numpy(float).argmax())
-        h.ts_us, h.allocated_mb = float(g["ts_us"].iloc[i]), float(g["allocated_mb"].iloc[i])
+        i = int(allocated.argmax())
+        h.ts_us, h.allocated_mb = float(ts[i]), float(allocated[i])
         if hi == lo:
             h.reason = "no operator allocations with times (operator_memory.csv absent: profile_memory off?)"
             continue
@@ -669,9 +694,8 @@ def peak_per_rank(ctx: Context) -> dict[int, float | None]:
     """Per rank, the peak compared with capacity: the device footprint's where recorded, else the
     framework pool's reserved peak."""
     out: dict[int, float | None] = {}
-    for r, g in framework_rows(ctx).items():
-        v = g["reserved_mb"].max()
-        out[r] = None if pd.isna(v) else float(v)
+    for r, v in framework_column(ctx, "reserved_mb").items():  # pandas' max on the rank's array
+        out[r] = column_max(v)
     for r, p in device_peaks(ctx).items():
         out[r] = float(p["total_mb"])
     return out

@@ -51,16 +51,35 @@ def framework_rows(ctx: Context) -> dict[int, pd.DataFrame]:
 
     Computed once per analysis (ctx.cache): every memory metric starts from it.
     """
+    return _framework(ctx)[0]
+
+
+def framework_column(ctx: Context, col: str) -> dict[int, np.ndarray]:
+    """Per rank, the column ``col`` of its :func:`framework_rows` as floats (NaN for a null): the same
+    values in the same order, taken from the memory table's column once (``ctx.cache``), not a column
+    of each rank's frame (pandas' cost per frame and column, per rank, in every memory metric)."""
+    key = f"memory.framework_column.{col}"
+    kept = ctx.cache.get(key)
+    if kept is None:
+        _, m, positions = _framework(ctx)
+        values = m[col].to_numpy(float, na_value=np.nan) if len(positions) else np.empty(0)
+        kept = ctx.cache[key] = {rank: values[at] for rank, at in positions.items()}
+    return kept  # type: ignore[no-any-return]
+
+
+def _framework(ctx: Context) -> tuple[dict[int, pd.DataFrame], pd.DataFrame, dict[int, np.ndarray]]:
+    """(framework_rows, the memory rows they are taken from, each rank's row positions in them)."""
     kept = ctx.cache.get("memory.framework_rows")
     if kept is None:
         kept = ctx.cache["memory.framework_rows"] = _framework_rows(ctx)
     return kept  # type: ignore[no-any-return]
 
 
-def _framework_rows(ctx: Context) -> dict[int, pd.DataFrame]:
+def _framework_rows(ctx: Context) -> tuple[dict[int, pd.DataFrame], pd.DataFrame, dict[int, np.ndarray]]:
     m = ctx.capture.table("memory")
     m = m[m["source"].isin(MEMORY_SOURCES).fillna(False).to_numpy()]
     out: dict[int, pd.DataFrame] = {}
+    positions: dict[int, np.ndarray] = {}
     # the components tested once for the whole table, each rank's rows taken by position (rank_rows)
     comp = m["component"].fillna("")
     kinds = [comp.str.endswith(COMBINED_SUFFIX), comp.isin(FRAMEWORK_COMPONENTS), comp.eq(GE_COMPONENT)]
@@ -72,9 +91,19 @@ def _framework_rows(ctx: Context) -> dict[int, pd.DataFrame]:
                 sel = rows[hit[rows]]
                 # stable: rows with equal (or spreadsheet-rounded) timestamps keep the file's order; the rows taken
                 # once in time order (numpy's stable argsort, NaN last in their order: sort_values' order)
-                out[rank] = m.iloc[sel[np.argsort(ts[sel], kind="stable")]]
+                positions[rank] = sel[np.argsort(ts[sel], kind="stable")]
+                out[rank] = m.iloc[positions[rank]]
                 break
-    return out
+    return out, m, positions
+
+
+def column_max(values: np.ndarray) -> float | None:
+    """pandas' ``Series.max()`` of a float column (NaN skipped: put as -inf, then numpy's max; None when
+    every value is NaN or there is none), on its array."""
+    nan = np.isnan(values)
+    if nan.all():
+        return None
+    return float(np.where(nan, -np.inf, values).max() if nan.any() else values.max())
 
 
 def _max_job(per: dict[int, float | None], reason: str) -> Value:
@@ -86,13 +115,10 @@ def _max_job(per: dict[int, float | None], reason: str) -> Value:
 
 def _peak_metric(col: str, what: str) -> Callable[[Context], Value]:
     def fn(ctx: Context) -> Value:
-        rows = framework_rows(ctx)
-        if not rows:
+        if not framework_rows(ctx):
             return Value(None, reason=_NO_MEMORY)
-        per: dict[int, float | None] = {}
-        for rank, g in rows.items():
-            v = g[col].max()
-            per[rank] = None if pd.isna(v) else float(v)
+        # each rank's column as an array (framework_column), its max as pandas' (column_max)
+        per: dict[int, float | None] = {rank: column_max(v) for rank, v in framework_column(ctx, col).items()}
         return _max_job(per, f"the framework memory rows carry no {what} figure (older torch_npu writes no Total Active column)")
 
     return fn
@@ -154,14 +180,14 @@ def _fragmentation_per_rank(ctx: Context) -> tuple[dict[int, float | None], dict
     """
     mb: dict[int, float | None] = {}
     share: dict[int, float | None] = {}
-    for rank, g in framework_rows(ctx).items():  # on arrays: maxima need no order
-        reserved = g["reserved_mb"].to_numpy(float, na_value=np.nan)
+    allocated = framework_column(ctx, "allocated_mb")
+    for rank, reserved in framework_column(ctx, "reserved_mb").items():  # on arrays: maxima need no order
         ok = ~np.isnan(reserved)
         if not ok.any():
             mb[rank] = share[rank] = None
             continue
         top = float(reserved[ok].max())
-        at_top = g["allocated_mb"].to_numpy(float, na_value=np.nan)[ok][reserved[ok] == top]
+        at_top = allocated[rank][ok][reserved[ok] == top]
         alloc = np.nan if np.isnan(at_top).all() else float(np.nanmax(at_top))
         if np.isnan(alloc) or top <= 0:
             mb[rank] = share[rank] = None
@@ -231,9 +257,9 @@ def _memory_activation_share(ctx: Context) -> Value:
     dyn_by = dict(rank_rows(dyn_all))
     d_alloc, d_release = dyn_all["alloc_us"].to_numpy(float), dyn_all["release_us"].to_numpy(float, na_value=np.nan)
     d_size = dyn_all["size_kb"].to_numpy(float, na_value=np.nan)
-    for rank, g in rows.items():
-        allocated = g["allocated_mb"].to_numpy(float, na_value=np.nan)
-        ts = g["ts_us"].to_numpy(float, na_value=np.nan)
+    allocated_of, ts_of = framework_column(ctx, "allocated_mb"), framework_column(ctx, "ts_us")
+    for rank in rows:
+        allocated, ts = allocated_of[rank], ts_of[rank]
         ok = ~(np.isnan(allocated) | np.isnan(ts))
         at = dyn_by.get(rank, np.empty(0, dtype=np.int64))
         if not ok.any() or not len(at):

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from msdiag.metrics import chip, devices, model_config, phases
-from msdiag.metrics.registry import Context, Value, metric
+from msdiag.metrics.registry import Context, Value, metric, rank_rows
 
 _RECOMPUTE = re.compile(r"recompute", re.IGNORECASE)
 #: What the FLOPs resolution reads of the compute kernels (only these are copied)
@@ -56,7 +56,10 @@ def _per_step_sum(ctx: Context, values: pd.Series, kernels: pd.DataFrame) -> dic
     arrays = values.dtype == np.float64 and kernels["start_us"].dtype == np.float64
     v_all, s_all = (values.to_numpy(), kernels["start_us"].to_numpy()) if arrays else (None, None)
     total: Callable[[Any], Any] = np.nansum if arrays else (lambda x: x.sum())
-    for rank, g in steps.groupby("rank"):
+    # each rank's steps by position (rank_rows: groupby("rank")'s groups, in order), their bounds as arrays
+    step_lo = steps["start_us"].to_numpy(float, na_value=np.nan)
+    step_hi = steps["end_us"].to_numpy(float, na_value=np.nan)
+    for rank, rows in rank_rows(steps):
         pos = at.get(rank)
         if pos is None:
             continue
@@ -66,14 +69,14 @@ def _per_step_sum(ctx: Context, values: pd.Series, kernels: pd.DataFrame) -> dic
             else (values.iloc[pos], kernels["start_us"].iloc[pos])
         )
         sums = []
-        for lo, hi in zip(g["start_us"], g["end_us"]):
-            if pd.isna(lo) or pd.isna(hi):
+        for lo, hi in zip(step_lo[rows].tolist(), step_hi[rows].tolist()):
+            if np.isnan(lo) or np.isnan(hi):
                 continue
             m = (start >= lo) & (start < hi)
             if m.any():
                 sums.append(float(total(vr[m])))
         if not sums:
-            sums = [float(total(vr)) / max(1, len(g))]
+            sums = [float(total(vr)) / max(1, len(rows))]
         out[int(rank)] = float(np.median(sums))
     return out
 

@@ -117,7 +117,9 @@ def _host_bound(ctx: Context) -> Value:
     if not len(s):
         return _no_steps(ctx)
     idle = (s["free_us"].fillna(0.0) - s["data_wait_us"].fillna(0.0)).clip(lower=0.0)
-    per = {int(r): float(idle[g.index].sum() / g["total_us"].sum()) for r, g in s.groupby("rank")}
+    # each rank's rows by position (rank_rows: groupby("rank")'s groups), summed on arrays (np.nansum: pandas' sum)
+    idle_a, total = idle.to_numpy(float, na_value=np.nan), s["total_us"].to_numpy(float, na_value=np.nan)
+    per = {r: float(np.nansum(idle_a[rows]) / np.nansum(total[rows])) for r, rows in rank_rows(s)}
     return Value(float(idle.sum() / s["total_us"].sum()), per)
 
 

@@ -1,0 +1,273 @@
+"""The parent's per-rank work on arrays (issue 17), each against the pandas computation it replaced: the same
+figures to the bit on real corpus captures and on edge cases (ties, NaN, empty, signed zeros). The pandas
+versions are kept here as the reference."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import pickle
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+import pandas.testing as pdt
+import pytest
+
+from msdiag.analysis import Analysis
+from msdiag.ingest.cache import RankCache
+from msdiag.metrics import balance, collectives, device_memory, mfu, steps
+from msdiag.metrics.memory import column_max, framework_column, framework_rows
+from msdiag.metrics.registry import Context
+from msdiag.model import Capture, ParallelGroup, RankData
+from msdiag.options import Options
+
+REAL = ("level1", "level0", "ascend/torchnpu-2rank-level1-db")
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal to the bit (NaN equals NaN, -0.0 is not 0.0), floats of either numpy or Python type."""
+    if isinstance(a, float) and isinstance(b, float):
+        return (math.isnan(a) and math.isnan(b)) or (a == b and math.copysign(1, a) == math.copysign(1, b))
+    return bool(a == b) and type(a) is type(b)
+
+
+def _ctx(a: Analysis, steps_frame: pd.DataFrame | None = None) -> Context:
+    return Context(capture=a.capture, steps=a.steps if steps_frame is None else steps_frame, options=a.options)
+
+
+# ---- memory: the framework rows' columns and pandas' max -----------------------------------------
+
+
+@pytest.mark.parametrize(
+    "values",
+    [[], [np.nan], [np.nan, np.nan], [1.0, np.nan, 3.0], [3.0, 3.0, np.nan], [-0.0, 0.0], [0.0, -0.0, np.nan],
+     [np.nan, -np.inf, -1.0], [-np.inf], [2.5, np.inf, np.nan]],
+)
+def test_column_max_is_pandas_max(values: list[float]) -> None:
+    s = pd.Series(values, dtype="float64")
+    want = s.max()
+    got = column_max(s.to_numpy())
+    if pd.isna(want):
+        assert got is None
+    else:
+        assert got is not None and _same(got, float(want))
+
+
+@pytest.mark.parametrize("name", REAL)
+def test_framework_column_is_each_ranks_frame_column(analysed: Callable[[str], Analysis], name: str) -> None:
+    ctx = _ctx(analysed(name))
+    rows = framework_rows(ctx)
+    for col in ("allocated_mb", "reserved_mb", "active_mb", "ts_us"):
+        got = framework_column(ctx, col)
+        assert list(got) == list(rows)
+        for r, g in rows.items():
+            np.testing.assert_array_equal(got[r], g[col].to_numpy(float, na_value=np.nan))
+            want = g[col].max()
+            assert (column_max(got[r]) is None) if pd.isna(want) else _same(column_max(got[r]), float(want))
+
+
+def _old_peaks(ctx: Context) -> dict[int, pd.Series]:
+    """device_memory._device_peaks before it read arrays: each rank's series and framework rows as frames."""
+    rows = framework_rows(ctx)
+    out: dict[int, pd.Series] = {}
+    for r, s in device_memory.device_series(ctx).items():
+        total = s["total_mb"].to_numpy(float, na_value=np.nan)
+        if np.isnan(total).all():
+            continue
+        top = np.flatnonzero(total == np.nanmax(total))
+        g = rows.get(r)
+        alloc = np.empty(0) if g is None else g["allocated_mb"].to_numpy(float, na_value=np.nan)
+        ts = np.empty(0) if g is None else g["ts_us"].to_numpy(float, na_value=np.nan)
+        ok = ~(np.isnan(alloc) | np.isnan(ts))
+        if not ok.any():
+            out[r] = s.iloc[top[0]]
+            continue
+        t = float(ts[ok][int(alloc[ok].argmax())])
+        out[r] = s.iloc[top[int(np.abs(s["ts_us"].to_numpy(float)[top] - t).argmin())]]
+    return out
+
+
+@pytest.mark.parametrize("name", REAL)
+def test_device_peaks_and_series_arrays_as_the_frames(analysed: Callable[[str], Analysis], name: str) -> None:
+    ctx = _ctx(analysed(name))
+    series, arrays = device_memory._series(ctx)
+    assert set(arrays) == set(series)
+    for r, s in series.items():
+        assert isinstance(s.index, pd.RangeIndex) and s.index.start == 0
+        np.testing.assert_array_equal(arrays[r][0], s["ts_us"].to_numpy(float))
+        np.testing.assert_array_equal(arrays[r][1], s["total_mb"].to_numpy(float, na_value=np.nan))
+    got, want = device_memory.device_peaks(ctx), _old_peaks(ctx)
+    assert list(got) == list(want)
+    for r in want:
+        pdt.assert_series_equal(got[r], want[r], check_exact=True)
+    per = device_memory.peak_per_rank(ctx)
+    for r, g in framework_rows(ctx).items():
+        if r not in want:
+            v = g["reserved_mb"].max()
+            assert per[r] is None if pd.isna(v) else _same(per[r], float(v))
+    for r, h in device_memory.peak_holders(ctx).items():  # the peak sample: the frame's filter and argmax
+        g = framework_rows(ctx)[r]
+        g = g[g["allocated_mb"].notna() & g["ts_us"].notna()]
+        if len(g):
+            i = int(g["allocated_mb"].to_numpy(float).argmax())
+            assert (h.ts_us, h.allocated_mb) == (float(g["ts_us"].iloc[i]), float(g["allocated_mb"].iloc[i]))
+
+
+def _memory_capture(rows: list[tuple[int, str, str, float, float, float]]) -> Context:
+    """A capture whose memory table holds ``rows`` (rank, component, source, ts_us, allocated_mb, reserved_mb)."""
+    df = pd.DataFrame(rows, columns=["rank", "component", "source", "ts_us", "allocated_mb", "reserved_mb"])
+    df = df.assign(rank=df["rank"].astype("Int64"), component=df["component"].astype("string"),
+                   source=df["source"].astype("string"), active_mb=np.nan, device=pd.array([None] * len(df), dtype="string"))  # fmt: skip
+    ranks = [RankData(rank=int(r), family="ascend_pt", path=f"/r{r}", tables={"memory": g.reset_index(drop=True)})
+             for r, g in df.groupby("rank")]  # fmt: skip
+    return Context(capture=Capture(path="/job", ranks=ranks), steps=pd.DataFrame(), options=Options())
+
+
+def test_device_peaks_on_ties_nan_and_ranks_without_modules() -> None:
+    nm, mr = "npu_module_mem", "memory_record"
+    ctx = _memory_capture([
+        # rank 0: the footprint peaks twice (ts 20 and 30, ties), the framework's allocated peak (NaN and a tie) nearer 30
+        (0, "APP", nm, 10.0, np.nan, 5.0), (0, "HCCL", nm, 10.0, np.nan, 1.0), (0, "APP", nm, 20.0, np.nan, 7.0),
+        (0, "APP", nm, 30.0, np.nan, 7.0), (0, "PTA+GE", mr, 29.0, 4.0, 6.0), (0, "PTA+GE", mr, 31.0, 4.0, np.nan),
+        (0, "PTA+GE", mr, 25.0, np.nan, 6.5),
+        # rank 1: no npu_module_mem: the driver's APP rows, two equal peaks; framework rows all NaN
+        (1, "APP", mr, 5.0, np.nan, 9.0), (1, "APP", mr, 6.0, np.nan, 9.0), (1, "PTA", mr, np.nan, np.nan, np.nan),
+        # rank 2: a module whose figure is null only: no series
+        (2, "APP", nm, 1.0, np.nan, np.nan),
+    ])  # fmt: skip
+    got, want = device_memory.device_peaks(ctx), _old_peaks(ctx)
+    assert list(got) == list(want) == [0, 1]
+    for r in want:
+        pdt.assert_series_equal(got[r], want[r], check_exact=True)
+    assert float(got[0]["ts_us"]) == 30.0 and float(got[1]["ts_us"]) == 5.0
+    assert device_memory.peak_per_rank(ctx) == {0: 7.0, 1: 9.0}  # 5 + 1 at ts 10, 7 at ts 20 and 30
+
+
+# ---- the step lookup of the collectives, balance, host-bound share, FLOPs per step ----------------
+
+
+def _steps_frame() -> pd.DataFrame:
+    """Step rows with ties, NaN starts and ends, a null step id, a null rank, ranks out of order."""
+    rows = [
+        (1, 2, 30.0, 40.0, 10.0, 5.0, 1.0), (0, 1, 0.0, 10.0, 10.0, 4.0, 2.0), (0, 2, 10.0, 20.0, 10.0, np.nan, 1.0),
+        (1, 1, 20.0, 30.0, 10.0, 6.0, 0.5), (0, 3, 10.0, 15.0, 5.0, 3.0, np.nan), (2, None, np.nan, 5.0, 5.0, 1.0, 1.0),
+        (2, 1, 1.0, np.nan, 3.0, 2.0, 1.0), (None, 1, 0.0, 1.0, 1.0, 1.0, 1.0), (0, 4, -0.0, 10.0, 10.0, 0.1, 0.2),
+    ]  # fmt: skip
+    df = pd.DataFrame(rows, columns=["rank", "step", "start_us", "end_us", "total_us", "computing_us", "free_us"])
+    return df.assign(rank=df["rank"].astype("Int64"), step=df["step"].astype("Int64"), data_wait_us=0.25)
+
+
+def _old_lookup(s: pd.DataFrame) -> dict[int, tuple[np.ndarray, np.ndarray, list[Any]]]:
+    out = {}
+    for rank, g in s.groupby("rank"):
+        g = g.sort_values("start_us", kind="stable")
+        out[int(rank)] = (g["start_us"].to_numpy(dtype=float, na_value=np.nan), g["end_us"].to_numpy(dtype=float, na_value=np.nan),
+                          g["step"].tolist())  # fmt: skip
+    return out
+
+
+@pytest.mark.parametrize("name", REAL)
+def test_step_lookup_as_the_grouped_sort(analysed: Callable[[str], Analysis], name: str) -> None:
+    for s in (analysed(name).steps, _steps_frame(), _steps_frame().iloc[:0]):
+        got, want = collectives._StepLookup(s)._by_rank, _old_lookup(s) if len(s) else {}
+        assert list(got) == list(want)
+        for r in want:
+            np.testing.assert_array_equal(got[r][0], want[r][0])
+            np.testing.assert_array_equal(got[r][1], want[r][1])
+            assert [str(x) for x in got[r][2]] == [str(x) for x in want[r][2]]
+
+
+def _old_computing(s: pd.DataFrame) -> dict[int, float]:
+    s = s[s["total_us"].notna() & (s["total_us"] > 0)]
+    s = s[s["computing_us"].notna()]
+    if len(s) and not s["step"].isna().any():
+        common = set.intersection(*[set(g["step"].astype(int)) for _, g in s.groupby("rank")])
+        if common:
+            s = s[s["step"].astype(int).isin(common).to_numpy()]
+    return {int(r): float(g["computing_us"].sum()) for r, g in s.groupby("rank")}
+
+
+def _old_host_bound(s: pd.DataFrame) -> dict[int, float]:
+    idle = (s["free_us"].fillna(0.0) - s["data_wait_us"].fillna(0.0)).clip(lower=0.0)
+    return {int(r): float(idle[g.index].sum() / g["total_us"].sum()) for r, g in s.groupby("rank")}
+
+
+@pytest.mark.parametrize("name", [*REAL, "edge", "edge-steps"])
+def test_balance_and_host_bound_as_the_groupby(analysed: Callable[[str], Analysis], name: str) -> None:
+    a = analysed("level1")
+    s = _steps_frame() if name == "edge" else _steps_frame().dropna(subset=["step"]) if name == "edge-steps" else analysed(name).steps
+    ctx = _ctx(a, s)
+    got, want = balance.per_rank_computing_us(ctx), _old_computing(s)
+    assert list(got) == list(want) and all(_same(got[r], want[r]) for r in want)
+    timed = steps._timed_steps(ctx)
+    if len(timed):
+        per, old = steps._host_bound(ctx).per_rank, _old_host_bound(timed)
+        assert list(per) == list(old) and all(_same(per[r], old[r]) for r in old)
+
+
+def _old_per_step_sum(steps_frame: pd.DataFrame, values: pd.Series, kernels: pd.DataFrame) -> dict[int, float]:
+    out: dict[int, float] = {}
+    at = kernels.groupby("rank").indices
+    v_all, s_all = values.to_numpy(), kernels["start_us"].to_numpy()
+    for rank, g in steps_frame.groupby("rank"):
+        pos = at.get(rank)
+        if pos is None:
+            continue
+        vr, start = v_all[pos], s_all[pos]
+        sums = []
+        for lo, hi in zip(g["start_us"], g["end_us"]):
+            if pd.isna(lo) or pd.isna(hi):
+                continue
+            m = (start >= lo) & (start < hi)
+            if m.any():
+                sums.append(float(np.nansum(vr[m])))
+        if not sums:
+            sums = [float(np.nansum(vr)) / max(1, len(g))]
+        out[int(rank)] = float(np.median(sums))
+    return out
+
+
+def test_per_step_sum_as_the_groupby(analysed: Callable[[str], Analysis]) -> None:
+    a = analysed("level1")
+    k = a.capture.table("kernels")
+    values = k["dur_us"].astype("float64")
+    for s in (a.steps, _steps_frame()):
+        ks = k if s is a.steps else pd.DataFrame({"rank": pd.array([0, 0, 1, 2, 0], dtype="Int64"),
+                                                   "start_us": [0.0, 12.0, 25.0, 2.0, np.nan]})  # fmt: skip
+        v = values if s is a.steps else pd.Series([1.0, np.nan, 2.5, 4.0, 8.0])
+        got, want = mfu._per_step_sum(_ctx(a, s), v, ks), _old_per_step_sum(s, v, ks)
+        assert list(got) == list(want) and all(_same(got[r], want[r]) for r in want)
+
+
+def test_parallel_group_dict_is_asdict() -> None:
+    for g in (ParallelGroup("g", "tp", 0, [0, 1, None], "h1"), ParallelGroup("g2", None, None, None, "h2")):
+        d = g.as_dict()
+        assert d == dataclasses.asdict(g) and list(d) == list(dataclasses.asdict(g))
+        assert g.global_ranks is None or d["global_ranks"] is not g.global_ranks
+
+
+# ---- the rank cache's converted tables, joined as they are ----------------------------------------
+
+
+def test_cache_slices_are_joined_without_a_copy(tmp_path: Path, corpus: Path) -> None:
+    from msdiag.ingest import loader
+    from msdiag.metrics.reduce import reduce_rank
+
+    job = corpus / "ascend" / "torchnpu-2rank-level1"
+    if not job.is_dir():
+        pytest.skip("corpus absent")
+    cold = loader.load(job, jobs=1, cache=tmp_path / "cache", reduce=reduce_rank)
+    warm = loader.load(job, jobs=1, cache=tmp_path / "cache", reduce=reduce_rank)
+    assert warm.ingest["cache"]["hits"] == 2
+    for name in dict.fromkeys(n for r in cold.ranks for n in r.tables):
+        for a, b in zip(cold.ranks, warm.ranks):
+            pdt.assert_frame_equal(a.tables[name], b.tables[name], check_exact=True)
+        pdt.assert_frame_equal(cold.table(name), warm.table(name), check_exact=True)
+    # every table of both ranks came from one conversion: the converted frame is the table, its slices the ranks'
+    kernels = warm.table("kernels")
+    assert warm._tables["kernels"][1] is kernels and warm.ranks[0].tables["kernels"] is warm._tables["kernels"][2][0]
+    cache = RankCache.open(tmp_path / "cache", "x")
+    cache._cut.append(("kernels", kernels, []))
+    assert pickle.loads(pickle.dumps(cache))._cut == [] and cache.take_cut() and cache._cut == []
