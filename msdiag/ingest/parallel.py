@@ -29,6 +29,7 @@ import uuid
 from collections import deque
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from msdiag.errors import InputError, MsdiagError
@@ -102,23 +103,21 @@ def read_ranks(
         todo = list(range(len(dirs)))
 
     n = jobs if jobs is not None else (os.cpu_count() or 1)
+    batch = Batch(dirs, todo, load_rank, reduce, cache, keys, stats, out, by)
     if scheduler:
         executor = "dask"
-        _on_dask(scheduler, dirs, todo, load_rank, reduce, cache, keys, stats, out, by)
+        _on_dask(scheduler, batch)
     elif len(todo) <= 1 or n <= 1:
         executor = "in-process"
         for i in todo:
-            rd, at, unstored = read_one(dirs[i], load_rank, reduce, cache, keys[i])
-            out[i], by[rd.rank] = rd, at
-            _count(stats, cache, unstored)
+            batch.done(i, *read_one(dirs[i], load_rank, reduce, cache, keys[i]))
     else:
         executor = "process-pool"
-        args = (min(n, len(todo)), dirs, todo, load_rank, reduce, cache, keys, stats, out, by)
         if workers is not None:
-            workers.read(*args)
+            workers.read(min(n, len(todo)), batch)
         else:
             with Workers() as own:
-                own.read(*args)
+                own.read(min(n, len(todo)), batch)
     info = {
         "executor": executor if todo else "cache",
         "jobs": n,
@@ -136,6 +135,27 @@ def _count(stats: CacheStats, cache: RankCache | None, unstored: str | None) -> 
         stats.written += 1
     else:
         stats.not_cached.append(unstored)
+
+
+@dataclass
+class Batch:
+    """The ranks one :func:`read_ranks` call gives an executor (``todo``: indexes into ``dirs`` / ``keys``),
+    and where their results go (``out``, ``by``, ``stats``)."""
+
+    dirs: list[RankDir]
+    todo: list[int]
+    load_rank: LoadRank
+    reduce: Reduce | None
+    cache: RankCache | None
+    keys: list[dict[str, Any] | None]
+    stats: CacheStats
+    out: list[RankData | None]
+    by: dict[int, str]
+
+    def done(self, i: int, rd: RankData, at: str, unstored: str | None) -> None:
+        """Rank ``i`` read by ``at``; ``unstored``: why its cache entry was not written (None: written)."""
+        self.out[i], self.by[rd.rank] = rd, at
+        _count(self.stats, self.cache, unstored)
 
 
 # ---- local process pool -----------------------------------------------------------------------
@@ -208,21 +228,9 @@ class Workers:
             self.pools += 1
         return self._pool
 
-    def read(
-        self,
-        workers: int,
-        dirs: list[RankDir],
-        todo: list[int],
-        load_rank: LoadRank,
-        reduce: Reduce | None,
-        cache: RankCache | None,
-        keys: list[dict[str, Any] | None],
-        stats: CacheStats,
-        out: list[RankData | None],
-        by: dict[int, str],
-    ) -> None:
-        """Read the ranks ``todo`` of ``dirs`` on at most ``workers`` workers into ``out`` / ``by``."""
-        queue = deque(todo)
+    def read(self, workers: int, b: Batch) -> None:
+        """Read the ranks of ``b`` on at most ``workers`` workers."""
+        queue = deque(b.todo)
         pending: dict[Future[tuple[RankData, str, str | None, int | None]], int] = {}
         retire = False  # the current pool takes no more tasks: it is replaced once its tasks are done
         by_count = _peak_kb() is None  # no measure of a worker's memory: a pool reads a fixed number of ranks
@@ -242,7 +250,7 @@ class Workers:
                     try:
                         while queue and len(pending) < IN_FLIGHT * self._workers and not retire:
                             i = queue.popleft()
-                            pending[pool.submit(_read_in_worker, dirs[i], load_rank, reduce, cache, keys[i])] = i
+                            pending[pool.submit(_read_in_worker, b.dirs[i], b.load_rank, b.reduce, b.cache, b.keys[i])] = i
                             self._tasks += 1
                             retire = by_count and self._tasks >= self._workers * TASKS_PER_WORKER
                     finally:
@@ -256,11 +264,10 @@ class Workers:
                     except BrokenProcessPool:
                         self.close()
                         raise InputError(
-                            dirs[i].path,
+                            b.dirs[i].path,
                             "the worker process reading this rank died (out of memory?): retry with fewer --jobs",
                         ) from None
-                    out[i], by[rd.rank] = rd, at
-                    _count(stats, cache, unstored)
+                    b.done(i, rd, at, unstored)
                     if grown_kb is not None and grown_kb > WORKER_GROWTH_KB:
                         retire = True
             if retire:  # not kept for a later call either
@@ -294,18 +301,8 @@ def dask_client(scheduler: str) -> Any:
         raise InputError(scheduler, f"no Dask scheduler answers there ({e})") from None
 
 
-def _on_dask(
-    scheduler: str,
-    dirs: list[RankDir],
-    todo: list[int],
-    load_rank: LoadRank,
-    reduce: Reduce | None,
-    cache: RankCache | None,
-    keys: list[dict[str, Any] | None],
-    stats: CacheStats,
-    out: list[RankData | None],
-    by: dict[int, str],
-) -> None:
+def _on_dask(scheduler: str, b: Batch) -> None:
+    dirs, todo, cache, keys = b.dirs, b.todo, b.cache, b.keys
     client = dask_client(scheduler)
     try:
         from distributed import as_completed
@@ -329,7 +326,7 @@ def _on_dask(
             return
         run = uuid.uuid4().hex[:8]
         futures = [
-            client.submit(read_one, dirs[i], load_rank, reduce, None, None, key=f"msdiag-rank-{dirs[i].rank}-{run}", pure=False)
+            client.submit(read_one, dirs[i], b.load_rank, b.reduce, None, None, key=f"msdiag-rank-{dirs[i].rank}-{run}", pure=False)
             for i in todo
         ]
         index = {f.key: i for f, i in zip(futures, todo)}
@@ -340,9 +337,8 @@ def _on_dask(
                 i = index[f.key]
                 rd, at, _ = f.result()
                 f.release()
-                out[i], by[rd.rank] = rd, at
-                if cache is not None and keys[i] is not None:
-                    _count(stats, cache, cache.put(keys[i], rd))  # type: ignore[arg-type]
+                # entries of ranks read on Dask are written here (the parent owns the cache folder)
+                b.done(i, rd, at, cache.put(keys[i], rd) if cache is not None and keys[i] is not None else None)  # type: ignore[arg-type]
         except MsdiagError:
             client.cancel(futures)
             raise
