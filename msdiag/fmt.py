@@ -107,6 +107,20 @@ def plain(v: Any) -> str:
     return f"{x:,.0f}" if abs(x) >= 1000 or x.is_integer() else f"{x:.3g}"
 
 
+def rank_ranges(ranks: list[int]) -> str:
+    """Ranks as runs: "0-63", "0-40, 42-63", "3, 5" (a run of three or more consecutive ranks as first-last)."""
+    ids = sorted(set(int(r) for r in ranks))
+    out: list[str] = []
+    i = 0
+    while i < len(ids):
+        j = i
+        while j + 1 < len(ids) and ids[j + 1] == ids[j] + 1:
+            j += 1
+        out.extend([f"{ids[i]}-{ids[j]}"] if j - i >= 2 else [str(r) for r in ids[i : j + 1]])
+        i = j + 1
+    return ", ".join(out)
+
+
 def shorten(s: str, n: int) -> str:
     """``s`` cut to ``n`` characters, an ellipsis marking the cut."""
     return s if len(s) <= n else s[: n - 1] + "…"

@@ -570,6 +570,31 @@ def test_slow_link_reaches_the_page(job8_analysis: object) -> None:
     assert "Outlined in red: the slow link 2-3 HCCS." in html.render(a, build(a))
 
 
+def test_rank_ranges() -> None:
+    from msdiag import fmt
+
+    assert fmt.rank_ranges(list(range(64))) == "0-63"
+    assert fmt.rank_ranges([9, 0, 1, 2, 3, 5, 7, 8, 3]) == "0-3, 5, 7-9"  # sorted, once each
+    assert (fmt.rank_ranges([]), fmt.rank_ranges([4]), fmt.rank_ranges([1, 2])) == ("", "4", "1, 2")
+
+
+def test_cause_ranks_as_runs(job8_analysis: object) -> None:
+    """The causes' ranks are printed as runs (a 1,024-rank job lists "0-1023", not a thousand numbers); the JSON
+    keeps the list. Every rank of the 8-rank job holds host syncs and data waits (each rank a copy of the same
+    torch_npu rank), so each cause row names 0-7."""
+    from msdiag.contract import build
+    from msdiag.report import html, text
+
+    a: Any = job8_analysis
+    report = build(a)
+    rows = report["causes"]
+    assert rows and all(c["ranks"] == list(range(8)) for c in rows)
+    out = text.render(report)
+    assert all(f"{c['id']}: " in out for c in rows) and "(ranks 0-7)" in out and "0, 1, 2" not in out
+    page = html.render(a, report)
+    assert page.count("<td>0-7</td>") == len(rows)
+
+
 def test_links_of_a_capture_without_groups(analysed: Callable[[str], Any]) -> None:
     """Raw msprof output names no communication group: its links are one matrix (this used to crash the
     report on an empty matrix), and the slow link is outlined there. The link chart of the session's analysis,

@@ -400,7 +400,8 @@ def _why(r: dict[str, Any]) -> dict[str, Any]:
     """The "Why the device waits" section: the verdict's cause, the collectives' late and uncaptured waits, the host causes."""
     waits = [p[0].upper() + p[1:] + "." for p in fmt.wait_phrases(r.get("metrics") or {})]
     cause = (r.get("verdict") or {}).get("cause")
-    return {"cause": cause["sentence"] if cause else None, "waits": waits, "causes": r.get("causes") or []}
+    causes = [dict(c, ranks_text=fmt.rank_ranges(c.get("ranks") or [])) for c in r.get("causes") or []]
+    return {"cause": cause["sentence"] if cause else None, "waits": waits, "causes": causes}
 
 
 def render(a: Analysis, report: dict[str, Any] | None = None) -> str:

@@ -188,7 +188,7 @@ def why_lines(report: dict[str, Any]) -> list[str]:
     out = [f"  {p}" for p in fmt.wait_phrases(report.get("metrics") or {})]
     for c in report.get("causes") or []:
         share = f", {100 * c['share_of_step']:.0f}% of the step" if c.get("share_of_step") is not None else ""
-        out.append(f"  {c['id']}: {c['ms_per_step']:.1f} ms per step{share} (ranks {', '.join(map(str, c['ranks']))})")
+        out.append(f"  {c['id']}: {c['ms_per_step']:.1f} ms per step{share} (ranks {fmt.rank_ranges(c['ranks'])})")
         out.extend(f"      {s['ms_per_step']:.1f} ms at {s['stack']}" for s in c.get("call_sites") or [])
     return ["\nWhy the device waits:", *out] if out else []
 
