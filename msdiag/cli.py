@@ -263,13 +263,11 @@ class _Main(click.Group):
             raise
         except MsdiagError as e:  # an input problem a command did not catch itself
             _fail(e, bool(ctx.meta.get(_DEBUG)))
-        except ImportError as e:  # a broken environment, not a bug: say what cannot be imported, and the fix
-            if ctx.meta.get(_DEBUG):
-                raise
-            _fail(_EnvironmentProblem(e), False)
         except Exception as e:  # noqa: BLE001 - every bug ends in one line and its own exit code
             if ctx.meta.get(_DEBUG):
                 raise
+            if isinstance(e, ImportError) and (e.name or "").partition(".")[0] != "msdiag":
+                _fail(_EnvironmentProblem(e), False)  # a broken environment, not a bug: what, and the fix
             from msdiag.errors import one_line
 
             text = one_line(str(e))[:300]

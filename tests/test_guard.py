@@ -196,6 +196,13 @@ def test_broken_environment_is_one_line_exit_2(corpus: Path, monkeypatch: pytest
     r = CliRunner().invoke(main, ["analyze", "--no-cache", "--debug", str(corpus.joinpath(*L0))])
     assert isinstance(r.exception, ImportError)  # --debug: the exception itself
 
+    def missing_own_module(*_: object, **__: object) -> None:  # msdiag's own module missing: a bug in msdiag
+        raise ModuleNotFoundError("No module named 'msdiag.metrics.gone'", name="msdiag.metrics.gone")
+
+    monkeypatch.setattr(analysis, "compute_all", missing_own_module)
+    r = CliRunner().invoke(main, ["analyze", "--no-cache", str(corpus.joinpath(*L0))])
+    assert r.exit_code == EXIT_INTERNAL and r.stderr.startswith("msdiag: internal error: ModuleNotFoundError")
+
 
 def test_strict_failed_source(corpus: Path, tmp_path: Path) -> None:
     """op_statistic.csv emptied: a failed optional source (a note-free exit 0 by default), exit 2 with --strict."""
