@@ -126,9 +126,6 @@ class RankCache:
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_cut": []}
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-
     def take_cut(self) -> list[tuple[str, Any, list[Any]]]:
         """What :meth:`get_many` converted in one go since the last call, for ``Capture.join_tables``:
         (table, the ranks' rows concatenated, each rank's frame of that table, a row slice of it, in

@@ -61,10 +61,6 @@ def timed_steps(steps: pd.DataFrame) -> pd.DataFrame:
     return steps[keep.to_numpy(bool)]
 
 
-#: The kinds of a step window, in the order _window_kinds gives them.
-_KINDS = ("exposed_communication", "bubble", "idle", "data_wait", "host_idle", "host_sync")
-
-
 def _window_kinds(comp: iv.Intervals, comm: iv.Intervals, recv: iv.Intervals, waits: iv.Intervals,
                   syncs: iv.Intervals, lo: float, hi: float) -> dict[str, iv.Intervals]:
     """Every kind of one step window, from its compute, communication, receive and host intervals."""
@@ -173,7 +169,7 @@ def _from_table(t: pd.DataFrame) -> dict[int | None, dict[str, iv.Intervals]]:
     current: dict[str, iv.Intervals] = {}
     for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
         if is_window[a]:
-            current = out[None if step[a] is None else int(step[a])] = dict.fromkeys(_KINDS, iv.EMPTY)
+            current = out[None if step[a] is None else int(step[a])] = dict.fromkeys(STEP_KINDS, iv.EMPTY)
         else:
             current[str(kind[a])] = (start[a:b], end[a:b])
     for kinds in out.values():
