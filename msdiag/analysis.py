@@ -222,23 +222,16 @@ def _read(path: str | Path, opts: Options) -> tuple[Capture, dict[str, Any], pd.
         return _no_capture(*inference.empty_capture(log), log)
     # --trace exports the timeline: the ranks are kept whole (metrics/reduce.py drops what no metric reads)
     reduce, rid = (None, None) if opts.whole_timeline else (reduce_rank, reduce_id())
-    chosen_on: dict[str, Any] = {}
-    tiered = None if opts.whole_timeline else _tiered(path, opts, chosen_on)
+    tiered = None if opts.whole_timeline else _tiered(path, opts)
     cap = load(path, jobs=opts.jobs, cache=opts.cache, scheduler=opts.scheduler, reduce=reduce, reduce_id=rid, tiered=tiered)
-    cap.ingest[METRIC_CACHE] = _reuse(chosen_on, cap)
     identity = describe(cap)
     steps, prof, checks, notes = _steps_for(cap)
     cap.notes.extend(notes)
     return cap, identity, steps, prof, checks, log
 
 
-#: Capture.ingest key of the metrics' cache entries the choice of the ranks read deep computed (popped by analyze).
-METRIC_CACHE = "metric_cache"
-
-
-def _tiered(path: str | Path, opts: Options, chosen_on: dict[str, Any]) -> Tiered:
-    """How deep the ranks are read (--deep): a large job's ranks shallow, then deep those metrics/depth.py picks.
-    ``chosen_on`` receives the ranks and the metrics' cache of the choice (see _reuse)."""
+def _tiered(path: str | Path, opts: Options) -> Tiered:
+    """How deep the ranks are read (--deep): a large job's ranks shallow, then deep those metrics/depth.py picks."""
     from msdiag.metrics.depth import select_deep
     from msdiag.metrics.reduce import reduce_rank_shallow
 
@@ -247,26 +240,9 @@ def _tiered(path: str | Path, opts: Options, chosen_on: dict[str, Any]) -> Tiere
         steps, _, _, _ = _steps_for(cap)
         ctx = Context(capture=cap, steps=steps, options=opts)
         why = select_deep(ctx)
-        chosen_on.update(ranks=ranks, cache=ctx.cache)
         return why
 
     return Tiered(mode=opts.deep, up_to=opts.deep_all_up_to, reduce=reduce_rank_shallow, select=select)
-
-
-def _reuse(chosen_on: dict[str, Any], cap: Capture) -> dict[str, Any]:
-    """What the choice computed per rank of the host causes (metrics/causes.py: each rank's activities, their
-    split by cause and its ms per step per cause), for the ranks the capture holds unchanged (the same RankData:
-    not read again deep): the analysis does not compute them twice."""
-    from msdiag.metrics import causes  # (here: importing a metric module first would reorder the registry)
-
-    if "cache" not in chosen_on:
-        return {}
-    kept = {id(r) for r in cap.ranks} & {id(r) for r in chosen_on["ranks"]}
-    by_rank = {r.rank: r for r in chosen_on["ranks"]}
-    return {
-        key: {k: v for k, v in chosen_on["cache"].get(key, {}).items() if k in by_rank and id(by_rank[k]) in kept}
-        for key in causes.PER_RANK_CACHES
-    }
 
 
 def _no_capture(cap: Capture, identity: dict[str, Any], log: Any) -> tuple[Capture, dict[str, Any], pd.DataFrame, pd.DataFrame, list[dict[str, Any]], Any]:
@@ -295,9 +271,7 @@ def analyze(path: str | Path, options: Options | None = None) -> Analysis:
     rules, opts = resolve_rules(opts, _rules_cache(path, opts))  # a bad --set or --disable fails before any work
     tlog, talone = training.train_log_for(path, opts.train_log)  # a training log: alone, or --train-log (issue 18)
     cap, identity, steps, prof, checks, log = _no_capture(*training.empty_capture(tlog), None) if talone and tlog else _read(path, opts)
-    # what the choice of the ranks read deep computed on the ranks kept as they were (analysis._tiered)
-    seeded = cap.ingest.pop(METRIC_CACHE, {})
-    ctx = Context(capture=cap, steps=steps, options=opts, requests=log, train_log=tlog, cache=seeded)
+    ctx = Context(capture=cap, steps=steps, options=opts, requests=log, train_log=tlog)
     metrics = compute_all(ctx)
     kind = phases.workload(ctx)
     if kind:

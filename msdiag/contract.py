@@ -126,12 +126,14 @@ def runs_left_out(a: Analysis) -> list[dict[str, Any]]:
 
 def read_depth(a: Analysis) -> dict[str, Any] | None:
     """How deep the ranks were read (--deep; ingest/loader.py): mode, the ranks read deep, why each was
-    chosen (only a job of more than Options.deep_all_up_to ranks chooses), how many were read shallow."""
+    chosen (only a job of more than Options.deep_all_up_to ranks chooses), how many were read shallow and, of those,
+    how many without parsing their trace_view.json (``summary``)."""
     rd = a.capture.ingest.get("read_depth")
     if rd is None:
         return None
     why = {str(r): list(v) for r, v in rd["why"].items()}
-    return {"mode": rd["mode"], "deep": list(rd["deep"]), "why": why, "shallow": int(rd["shallow"])}
+    return {"mode": rd["mode"], "deep": list(rd["deep"]), "why": why, "shallow": int(rd["shallow"]),
+            "summary": int(rd.get("summary", 0))}
 
 
 def kernel_type_rows(a: Analysis) -> tuple[list[dict[str, Any]], dict[str, str]]:

@@ -507,6 +507,7 @@ PRESENT = "present"
 ABSENT = "absent"
 FAILED = "failed"
 UNUSED = "unused"  # present, deliberately not read (the reason says why)
+SKIPPED = "skipped"  # present, not parsed on a rank read shallow (--deep auto: ingest/loader.Tiered; the reason says why)
 
 
 @dataclass
@@ -515,7 +516,7 @@ class Source:
 
     rank: int | None
     name: str  # canonical source name, e.g. "kernel_details.csv"
-    status: str  # present | absent | failed | unused
+    status: str  # present | absent | failed | unused | skipped
     path: str | None = None
     reason: str | None = None
     rows: int | None = None
@@ -615,7 +616,9 @@ class RankInfo:
     kernels_from: str | None = None  # the source of the kernels table
     step_source: str | None = None  # where the timeline's step markers came from
     steps_from: str | None = None  # how the step breakdown found the steps (set by metrics/breakdown.py)
-    read_depth: str | None = None  # "shallow": reduced without its Python frames but one per name (metrics/reduce.py); None: whole
+    # "summary": read shallow without its trace (a source declared deep_only, trace_view.json, not parsed: ingest/engine.py);
+    # "shallow": reduced without its Python frames but one per name (metrics/reduce.py); None: whole
+    read_depth: str | None = None
     # the device (CANN info.json, the SQLite export's HOST_INFO / RANK_DEVICE_MAP)
     device_id: int | None = None
     host: str | None = None

@@ -1,18 +1,25 @@
-"""Reading each rank only as deep as the answer needs (--deep; metrics/reduce.reduce_rank_shallow, metrics/depth.py).
+"""Reading each rank only as deep as the answer needs (--deep; ingest/loader.load_rank_shallow,
+metrics/reduce.reduce_rank_shallow, metrics/depth.py).
 
-- the shallow read of a real rank is the full read reduced less the Python frame rows beyond the first
+- a rank read shallow whose kernel_details.csv carries its steps and communication leaves trace_view.json
+  unparsed (listed as skipped): every other table is the full read's, its step rows the full read's less the
+  host columns (preparing, data wait), and it has no host side at all;
+- the shallow reduction of a real rank is the full read reduced less the Python frame rows beyond the first
   of each name (expected rows derived from the full reader's output);
 - the JSON report with ``--deep auto`` (threshold forced to 0: ranks really read shallow) equals the one
   with ``--deep all`` for every metric, finding and the verdict, on the corpus clusters and on
   bench/cluster.py's replicated job;
-- a rank read shallow has no call sites, never sites guessed from first-of-name frames; a rank without
-  repeated frames is whole (not marked shallow);
+- a rank read shallow has no host side (no activities, no call sites, never sites guessed from first-of-name
+  frames); the host-side figures rest on the ranks read deep; a rank without repeated frames is whole;
+- --deep all parses every rank: a damaged trace_view.json of an unchosen rank leaves that rank out there,
+  while --deep auto, which does not parse it, analyses it from its summary files and lists the file as skipped;
 - the depth is part of the cache key: a warm run reads only the cache.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -27,7 +34,9 @@ from msdiag.cli import main
 from msdiag.config import ConfigError, load_config
 from msdiag.contract import build
 from msdiag.ingest.discover import discover
-from msdiag.ingest.loader import Tiered, load, load_rank
+from msdiag.ingest.engine import skips_when_shallow
+from msdiag.ingest.formats import BY_NAME
+from msdiag.ingest.loader import Tiered, load, load_rank, load_rank_shallow
 from msdiag.metrics.causes import FRAME_PATTERN, rank_activity
 from msdiag.metrics.reduce import plan, reduce_rank, reduce_rank_shallow, shallow_plan
 from msdiag.metrics.registry import Context
@@ -110,13 +119,13 @@ def test_tiered_answer_is_the_full_answer_on_corpus_clusters(corpus: Path, captu
 def test_small_jobs_are_read_deep_whole(analysed_json: Any) -> None:
     # up to Options.deep_all_up_to (8) ranks: every rank in full, nothing chosen, nothing to say in the text
     rd = analysed_json("level1")["read_depth"]
-    assert rd == {"mode": "auto", "deep": [0, 1], "why": {}, "shallow": 0}
+    assert rd == {"mode": "auto", "deep": [0, 1], "why": {}, "shallow": 0, "summary": 0}
     assert read_depth_line(analysed_json("level1")) is None
 
 
-def test_shallow_rank_has_no_call_sites(corpus: Path) -> None:
-    # level1 rank 0's host syncs resolve to call sites when read in full; read shallow (nothing chosen
-    # deep) the same syncs are measured, their sites unknown
+def test_summary_rank_has_no_host_side(corpus: Path) -> None:
+    # level1 rank 0's host syncs resolve to call sites when read in full; read shallow (nothing chosen deep)
+    # its trace_view.json is not parsed: no host activity at all, measured or guessed
     path = corpus / "ascend/torchnpu-2rank-level1"
 
     def acts(select: dict[int, list[str]]) -> pd.DataFrame:
@@ -125,9 +134,44 @@ def test_shallow_rank_has_no_call_sites(corpus: Path) -> None:
         return rank_activity(Context(capture=cap, steps=steps, options=Options(jobs=1)), 0)
 
     deep, shallow = acts({0: ["test"]}), acts({})
-    assert deep["site"].notna().sum() > 0
-    assert shallow["site"].isna().all()
-    pd.testing.assert_frame_equal(deep.drop(columns="site"), shallow.drop(columns="site"))
+    assert deep["site"].notna().sum() > 0 and (deep["cause"] == "host-sync").sum() > 0
+    assert len(shallow) == 0
+
+
+@pytest.mark.parametrize("capture", ["ascend/torchnpu-2rank-level0", "ascend/torchnpu-2rank-level1"])
+def test_summary_rank_is_the_full_rank_without_its_trace(corpus: Path, capture: str) -> None:
+    # Read shallow, a rank whose kernel_details.csv has Step Id and HCCL tasks leaves trace_view.json unparsed.
+    # Expected, from the full read: the tables trace_view.json alone gives (timeline, counters) absent; every
+    # other table the same; the step rows the same but preparing (host marker to first task) and data wait
+    # (host dataset events), which only the host side gives, null; trace_view.json listed as skipped.
+    for d in discover(corpus / capture).ranks:
+        full = reduce_rank(load_rank(d))
+        short = reduce_rank_shallow(load_rank_shallow(d))
+        assert short.info.read_depth == "summary" and full.info.read_depth is None
+        assert len(full.tables["timeline"]) > 1000 and len(short.table("timeline")) == 0
+        assert len(short.table("counters")) == 0
+        for name in set(full.tables) - {"timeline", "counters", "steps", "step_kinds"}:
+            pd.testing.assert_frame_equal(short.tables[name], full.tables[name], obj=name)
+        host = ["preparing_us", "data_wait_us"]
+        pd.testing.assert_frame_equal(short.tables["steps"].drop(columns=host), full.tables["steps"].drop(columns=host))
+        assert short.tables["steps"][host].isna().all().all() and full.tables["steps"]["preparing_us"].notna().any()
+        status = {s.name: s.status for s in short.sources}
+        assert status["trace_view.json"] == "skipped"
+        assert {n: st for n, st in status.items() if n != "trace_view.json"} == {
+            s.name: s.status for s in full.sources if s.name != "trace_view.json"}
+        # a rank's device side read from kernel_details.csv: nothing a shallow read skips on a format without it
+        assert skips_when_shallow(BY_NAME[d.format], full)
+
+
+@pytest.mark.parametrize("capture", ["mindspore-cpu/msrun_dp2_pynative", "ascend/torchnpu-2rank-p2p-2024"])
+def test_rank_whose_trace_gives_its_device_side_is_read_whole(corpus: Path, capture: str) -> None:
+    # MindSpore on CPU: the host ops come from trace_view.json itself; p2p-2024 has no trace_view.json. Read
+    # shallow, nothing is skipped: the rank is the full read
+    for d in discover(corpus / capture).ranks:
+        short, full = load_rank_shallow(d), load_rank(d)
+        assert short.info.read_depth is None and not skips_when_shallow(BY_NAME[d.format], full)
+        assert [s.status for s in short.sources] == [s.status for s in full.sources]
+        assert set(short.tables) == set(full.tables)
 
 
 def test_rank_without_repeated_frames_is_whole(corpus: Path) -> None:
@@ -157,15 +201,22 @@ def test_deep_option_is_checked(tmp_path: Path) -> None:
 def test_tiered_answer_is_the_full_answer_on_a_replicated_cluster(corpus: Path, job8: Path, tmp_path: Path) -> None:
     # bench/cluster.py's 8-rank job (rank 5's compute planted 3x slower), threshold 0: rank 5 is read deep as
     # the late arriver the others wait for (their steps last as long as its: the step time does not single
-    # it out), some ranks stay shallow, and the answer is --deep all's
+    # it out), the other unchosen ranks are read without their trace, and the answer is --deep all's
     cache = tmp_path / "cache"
     auto = _report(job8, "auto", 0, jobs=2, cache=str(cache))
     full = _report(job8, "all", 0, jobs=2)
     assert _answer(auto) == _answer(full)
     rd = auto["read_depth"]
-    assert rd["shallow"] >= 1 and rd["shallow"] + len(rd["deep"]) == 8
-    assert rd["why"]["5"] == ["late arriver (collectives)", "slow rank (late-arrival votes)"] and 5 in rd["deep"]
+    assert rd["shallow"] >= 1 and rd["shallow"] + len(rd["deep"]) == 8 and rd["summary"] == rd["shallow"]
+    assert full["read_depth"]["why"] == rd["why"] and full["read_depth"]["summary"] == rd["summary"]
+    assert rd["why"]["5"][:2] == ["late arriver (collectives)", "slow rank (late-arrival votes)"] and 5 in rd["deep"]
     assert auto["metrics"]["slow_rank"] == 5
+    # the host-side figures rest on the ranks read deep: data wait share = their data waits over their step time
+    # (timed steps, warm-up left out), summed from the report's own step rows; the others' data waits are unknown
+    deep = [s for s in auto["steps"] if s["rank"] in rd["deep"] and s["total_us"] and not s.get("warmup")]
+    waits = sum(s["data_wait_us"] or 0.0 for s in deep) / sum(s["total_us"] for s in deep)
+    assert waits > 0 and auto["metrics"]["data_wait_share"] == pytest.approx(waits, rel=1e-12)
+    assert all(s["data_wait_us"] is None and s["preparing_us"] is None for s in auto["steps"] if s["rank"] not in rd["deep"])
     line = read_depth_line(auto)
     assert line is not None and line.startswith(f"read deep: {len(rd['deep'])} of 8 ranks (") and "rank 5: late arriver" in line
     # warm: the same selection read from the cache alone (shallow and deep entries are apart)
@@ -173,6 +224,24 @@ def test_tiered_answer_is_the_full_answer_on_a_replicated_cluster(corpus: Path, 
     stats = a.capture.ingest["cache"]
     assert stats["misses"] == 0 and stats["hits"] == 8 + len(rd["deep"])
     assert _answer(json.loads(json.dumps(build(a), ensure_ascii=False))) == _answer(auto)
+
+
+@pytest.mark.slow
+def test_deep_all_parses_every_rank(job8: Path, tmp_path: Path) -> None:
+    # one unchosen rank's trace_view.json cut short: --deep auto never parses it (analysed from its summary
+    # files, the file listed as skipped); --deep all parses every rank and leaves that one out, as a full read does
+    job = tmp_path / "job8"
+    shutil.copytree(job8, job)
+    auto = _report(job, "auto", 0, jobs=2)
+    rank = next(r for r in range(8) if r not in auto["read_depth"]["deep"])
+    trace = next(job.glob(f"rank{rank}_*/ASCEND_PROFILER_OUTPUT/trace_view.json"))
+    trace.write_bytes(trace.read_bytes()[: trace.stat().st_size // 2])
+    cut = _report(job, "auto", 0, jobs=2)
+    assert _answer(cut) == _answer(auto) and len(cut["ranks"]) == 8
+    assert [s["status"] for s in cut["sources"] if s["rank"] == rank and s["name"] == "trace_view.json"] == ["skipped"]
+    full = _report(job, "all", 0, jobs=2)
+    assert [x["rank"] for x in full["ranks_left_out"]] == [rank] and len(full["ranks"]) == 7
+    assert full["ranks_left_out"][0]["file"].endswith("trace_view.json")
 
 
 def test_the_reductions_patterns_join_as_one_expression_pythons_re_accepts() -> None:

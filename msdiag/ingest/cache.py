@@ -57,7 +57,7 @@ from msdiag.ingest.cachedir import PRIVATE as _PRIVATE
 from msdiag.ingest.cachedir import code_fingerprint, untrusted
 from msdiag.ingest.cachedir import owner_problem as _owner_problem
 from msdiag.ingest.paths import Seen
-from msdiag.model import ABSENT, FAILED, PRESENT, SCHEMA_VERSION, TABLES, UNUSED, RankData, RankInfo, Source
+from msdiag.model import ABSENT, FAILED, PRESENT, SCHEMA_VERSION, SKIPPED, TABLES, UNUSED, RankData, RankInfo, Source
 
 __all__ = ["CACHE_FORMAT", "CacheStats", "RankCache", "files_of"]
 
@@ -367,7 +367,7 @@ class _Invalid(ValueError):
 
 
 _HEAD_KEYS = frozenset({"rank", "family", "info", "meta", "sources", "notes", "tables"})
-_STATUSES = (PRESENT, ABSENT, FAILED, UNUSED)
+_STATUSES = (PRESENT, ABSENT, FAILED, UNUSED, SKIPPED)
 
 
 def _relative(path: str | None, rank_path: str) -> str | None:

@@ -32,7 +32,7 @@ from msdiag.errors import ParseError
 from msdiag.ingest import bounds
 from msdiag.ingest._sqlite import Db, DbDamaged, open_db
 from msdiag.ingest.paths import real_roots, refusal
-from msdiag.model import ABSENT, FAILED, PRESENT, UNUSED, RankData, RankInfo, Source
+from msdiag.model import ABSENT, FAILED, PRESENT, SKIPPED, UNUSED, RankData, RankInfo, Source
 
 
 @dataclass
@@ -152,6 +152,8 @@ class Src:
     fallback: str | None = None  # a glob whose first file is read when the named file is absent
     db: str | None = None  # the Database item whose table this is
     unused: str = ""  # a file msdiag does not read, with why: listed (status unused) only when present
+    # a file a shallow read leaves unparsed when this holds of the rank read so far (listed, status skipped)
+    deep_only: Callable[[RankData], bool] | None = None
 
 
 @dataclass(frozen=True)
@@ -195,8 +197,17 @@ class Format:
 # ---- the rank -------------------------------------------------------------------------------
 
 
-def read_rank(fmt: Format, rd_dir: RankDir) -> RankData:
-    """Read one rank's folder with ``fmt``; raises ParseError when a core source is broken."""
+#: Why a source declared ``deep_only`` is not parsed on a rank read shallow (status skipped).
+SHALLOW_WHY = (
+    "not parsed: this rank is read shallow (--deep auto reads the host side of trace_view.json only on the ranks "
+    "chosen; --deep all parses every rank's)"
+)
+
+
+def read_rank(fmt: Format, rd_dir: RankDir, shallow: bool = False) -> RankData:
+    """Read one rank's folder with ``fmt``; raises ParseError when a core source is broken. ``shallow``: the
+    sources declared ``deep_only`` whose condition holds are listed as skipped, not parsed (``read_depth``
+    "summary")."""
     rd = RankData(rank=rd_dir.rank, family=rd_dir.family, path=str(rd_dir.path))
     rd.info.rank_from = rd_dir.rank_from
     if rd_dir.captured_ns:
@@ -211,6 +222,8 @@ def read_rank(fmt: Format, rd_dir: RankDir) -> RankData:
                 _open(ctx, item, stack)
             elif item.db is not None:
                 _db_source(ctx, item)
+            elif shallow and item.deep_only is not None and item.deep_only(rd):
+                _skipped_source(ctx, item)
             else:
                 _file_source(ctx, item)
         if fmt.finish is not None:
@@ -333,6 +346,27 @@ def _file_source(ctx: Ctx, spec: Src) -> None:
         name = spec.name.format(**ctx.vars) if spec.glob is None else _relative(p, ctx.folder)
         if _admitted(ctx, spec, p, name):
             _read_one(ctx, spec, p, name, str(p))
+
+
+def _skipped_source(ctx: Ctx, spec: Src) -> None:
+    """A deep-only source on a rank read shallow: listed (skipped when present, absent as usual), never opened."""
+    paths = resolve(ctx, spec)
+    if not paths:
+        ctx.rd.sources.append(Source(ctx.rank, spec.name.format(**ctx.vars), ABSENT, None, _why(spec.absent, ctx)))
+        return
+    for p in paths:
+        name = spec.name.format(**ctx.vars) if spec.glob is None else _relative(p, ctx.folder)
+        ctx.rd.sources.append(Source(ctx.rank, name, SKIPPED, str(p), SHALLOW_WHY))
+    ctx.rd.info.read_depth = "summary"
+
+
+def skips_when_shallow(fmt: Format, rd: RankData) -> bool:
+    """Whether a shallow read of this rank (read in full as ``rd``) would leave a source unparsed: a deep-only
+    source of ``fmt`` the full read parsed and whose condition holds of the rank's tables (the condition reads only tables other
+    sources give, so the full read answers as the shallow one did)."""
+    read = {s.name for s in rd.sources if s.status == PRESENT}
+    return any(isinstance(item, Src) and item.deep_only is not None and item.name in read and item.deep_only(rd)
+               for item in fmt.sources)
 
 
 def _admitted(ctx: Ctx, spec: Src, p: Path, name: str) -> bool:

@@ -71,6 +71,17 @@ def _cpu_op_timestamps(p: Path, ctx: Ctx) -> Read:
     return Read(tables={"kernels": mindspore_cpu.read_cpu_op_timestamps(p, ctx.rank)}, info={"kernels_from": p.name})
 
 
+def _kernels_carry_steps(rd: RankData) -> bool:
+    """Whether kernel_details.csv gave the rank's device side whole: its steps (Step Id) and its communication
+    (HCCL tasks; an older file without them leaves the communication to trace_view.json's HCCL lane). Then
+    trace_view.json adds only the host side (Python, dataset waits, syncs, step markers), the HCCL and overlap
+    lanes and the counters, and a rank read shallow need not parse it (ingest/loader.Tiered)."""
+    k = rd.table("kernels")
+    if rd.info.kernels_from != "kernel_details.csv" or not len(k):
+        return False
+    return bool(k["step"].notna().any()) and bool((k["kind"] == "communication").any())
+
+
 # ---- why a source may be absent -------------------------------------------------------------
 
 
@@ -142,7 +153,7 @@ ASCEND_SOURCES: tuple[Src, ...] = (
     Src("kernel_details.csv", "kernels", read=_kernel_details, core=True, folder=OUT,
         absent="no kernel_details.csv: kernels come from trace_view.json only"),
     Src("trace_view.json", "timeline", read=_trace_view, core=True, folder=OUT,
-        absent="no trace_view.json: no timeline of host, HCCL and overlap lanes"),
+        absent="no trace_view.json: no timeline of host, HCCL and overlap lanes", deep_only=_kernels_carry_steps),
     Src("step_trace_time.csv", "profiler_steps", read=_step_trace_time, core=True, folder=OUT,
         absent="no step_trace_time.csv: the profiler's own step breakdown is not there to cross-check"),
     Src("communication.json", "comm_ops", read=_communication, folder=OUT, absent=_why_comm),

@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from msdiag.errors import InputError
 from msdiag.ingest.discover import MINDSPORE_CPU, MINDSPORE_LEGACY, Discovery, discover
-from msdiag.ingest.engine import RankDir, read_rank
+from msdiag.ingest.engine import RankDir, read_rank, skips_when_shallow
 from msdiag.ingest.formats import BY_NAME
 from msdiag.ingest.paths import within
 from msdiag.model import Capture, RankData
@@ -25,6 +25,13 @@ from msdiag.model import Capture, RankData
 def load_rank(rd_dir: RankDir) -> RankData:
     """Read one rank's folder with the format discovery found (raises ParseError on a broken core file)."""
     return read_rank(BY_NAME[rd_dir.format], rd_dir)
+
+
+def load_rank_shallow(rd_dir: RankDir) -> RankData:
+    """load_rank less the sources its format declares deep-only where their condition holds (trace_view.json
+    beside a kernel_details.csv that carries steps and communication: ingest/formats.py); ``read_depth``
+    "summary" when one was left unparsed."""
+    return read_rank(BY_NAME[rd_dir.format], rd_dir, shallow=True)
 
 
 def load(
@@ -63,13 +70,15 @@ def load(
     # one broken rank of many (a job killed mid-capture) must not hide the others: it is left out
     # with a note; a single rank, or every rank broken, is an error as before
     reader = _load_rank_or_mark if len(disc.ranks) > 1 else load_rank
+    shallow_reader = _load_rank_shallow_or_mark if len(disc.ranks) > 1 else load_rank_shallow
 
     # one local pool for both passes of a tiered read: the deep pass reuses the shallow pass' workers
     workers = parallel.Workers()
 
     def read(dirs: list[RankDir], shallow: bool = False) -> tuple[list[RankData], dict[str, Any]]:
         if shallow and tiered is not None:
-            return parallel.read_ranks(dirs, reader, jobs=jobs, cache=scache, scheduler=scheduler, reduce=tiered.reduce, workers=workers)
+            return parallel.read_ranks(dirs, shallow_reader, jobs=jobs, cache=scache, scheduler=scheduler, reduce=tiered.reduce,
+                                       workers=workers)
         return parallel.read_ranks(dirs, reader, jobs=jobs, cache=rcache, scheduler=scheduler, reduce=reduce, workers=workers)
 
     with workers:
@@ -123,11 +132,14 @@ UNREADABLE = "unreadable"
 @dataclass(frozen=True)
 class Tiered:
     """How deep the ranks are read (``Options.deep``). A job of more than ``up_to`` ranks is read in two
-    passes when ``mode`` is "auto": every rank shallow (``reduce``: the shallow reduction,
-    metrics/reduce.reduce_rank_shallow, a module-level function like the load's own ``reduce``; it marks
-    ``RankInfo.read_depth`` "shallow" when it left rows out), then the ranks ``select`` names (the
-    analysis' choice from those ranks, {rank: [why]}) deep, in place of their shallow read. With "all"
-    every rank is read deep and ``select`` still names the ranks the answer rests on."""
+    passes: every rank shallow (:func:`load_rank_shallow`: trace_view.json left unparsed where kernel_details.csv
+    gives the device side whole, ``read_depth`` "summary"; then ``reduce``, the shallow reduction,
+    metrics/reduce.reduce_rank_shallow, a module-level function like the load's own ``reduce``, which marks
+    ``read_depth`` "shallow" when it left Python frames out), then the ranks ``select`` names (the analysis'
+    choice from those ranks, {rank: [why]}) deep, in place of their shallow read. With "all" every rank is read
+    deep first (each file parsed: a damaged one leaves its rank out, as a full read does) and chosen from alike;
+    then the unchosen ranks whose shallow read would leave their trace unparsed are read so: the answer's host
+    side rests on the chosen ranks in both modes, so both give the same answer."""
 
     mode: str  # "auto" | "all"
     up_to: int  # jobs of at most this many ranks are read deep whole, nothing selected
@@ -140,25 +152,37 @@ def _read_tiered(
 ) -> tuple[list[RankData], dict[str, Any]]:
     """The ranks read as ``tiered`` says, and how (``info["read_depth"]``: mode, deep, why, shallow, selected)."""
     large = len(dirs) > tiered.up_to
-    ranks, info = read(dirs, shallow=large and tiered.mode == "auto")
+    auto = tiered.mode == "auto"
+    ranks, info = read(dirs, shallow=large and auto)
     why: dict[int, list[str]] = {}
     if large:
         why = tiered.select([r for r in ranks if UNREADABLE not in r.meta])
-        shallow = {r.rank for r in ranks if r.info.read_depth == "shallow"}
-        again = [d for d in dirs if d.rank in why and d.rank in shallow]
+        by_rank = {r.rank: r for r in ranks}
+        if auto:  # the chosen ranks read shallow, read again deep
+            again = [d for d in dirs if d.rank in why and by_rank[d.rank].info.read_depth in SHALLOW_DEPTHS]
+        else:  # --deep all: every rank was read deep (each file parsed); the unchosen ranks whose shallow read leaves
+            # the trace unparsed are read so, as --deep auto reads them: the answer's host side is the chosen ranks'
+            again = [d for d in dirs if d.rank not in why and UNREADABLE not in by_rank[d.rank].meta
+                     and skips_when_shallow(BY_NAME[d.format], by_rank[d.rank])]
         if again:
-            deep, more = read(again)
-            by_rank = {r.rank: r for r in deep}
-            ranks = [by_rank.get(r.rank, r) for r in ranks]
+            other, more = read(again, shallow=not auto)
+            by_rank.update((r.rank, r) for r in other)
+            ranks = [by_rank[r.rank] for r in ranks]
             _merge_info(info, more)
+    fine = [r for r in ranks if UNREADABLE not in r.meta]
     info["read_depth"] = {
         "mode": tiered.mode,
-        "deep": sorted(r.rank for r in ranks if r.info.read_depth != "shallow" and UNREADABLE not in r.meta),
+        "deep": sorted(r.rank for r in fine if r.info.read_depth not in SHALLOW_DEPTHS),
         "why": {r: why[r] for r in sorted(why)},
-        "shallow": sum(r.info.read_depth == "shallow" for r in ranks),
-        "selected": sorted(why) if large else None,  # the ranks call sites come from (None: every rank)
+        "shallow": sum(r.info.read_depth in SHALLOW_DEPTHS for r in fine),
+        "summary": sum(r.info.read_depth == "summary" for r in fine),  # of those, the ranks whose trace was not parsed
+        "selected": sorted(why) if large else None,  # the ranks the answer's host side rests on (None: every rank)
     }
     return ranks, info
+
+
+#: RankInfo.read_depth of a rank read shallow: trace_view.json not parsed ("summary"), Python frames left out ("shallow").
+SHALLOW_DEPTHS = ("summary", "shallow")
 
 
 def _merge_info(info: dict[str, Any], more: dict[str, Any]) -> None:
@@ -172,14 +196,19 @@ def _merge_info(info: dict[str, Any], more: dict[str, Any]) -> None:
                 info["cache"][k] = info["cache"][k] + v
 
 
-def _load_rank_or_mark(rd_dir: RankDir) -> RankData:
+def _load_rank_or_mark(rd_dir: RankDir, shallow: bool = False) -> RankData:
     """load_rank, but a rank whose files are broken comes back marked instead of raising."""
     try:
-        return load_rank(rd_dir)
+        return load_rank_shallow(rd_dir) if shallow else load_rank(rd_dir)
     except InputError as e:
         rd = RankData(rank=rd_dir.rank, family=rd_dir.family, path=str(rd_dir.path))
         rd.meta[UNREADABLE] = (e.path, e.problem)
         return rd
+
+
+def _load_rank_shallow_or_mark(rd_dir: RankDir) -> RankData:
+    """load_rank_shallow, but a rank whose files are broken comes back marked instead of raising."""
+    return _load_rank_or_mark(rd_dir, shallow=True)
 
 
 def _open_cache(folder: str | Path, disc: Discovery, reduce: Callable[[RankData], RankData] | None, declared: str | None) -> Any:

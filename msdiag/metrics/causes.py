@@ -381,13 +381,11 @@ CAUSE_CATEGORY = {"host-sync": "host", "data-wait": "data", "gc": "host", "check
 
 
 #: ctx.cache keys of what is computed per rank: the activities (rank -> (activities by cause as arrays, _Acts;
-#: number of steps)) and the ms per step each cause costs the rank (rank -> cause -> ms). The analysis may seed
-#: them with ranks already computed (analysis._reuse): a rank found there is not computed again.
+#: number of steps)) and the ms per step each cause costs the rank (rank -> cause -> ms).
 ACTIVITY_CACHE = "causes.activity"
 FIGURES_CACHE = "causes.figures"
 #: and, taken from the same host rows, the events the projection reads as intervals (host_spans)
 SPANS_CACHE = "causes.host_spans"
-PER_RANK_CACHES = (ACTIVITY_CACHE, FIGURES_CACHE, SPANS_CACHE)
 
 #: The host events the projection (metrics/projection.py) reads as intervals: data waits, synchronisations.
 SPAN_PATTERNS = (DATA_WAIT_PATTERN, SYNC_PATTERN)

@@ -1,20 +1,24 @@
 """Which ranks of a large job are read deep: those whose host side changes the answer.
 
 A job of more than ``Options.deep_all_up_to`` ranks is read in two passes (ingest/loader.py): every
-rank shallow first (metrics/reduce.reduce_rank_shallow: everything but the Python frames
-beyond the first of each name), then the ranks chosen here deep. What decides the choice is exact on a shallow rank, so
-the choice is the same whichever depth the ranks were read at (``--deep all`` makes the same one):
+rank shallow first (ingest/loader.load_rank_shallow: the summary files, trace_view.json left unparsed where
+kernel_details.csv gives the device side whole; metrics/reduce.reduce_rank_shallow: the Python frames beyond
+the first of each name left out where the trace is parsed), then the ranks chosen here deep. The choice reads
+only what a shallow rank holds as a deep one does (the device side from kernel_details.csv, the collectives
+from communication.json, the layout), so it is the same whichever depth the ranks were read at (``--deep all``
+makes the same one):
 
 - the slowest and the fastest rank (median step time, warm-up steps left out);
 - per pipeline stage (profiler_metadata.json), the rank of median step time;
 - the late arriver (``late_rank``: the last captured arriver the others wait for most) and the voted
   slow rank (``slow_rank``);
-- the rank losing most to each host cause (host syncs, GC, checkpoints, compiles, data waits): the
-  rank whose figure a cause row reports, and whose call sites are the row's.
+- the rank whose device idles most (median free time per step: neither computing nor communicating),
+  where the host holds the device back most (launch, syncs, data waits, GC: what the host does there is
+  what its trace, read deep, tells).
 
-Only the Python frames differ between the two depths; they serve the call sites of the causes
-(metrics/causes.py), which are taken from these ranks in both modes. At most a handful of ranks:
-two, one per stage, two, one per cause.
+The host side of the answer (data waits, preparing, host syncs and the other causes, their call sites,
+the projection of host fixes) rests on these ranks in both modes (metrics/causes.py, metrics/steps.py,
+metrics/projection.py). At most a handful of ranks: two, one per stage, two, one.
 """
 
 from __future__ import annotations
@@ -22,7 +26,6 @@ from __future__ import annotations
 import pandas as pd
 
 from msdiag.metrics.balance import _stage_of
-from msdiag.metrics.causes import cause_per_rank
 from msdiag.metrics.registry import Context, all_metrics
 from msdiag.metrics.steps import _timed_steps
 
@@ -45,9 +48,9 @@ def select_deep(ctx: Context) -> dict[int, list[str]]:
     for mid, reason in (("late_rank", "late arriver (collectives)"), ("slow_rank", "slow rank (late-arrival votes)")):
         v = all_metrics()[mid].fn(ctx).value
         add(None if v is None else int(v), reason)
-    for cause, per_rank in cause_per_rank(ctx).items():
-        if per_rank:
-            add(max(per_rank, key=lambda r: per_rank[r]), f"worst rank of host cause {cause}")
+    idle = _median_free(ctx)
+    if len(idle) and float(idle.max()) > 0:
+        add(int(idle.idxmax()), "most device idle (median free time per step)")
     return why
 
 
@@ -57,6 +60,14 @@ def _median_step(ctx: Context) -> pd.Series:
     if not len(s):
         return pd.Series(dtype=float)
     return s.groupby("rank")["total_us"].median().astype(float).sort_index()
+
+
+def _median_free(ctx: Context) -> pd.Series:
+    """Median device free time (us) per step, by rank (warm-up left out; ties: the lowest rank)."""
+    s = _timed_steps(ctx)
+    if not len(s) or s["free_us"].isna().all():
+        return pd.Series(dtype=float)
+    return s.groupby("rank")["free_us"].median().astype(float).dropna().sort_index()
 
 
 def _stage_medians(ctx: Context, med: pd.Series) -> dict[int, int]:

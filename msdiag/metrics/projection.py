@@ -31,7 +31,7 @@ import pandas as pd
 from msdiag import intervals as iv
 from msdiag.metrics.breakdown import _RECEIVE, _comm_from_timeline, _device_ops, _windows
 from msdiag.metrics.causes import _Host, _Names, _spans, host_spans
-from msdiag.metrics.registry import Context
+from msdiag.metrics.registry import Context, unread_host
 from msdiag.model import STEP_KINDS, STEP_KINDS_TABLE, RankData
 
 __all__ = ["TIMELINE_ONLY", "StepSets", "rank_kinds", "removed_us", "step_sets", "timed_steps"]
@@ -207,10 +207,14 @@ def _measured(ctx: Context, rd: RankData, memo: _Names) -> dict[int | None, dict
 
 
 def step_sets(ctx: Context) -> list[StepSets]:
-    """Every timed step (warm-up left out) with its removable kinds; computed once per analysis."""
+    """Every timed step (warm-up left out) with its removable kinds; computed once per analysis. The steps of the
+    ranks whose host side was not read (registry.unread_host) are left out while another rank's is there."""
     if _CACHE_KEY in ctx.cache:
         return list(ctx.cache[_CACHE_KEY])
     steps = timed_steps(ctx.steps)
+    unread = unread_host(ctx)  # ranks read without their trace: no host intervals; the host fixes' savings rest on the others
+    if unread and not steps["rank"].isin(unread).all():
+        steps = steps[~steps["rank"].isin(unread).to_numpy(bool)]
     out: list[StepSets] = []
     ranks = {int(rd.rank): rd for rd in ctx.capture.ranks}
     memo = _Names()

@@ -50,6 +50,13 @@ def key_rows(keys: np.ndarray) -> list[tuple[Any, np.ndarray]]:
     return [(keys[g[0]], g) for g in np.split(order, cuts) if len(g)]
 
 
+def unread_host(ctx: Context) -> set[int]:
+    """The ranks whose host side was not read: read shallow without parsing their trace (``read_depth`` "summary":
+    ingest/loader.Tiered). The host-side figures (data waits, host-bound time, the host causes, the projection of
+    their fixes) rest on the other ranks, the same in --deep auto and all."""
+    return {int(rd.rank) for rd in ctx.capture.ranks if rd.info.read_depth == "summary"}
+
+
 def rank_rows(df: pd.DataFrame) -> list[tuple[int, np.ndarray]]:
     """The groups of ``df.groupby("rank")`` as row positions: ranks in order, missing ranks left out, each
     group's rows in their order in ``df``. One stable sort instead of a frame per rank: a metric over

@@ -7,7 +7,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from msdiag.metrics.registry import Context, Value, metric, rank_rows
+from msdiag.metrics.registry import Context, Value, metric, rank_rows, unread_host
 
 
 def _timed_steps(ctx: Context) -> pd.DataFrame:
@@ -23,6 +23,14 @@ def _measured(s: pd.DataFrame) -> pd.DataFrame:
     return s[keep.to_numpy(bool)]
 
 
+def _host_steps(ctx: Context) -> pd.DataFrame:
+    """The timed steps of the ranks whose host side was read (registry.unread_host): every rank's but those read
+    without their trace, whose data waits are unknown, not zero."""
+    s = _timed_steps(ctx)
+    unread = unread_host(ctx)
+    return s[~s["rank"].isin(unread).to_numpy(bool)] if unread else s
+
+
 def _per_rank(df: pd.DataFrame, col: str, how: str = "median") -> dict[int, float | None]:
     if not len(df):
         return {}
@@ -35,9 +43,9 @@ def _no_steps(ctx: Context) -> Value:
     return Value(None, reason="no step with a measured duration in the capture")
 
 
-def _share(col: str) -> Callable[[Context], Value]:
+def _share(col: str, rows: Callable[[Context], pd.DataFrame] = _timed_steps) -> Callable[[Context], Value]:
     def fn(ctx: Context) -> Value:
-        s = _timed_steps(ctx)
+        s = rows(ctx)
         if not len(s):
             return _no_steps(ctx)
         if s[col].isna().all():
@@ -86,11 +94,11 @@ for _col, _id, _doc in (
     metric(_id, "ratio", _doc, f"steps.{_col} / steps.total_us")(_share(_col))
 
 
-@metric("data_wait_share", "ratio", "Share of step time the step waits on the dataset", "host timeline: GetNext / dataset iterator waits")
+@metric("data_wait_share", "ratio", "Share of step time the step waits on the dataset", "host timeline: GetNext / dataset iterator waits (a large job: on the ranks read deep)")
 def _data_wait_share(ctx: Context) -> Value:
-    s = _timed_steps(ctx)
+    s = _host_steps(ctx)  # a rank read without its trace: its data waits unknown, left out (not counted as 0)
     if "data_wait_us" in s.columns and s["data_wait_us"].notna().any():
-        return _share("data_wait_us")(ctx)
+        return _share("data_wait_us", _host_steps)(ctx)
     return Value(None, reason="data wait is not measured in this capture (no dataset iterator events on the host timeline)")
 
 
@@ -110,10 +118,10 @@ def _kernel_count(ctx: Context) -> Value:
     "host_bound_share",
     "ratio",
     "Share of step time the device idles for reasons other than data wait (host launch, scheduling, Python overhead)",
-    "free_share - data_wait_share (data wait counts as 0 where it is not measured)",
+    "free_share - data_wait_share (data wait counts as 0 where it is not measured; a large job: on the ranks read deep)",
 )
 def _host_bound(ctx: Context) -> Value:
-    s = _timed_steps(ctx)
+    s = _host_steps(ctx)  # free time less data waits: only where the data waits were read
     if not len(s):
         return _no_steps(ctx)
     idle = (s["free_us"].fillna(0.0) - s["data_wait_us"].fillna(0.0)).clip(lower=0.0)

@@ -57,10 +57,16 @@ def read_depth_line(report: dict[str, Any]) -> str | None:
     if not rd or not rd["shallow"]:
         return None
     why = "; ".join(f"rank {r}: {', '.join(v)}" for r, v in rd["why"].items() if int(r) in rd["deep"])
-    return (
-        f"read deep: {len(rd['deep'])} of {len(rd['deep']) + rd['shallow']} ranks ({why}); the other {rd['shallow']} "
-        "without their Python frames (host causes measured on every rank, call sites from the ranks read deep; --deep all reads every rank)"
-    )
+    n = len(rd["deep"]) + rd["shallow"]
+    summary = int(rd.get("summary", 0))
+    more = "--deep all reads every rank" if rd["mode"] == "auto" else "--deep all: every rank's files parsed, the answer alike"
+    if not summary:
+        return (f"read deep: {len(rd['deep'])} of {n} ranks ({why}); the other {rd['shallow']} without their Python frames "
+                f"(host causes measured on every rank, call sites from the ranks read deep; {more})")
+    frames = f"; {rd['shallow'] - summary} without their Python frames" if rd["shallow"] > summary else ""
+    return (f"read deep: {len(rd['deep'])} of {n} ranks ({why}); {summary} without parsing trace_view.json{frames} "
+            "(their device side from kernel_details.csv, collectives from communication.json; the host side: data waits, "
+            f"host syncs and other causes, call sites, from the ranks read deep; {more})")
 
 
 def _verdict(report: dict[str, Any]) -> list[str]:
