@@ -87,7 +87,11 @@ def test_communication_totals_match_communication_json(corpus: Path, analysed_js
 
 def test_json_contract_keys_and_types(corpus: Path) -> None:
     """End to end: the command's own JSON output (the tests above read the same object built in process)."""
-    rep = analyze_json(corpus / "ascend/torchnpu-2rank-level0")
+    code, out, err = run("analyze", str(corpus / "ascend/torchnpu-2rank-level0"), "--format", "json", "--jobs", "1")
+    assert code == 0, err
+    rep = json.loads(out)
+    # printed as json.dumps(indent=1, ensure_ascii=False) prints it, to the character (cli._indented)
+    assert out == json.dumps(rep, indent=1, ensure_ascii=False) + "\n"
     for key in ("schema_version", "ranks", "steps", "metrics", "metric_details", "verdict", "findings", "sources"):
         assert key in rep
     assert all(isinstance(r["rank"], int) for r in rep["ranks"])
@@ -97,6 +101,17 @@ def test_json_contract_keys_and_types(corpus: Path) -> None:
     assert set(rep["metrics"]) == set(rep["metric_details"])
     comm = [s for s in rep["sources"] if s["name"] == "communication.json"]
     assert comm and all(s["status"] == "absent" and "Level0" in s["reason"] for s in comm)
+
+
+def test_json_is_indented_as_json_indents_it() -> None:
+    # cli._indented: json's C encoder, then msgspec's indentation: the text of json.dumps(indent=1) on what a report
+    # holds (empty and nested containers, non-ASCII and escaped text, floats of every form, null, booleans)
+    from msdiag.cli import _indented
+
+    doc = {"a": [], "b": {}, "c": [{"x": 1.5e-07, "y": -0.0, "z": 1e22, "w": 3.141592653589793}, [[]], [{}]],
+           "t": "rank 0\u2028“quoted” \"q\" \\ \t\n é 中文 \x1b", "n": None, "f": False, "i": -12, "big": 2**60,
+           "k": {"nested": {"deeper": [1, 2, {"e": []}]}}}
+    assert _indented(doc) == json.dumps(doc, indent=1, ensure_ascii=False)
 
 
 def test_cpu_capture_counts_host_collectives_as_communication(corpus: Path, analysed_json: AnalysedJson) -> None:

@@ -99,7 +99,9 @@ def _data_wait_share(ctx: Context) -> Value:
     s = _host_steps(ctx)  # a rank read without its trace: its data waits unknown, left out (not counted as 0)
     if "data_wait_us" in s.columns and s["data_wait_us"].notna().any():
         return _share("data_wait_us", _host_steps)(ctx)
-    return Value(None, reason="data wait is not measured in this capture (no dataset iterator events on the host timeline)")
+    unread = unread_host(ctx)
+    where = f" of the ranks read deep ({len(unread)} read without their trace_view.json)" if unread else ""
+    return Value(None, reason=f"data wait is not measured in this capture (no dataset iterator events on the host timeline{where})")
 
 
 # ---- kernels -------------------------------------------------------------------------
