@@ -346,6 +346,12 @@ def test_dask_equals_local_and_runs_on_workers(job8: Path, job8_report: dict[str
     assert r.exit_code in (0, 1), r.stderr
     got = json.loads(r.stdout)
     assert got["verdict"] == job8_report["verdict"] and got["findings"] == job8_report["findings"]
+    # a tiered read on the cluster (threshold 0): the shallow pass, trace_view.json skipped, and the deep pass of the
+    # chosen ranks run on its workers, and give the local tiered read's report
+    far = build(analyze(job8, Options(jobs=1, scheduler=address, deep_all_up_to=0)))
+    near = build(analyze(job8, Options(jobs=2, deep_all_up_to=0)))
+    assert far["read_depth"]["summary"] >= 1 and far["read_depth"] == near["read_depth"]
+    assert {k: v for k, v in far.items() if k != "options"} == {k: v for k, v in near.items() if k != "options"}
 
 
 @pytest.mark.slow
