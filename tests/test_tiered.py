@@ -22,7 +22,7 @@ import json
 import shutil
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import pandas as pd
@@ -34,12 +34,13 @@ from msdiag.cli import main
 from msdiag.config import ConfigError, load_config
 from msdiag.contract import build
 from msdiag.ingest.discover import discover
-from msdiag.ingest.engine import skips_when_shallow
+from msdiag.ingest.engine import RankDir, skips_when_shallow
 from msdiag.ingest.formats import BY_NAME
 from msdiag.ingest.loader import Tiered, load, load_rank, load_rank_shallow
 from msdiag.metrics.causes import FRAME_PATTERN, rank_activity
 from msdiag.metrics.reduce import plan, reduce_rank, reduce_rank_shallow, shallow_plan
 from msdiag.metrics.registry import Context
+from msdiag.model import RankData
 from msdiag.options import Options
 from msdiag.report.text import read_depth_line
 
@@ -72,14 +73,22 @@ def _frames_beyond_first(tl: pd.DataFrame) -> pd.Series:
     return pd.Series(frame & ~named & later, index=tl.index)
 
 
-@pytest.mark.parametrize("capture", ["ascend/torchnpu-2rank-level0", "ascend/torchnpu-2rank-level1"])
+#: Corpus clusters whose traces hold Python frames (with_stack) and whose kernel_details.csv has Step Id and HCCL tasks.
+WITH_FRAMES = ("ascend/torchnpu-2rank-level0", "ascend/torchnpu-2rank-level1")
+
+
+def _both(corpus: Path, capture: str, loader: Callable[[RankDir], RankData]) -> Iterator[tuple[RankDir, RankData, RankData]]:
+    """Each rank of a capture read in full and reduced, and read by ``loader`` and reduced shallow."""
+    for d in discover(corpus / capture).ranks:
+        yield d, reduce_rank(load_rank(d)), reduce_rank_shallow(loader(d))
+
+
+@pytest.mark.parametrize("capture", WITH_FRAMES)
 def test_shallow_rank_is_the_full_rank_less_frames(corpus: Path, capture: str) -> None:
     # Each rank read in full and reduced gives the expected tables: its timeline less the Python frame rows
     # ("file.py(N): fn" host events) beyond the first of each name, every other table, the rank's info (but
     # read_depth) and its sources (the same row counts: the full read's) unchanged.
-    for d in discover(corpus / capture).ranks:
-        deep = reduce_rank(load_rank(d))
-        shallow = reduce_rank_shallow(load_rank(d))
+    for _, deep, shallow in _both(corpus, capture, load_rank):
         assert shallow.info.read_depth == "shallow" and deep.info.read_depth is None
         tl = deep.tables["timeline"]
         drop = _frames_beyond_first(tl)
@@ -138,15 +147,13 @@ def test_summary_rank_has_no_host_side(corpus: Path) -> None:
     assert len(shallow) == 0
 
 
-@pytest.mark.parametrize("capture", ["ascend/torchnpu-2rank-level0", "ascend/torchnpu-2rank-level1"])
+@pytest.mark.parametrize("capture", WITH_FRAMES)
 def test_summary_rank_is_the_full_rank_without_its_trace(corpus: Path, capture: str) -> None:
     # Read shallow, a rank whose kernel_details.csv has Step Id and HCCL tasks leaves trace_view.json unparsed.
     # Expected, from the full read: the tables trace_view.json alone gives (timeline, counters) absent; every
     # other table the same; the step rows the same but preparing (host marker to first task) and data wait
     # (host dataset events), which only the host side gives, null; trace_view.json listed as skipped.
-    for d in discover(corpus / capture).ranks:
-        full = reduce_rank(load_rank(d))
-        short = reduce_rank_shallow(load_rank_shallow(d))
+    for d, full, short in _both(corpus, capture, load_rank_shallow):
         assert short.info.read_depth == "summary" and full.info.read_depth is None
         assert len(full.tables["timeline"]) > 1000 and len(short.table("timeline")) == 0
         assert len(short.table("counters")) == 0
