@@ -18,6 +18,7 @@ metrics/reduce.reduce_rank_shallow, metrics/depth.py).
 
 from __future__ import annotations
 
+import csv
 import json
 import shutil
 from dataclasses import replace
@@ -218,6 +219,8 @@ def test_tiered_answer_is_the_full_answer_on_a_replicated_cluster(corpus: Path, 
     assert full["read_depth"]["why"] == rd["why"] and full["read_depth"]["summary"] == rd["summary"]
     assert rd["why"]["5"][:2] == ["late arriver (collectives)", "slow rank (late-arrival votes)"] and 5 in rd["deep"]
     assert auto["metrics"]["slow_rank"] == 5
+    # its ranks are alike but for jitter: no rank's device idle or Preparing stands out, none is chosen for it
+    assert not any(w.startswith(("most device idle", "longest preparing")) for v in rd["why"].values() for w in v)
     # the host-side figures rest on the ranks read deep: data wait share = their data waits over their step time
     # (timed steps, warm-up left out), summed from the report's own step rows; the others' data waits are unknown
     deep = [s for s in auto["steps"] if s["rank"] in rd["deep"] and s["total_us"] and not s.get("warmup")]
@@ -231,6 +234,43 @@ def test_tiered_answer_is_the_full_answer_on_a_replicated_cluster(corpus: Path, 
     stats = a.capture.ingest["cache"]
     assert stats["misses"] == 0 and stats["hits"] == 8 + len(rd["deep"])
     assert _answer(json.loads(json.dumps(build(a), ensure_ascii=False))) == _answer(auto)
+
+
+@pytest.mark.slow
+def test_a_rank_preparing_longer_is_read_deep(job8: Path, tmp_path: Path) -> None:
+    # an unchosen rank's step_trace_time.csv given 1.5x its Preparing (the host's time before each step's first
+    # device task): it stands out over the others' median by more than STANDS_OUT, so it is read deep, chosen for
+    # that, in both modes
+    job = tmp_path / "job8"
+    shutil.copytree(job8, job)
+    before = _report(job, "auto", 0, jobs=2)
+    rank = max(r for r in range(8) if str(r) not in before["read_depth"]["why"])
+    f = next(job.glob(f"rank{rank}_*/ASCEND_PROFILER_OUTPUT/step_trace_time.csv"))
+    with open(f, newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    for r in rows:
+        r["Preparing"] = repr(1.5 * float(r["Preparing"]))
+    with open(f, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]), lineterminator="\n")
+        w.writeheader()
+        w.writerows(rows)
+    after = _report(job, "auto", 0, jobs=2)
+    assert after["read_depth"]["why"][str(rank)] == ["longest preparing before the first device task (step_trace_time.csv)"]
+    assert rank in after["read_depth"]["deep"]
+    assert _report(job, "all", 0, jobs=2)["read_depth"]["why"] == after["read_depth"]["why"]
+
+
+def test_a_host_signal_names_a_rank_only_when_it_stands_out() -> None:
+    # depth._standing_out: the largest figure's rank (the lowest on ties) when it exceeds the ranks' median by more
+    # than STANDS_OUT (5%); ranks alike, or a figure of 0, name none
+    from msdiag.metrics.depth import STANDS_OUT, _standing_out
+
+    assert STANDS_OUT == 0.05
+    assert _standing_out(pd.Series({0: 100.0, 1: 100.0, 2: 106.0})) == 2  # 6% above the median 100
+    assert _standing_out(pd.Series({0: 100.0, 1: 100.0, 2: 104.0})) is None  # 4%: jitter
+    assert _standing_out(pd.Series({3: 200.0, 1: 200.0, 2: 10.0, 0: 10.0, 4: 10.0})) == 1  # ties: the lowest rank
+    assert _standing_out(pd.Series({0: 0.0, 1: 0.0})) is None
+    assert _standing_out(pd.Series(dtype=float)) is None
 
 
 @pytest.mark.slow

@@ -14,15 +14,18 @@ makes the same one):
   slow rank (``slow_rank``);
 - the rank whose device idles most (median free time per step: neither computing nor communicating),
   where the host holds the device back most (launch, syncs, data waits, GC: what the host does there is
-  what its trace, read deep, tells).
+  what its trace, read deep, tells), and the rank with the longest Preparing (step_trace_time.csv: the
+  host's time before a step's first device task, where a data wait at the step's start shows); each only
+  when it stands out, more than ``STANDS_OUT`` above the ranks' median.
 
 The host side of the answer (data waits, preparing, host syncs and the other causes, their call sites,
 the projection of host fixes) rests on these ranks in both modes (metrics/causes.py, metrics/steps.py,
-metrics/projection.py). At most a handful of ranks: two, one per stage, two, one.
+metrics/projection.py). At most a handful of ranks: two, one per stage, two, two.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from msdiag.metrics.balance import _stage_of
@@ -48,10 +51,24 @@ def select_deep(ctx: Context) -> dict[int, list[str]]:
     for mid, reason in (("late_rank", "late arriver (collectives)"), ("slow_rank", "slow rank (late-arrival votes)")):
         v = all_metrics()[mid].fn(ctx).value
         add(None if v is None else int(v), reason)
-    idle = _median_free(ctx)
-    if len(idle) and float(idle.max()) > 0:
-        add(int(idle.idxmax()), "most device idle (median free time per step)")
+    add(_standing_out(_median_free(ctx)), "most device idle (median free time per step)")
+    add(_standing_out(_median_preparing(ctx)), "longest preparing before the first device task (step_trace_time.csv)")
     return why
+
+
+#: A host signal names a rank only when that rank's figure exceeds the ranks' median by this share: ranks alike
+#: but for rounding or jitter have no rank whose host side tells more than another's.
+STANDS_OUT = 0.05
+
+
+def _standing_out(per_rank: pd.Series) -> int | None:
+    """The rank of the largest figure (the lowest rank on ties) when it exceeds the median of the ranks' figures by
+    more than STANDS_OUT of it, else None."""
+    if not len(per_rank):
+        return None
+    per_rank = per_rank.sort_index()
+    top = float(per_rank.max())
+    return int(per_rank.idxmax()) if top > 0 and top > (1 + STANDS_OUT) * float(per_rank.median()) else None
 
 
 def _median_step(ctx: Context) -> pd.Series:
@@ -68,6 +85,27 @@ def _median_free(ctx: Context) -> pd.Series:
     if not len(s) or s["free_us"].isna().all():
         return pd.Series(dtype=float)
     return s.groupby("rank")["free_us"].median().astype(float).dropna().sort_index()
+
+
+def _median_preparing(ctx: Context) -> pd.Series:
+    """Median of the profiler's own Preparing per step (step_trace_time.csv: the host's time from the step's start to
+    its first device task, where data waits and Python before the first launch show), by rank; warm-up steps left
+    out (ties: the lowest rank). Read from the summary file, so the same at either depth."""
+    s = ctx.steps
+    warm = set()
+    if "warmup" in s.columns:
+        w = s[s["warmup"].fillna(False).to_numpy(bool)]
+        warm = set(zip(w["rank"].astype(int), w["step"].astype("Int64").astype(object)))
+    out: dict[int, float] = {}
+    for rd in ctx.capture.ranks:
+        p = rd.tables.get("profiler_steps")
+        if p is None or not len(p) or p["preparing_us"].isna().all():
+            continue
+        vals = [float(v) for st, v in zip(p["step"].astype(object), p["preparing_us"].astype(object))
+                if not pd.isna(v) and (int(rd.rank), None if pd.isna(st) else int(st)) not in warm]
+        if vals:
+            out[int(rd.rank)] = float(np.median(vals))
+    return pd.Series(out, dtype=float).sort_index()
 
 
 def _stage_medians(ctx: Context, med: pd.Series) -> dict[int, int]:
