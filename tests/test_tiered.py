@@ -31,9 +31,10 @@ import pytest
 from click.testing import CliRunner
 
 from msdiag.analysis import _steps_for, analyze
-from msdiag.cli import main
+from msdiag.cli import _check_strict, main
 from msdiag.config import ConfigError, load_config
 from msdiag.contract import build
+from msdiag.errors import InputError
 from msdiag.ingest.discover import discover
 from msdiag.ingest.engine import RankDir, skips_when_shallow
 from msdiag.ingest.formats import BY_NAME
@@ -234,6 +235,27 @@ def test_tiered_answer_is_the_full_answer_on_a_replicated_cluster(corpus: Path, 
     stats = a.capture.ingest["cache"]
     assert stats["misses"] == 0 and stats["hits"] == 8 + len(rd["deep"])
     assert _answer(json.loads(json.dumps(build(a), ensure_ascii=False))) == _answer(auto)
+
+
+@pytest.mark.slow
+def test_a_chosen_rank_with_a_damaged_trace_is_analysed_from_its_summary(job8: Path, tmp_path: Path) -> None:
+    # rank 5, read deep as the late arriver, its trace_view.json cut short: --deep auto still analyses it from
+    # its summary files (its trace failed, said in a note and the sources; --strict stops on it), where --deep
+    # all, a full read, leaves it out
+    job = tmp_path / "job8"
+    shutil.copytree(job8, job)
+    trace = next(job.glob("rank5_*/ASCEND_PROFILER_OUTPUT/trace_view.json"))
+    trace.write_bytes(trace.read_bytes()[: trace.stat().st_size // 2])
+    auto = _report(job, "auto", 0, jobs=2)
+    assert len(auto["ranks"]) == 8 and not auto["ranks_left_out"] and auto["metrics"]["slow_rank"] == 5
+    assert "5" in auto["read_depth"]["why"] and 5 not in auto["read_depth"]["deep"]
+    failed = [s for s in auto["sources"] if s["rank"] == 5 and s["name"] == "trace_view.json"]
+    assert [s["status"] for s in failed] == ["failed"] and failed[0]["reason"]
+    assert any(n.startswith("rank 5 was chosen to be read deep, but ") and "trace_view.json" in n for n in auto["notes"])
+    with pytest.raises(InputError, match=r"trace_view\.json of rank 5 failed: .*--strict"):
+        _check_strict(analyze(job, Options(jobs=2, deep="auto", deep_all_up_to=0)))  # what --strict runs
+    full = _report(job, "all", 0, jobs=2)
+    assert [x["rank"] for x in full["ranks_left_out"]] == [5]
 
 
 @pytest.mark.slow

@@ -10,7 +10,7 @@ single rank is read in-process.
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -19,7 +19,7 @@ from msdiag.ingest.discover import MINDSPORE_CPU, MINDSPORE_LEGACY, Discovery, d
 from msdiag.ingest.engine import RankDir, read_rank, skips_when_shallow
 from msdiag.ingest.formats import BY_NAME
 from msdiag.ingest.paths import within
-from msdiag.model import Capture, RankData
+from msdiag.model import FAILED, SKIPPED, Capture, RankData
 
 
 def load_rank(rd_dir: RankDir) -> RankData:
@@ -93,6 +93,9 @@ def load(
         # structured for `--strict` (cli.py): every rank left out is listed here
         info.setdefault("left_out", []).append({"rank": r.rank, "path": str(where), "problem": problem})
     ranks = [r for r in ranks if UNREADABLE not in r.meta]
+    for x in info.get("deep_failed", []):
+        notes.append(f"rank {x['rank']} was chosen to be read deep, but {x['path']}: {x['problem']}: "
+                     "analysed from its summary files, without its host side")
     if disc.runs_left_out:  # other runs under the folder (discover.pick_run): named in the report's header
         info["runs_left_out"] = list(disc.runs_left_out)
     cap = Capture(path=str(disc.root), ranks=ranks, notes=notes, ingest=info)
@@ -166,7 +169,10 @@ def _read_tiered(
                      and skips_when_shallow(BY_NAME[d.format], by_rank[d.rank])]
         if again:
             other, more = read(again, shallow=not auto)
-            by_rank.update((r.rank, r) for r in other)
+            for r in other:
+                # a chosen rank whose trace turns out damaged keeps its summary read, the trace marked failed
+                if not (auto and UNREADABLE in r.meta and _trace_failed(by_rank[r.rank], r.meta[UNREADABLE], info)):
+                    by_rank[r.rank] = r
             ranks = [by_rank[r.rank] for r in ranks]
             _merge_info(info, more)
     fine = [r for r in ranks if UNREADABLE not in r.meta]
@@ -179,6 +185,19 @@ def _read_tiered(
         "selected": sorted(why) if large else None,  # the ranks the answer's host side rests on (None: every rank)
     }
     return ranks, info
+
+
+def _trace_failed(short: RankData, failure: tuple[Any, str], info: dict[str, Any]) -> bool:
+    """A rank chosen to be read deep whose full read failed on a file its shallow read skipped (a damaged
+    trace_view.json): that source of the shallow read becomes failed with the problem, recorded in
+    ``info["deep_failed"]``, and True (the rank is analysed from its summary files); else False."""
+    where, problem = failure
+    for i, src in enumerate(short.sources):
+        if src.status == SKIPPED and src.path is not None and Path(src.path) == Path(where):
+            short.sources[i] = replace(src, status=FAILED, reason=problem)
+            info.setdefault("deep_failed", []).append({"rank": short.rank, "path": str(where), "problem": problem})
+            return True
+    return False
 
 
 #: RankInfo.read_depth of a rank read shallow: trace_view.json not parsed ("summary"), Python frames left out ("shallow").
