@@ -238,9 +238,7 @@ def _tiered(path: str | Path, opts: Options) -> Tiered:
     def select(ranks: list[RankData]) -> dict[int, list[str]]:
         cap = Capture(path=str(path), ranks=ranks)
         steps, _, _, _ = _steps_for(cap)
-        ctx = Context(capture=cap, steps=steps, options=opts)
-        why = select_deep(ctx)
-        return why
+        return select_deep(Context(capture=cap, steps=steps, options=opts))
 
     return Tiered(mode=opts.deep, up_to=opts.deep_all_up_to, reduce=reduce_rank_shallow, select=select)
 

@@ -133,7 +133,7 @@ def read_depth(a: Analysis) -> dict[str, Any] | None:
         return None
     why = {str(r): list(v) for r, v in rd["why"].items()}
     return {"mode": rd["mode"], "deep": list(rd["deep"]), "why": why, "shallow": int(rd["shallow"]),
-            "summary": int(rd.get("summary", 0))}
+            "summary": int(rd["summary"])}
 
 
 def kernel_type_rows(a: Analysis) -> tuple[list[dict[str, Any]], dict[str, str]]:

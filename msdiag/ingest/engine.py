@@ -222,10 +222,8 @@ def read_rank(fmt: Format, rd_dir: RankDir, shallow: bool = False) -> RankData:
                 _open(ctx, item, stack)
             elif item.db is not None:
                 _db_source(ctx, item)
-            elif shallow and item.deep_only is not None and item.deep_only(rd):
-                _skipped_source(ctx, item)
             else:
-                _file_source(ctx, item)
+                _file_source(ctx, item, skip=shallow and item.deep_only is not None and item.deep_only(rd))
         if fmt.finish is not None:
             fmt.finish(rd, ctx)
     for name, why in fmt.never:
@@ -332,7 +330,9 @@ def _read_one(ctx: Ctx, spec: Src, handle: Any, name: str, where: str) -> bool:
     return True
 
 
-def _file_source(ctx: Ctx, spec: Src) -> None:
+def _file_source(ctx: Ctx, spec: Src, skip: bool = False) -> None:
+    """Read a file source (each file of a glob); ``skip``: a deep-only source on a rank read shallow, listed (skipped
+    when present, absent as usual) but never opened, the rank marked ``read_depth`` "summary"."""
     paths = resolve(ctx, spec)
     if spec.unused:
         for p in paths:  # never opened: only said to be there and why it is not read
@@ -344,20 +344,11 @@ def _file_source(ctx: Ctx, spec: Src) -> None:
         return
     for p in paths:
         name = spec.name.format(**ctx.vars) if spec.glob is None else _relative(p, ctx.folder)
-        if _admitted(ctx, spec, p, name):
+        if skip:
+            ctx.rd.sources.append(Source(ctx.rank, name, SKIPPED, str(p), SHALLOW_WHY))
+            ctx.rd.info.read_depth = "summary"
+        elif _admitted(ctx, spec, p, name):
             _read_one(ctx, spec, p, name, str(p))
-
-
-def _skipped_source(ctx: Ctx, spec: Src) -> None:
-    """A deep-only source on a rank read shallow: listed (skipped when present, absent as usual), never opened."""
-    paths = resolve(ctx, spec)
-    if not paths:
-        ctx.rd.sources.append(Source(ctx.rank, spec.name.format(**ctx.vars), ABSENT, None, _why(spec.absent, ctx)))
-        return
-    for p in paths:
-        name = spec.name.format(**ctx.vars) if spec.glob is None else _relative(p, ctx.folder)
-        ctx.rd.sources.append(Source(ctx.rank, name, SKIPPED, str(p), SHALLOW_WHY))
-    ctx.rd.info.read_depth = "summary"
 
 
 def skips_when_shallow(fmt: Format, rd: RankData) -> bool:

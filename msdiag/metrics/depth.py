@@ -42,7 +42,7 @@ def select_deep(ctx: Context) -> dict[int, list[str]]:
         if rank is not None:
             why.setdefault(int(rank), []).append(reason)
 
-    med = _median_step(ctx)
+    med = _median_of(ctx, "total_us")
     if len(med):
         add(int(med.idxmax()), "slowest rank (median step time)")
         add(int(med.idxmin()), "fastest rank (median step time)")
@@ -51,7 +51,7 @@ def select_deep(ctx: Context) -> dict[int, list[str]]:
     for mid, reason in (("late_rank", "late arriver (collectives)"), ("slow_rank", "slow rank (late-arrival votes)")):
         v = all_metrics()[mid].fn(ctx).value
         add(None if v is None else int(v), reason)
-    add(_standing_out(_median_free(ctx)), "most device idle (median free time per step)")
+    add(_standing_out(_median_of(ctx, "free_us")), "most device idle (median free time per step)")
     add(_standing_out(_median_preparing(ctx)), "longest preparing before the first device task (step_trace_time.csv)")
     return why
 
@@ -71,20 +71,13 @@ def _standing_out(per_rank: pd.Series) -> int | None:
     return int(per_rank.idxmax()) if top > 0 and top > (1 + STANDS_OUT) * float(per_rank.median()) else None
 
 
-def _median_step(ctx: Context) -> pd.Series:
-    """Median step time (us) per rank, by rank; ranks without timed steps left out."""
+def _median_of(ctx: Context, col: str) -> pd.Series:
+    """Median per rank of a step column (us) over its timed steps (warm-up left out), by rank; ranks without a
+    value left out."""
     s = _timed_steps(ctx)
     if not len(s):
         return pd.Series(dtype=float)
-    return s.groupby("rank")["total_us"].median().astype(float).sort_index()
-
-
-def _median_free(ctx: Context) -> pd.Series:
-    """Median device free time (us) per step, by rank (warm-up left out; ties: the lowest rank)."""
-    s = _timed_steps(ctx)
-    if not len(s) or s["free_us"].isna().all():
-        return pd.Series(dtype=float)
-    return s.groupby("rank")["free_us"].median().astype(float).dropna().sort_index()
+    return s.groupby("rank")[col].median().astype(float).dropna().sort_index()
 
 
 def _median_preparing(ctx: Context) -> pd.Series:
