@@ -15,6 +15,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -200,38 +201,63 @@ def test_deterministic_across_processes(tmp_path: Path) -> None:
     assert outs[0] == outs[1]
 
 
-def test_charts_drawn_by_forked_children(monkeypatch: pytest.MonkeyPatch) -> None:
-    """charts.drawn: the charts of the serial loop, in page order, shared with forked children (4 workers here);
-    a child's chart that JSON would not give back exactly, or that raises, is drawn again by this process, so a
-    chart's error is raised here as the serial loop raises it."""
+def _charts_by_pid(here: int, mark: Path, failing: bool) -> list[Callable[[Any], Any]]:
+    """Eight chart functions whose SVG is the pid that drew them; with ``failing``, chart 5 is one JSON would not
+    give back exactly and chart 6 raises in a child. This process waits, at its first chart, until a child has
+    drawn one, so that the children get their share however fast this process takes charts."""
     from msdiag.report import charts
-
-    monkeypatch.setattr(charts, "_cpus", lambda: 4)
 
     def chart(i: int) -> Callable[[Any], charts.Chart]:
         def fn(a: Any) -> charts.Chart:
+            if os.getpid() == here:
+                for _ in range(6000):  # (never longer than a child takes to start)
+                    if mark.exists():
+                        break
+                    time.sleep(0.01)
             c = charts.Chart(f"c{i}", f"chart {i}", svg=f"<svg>{os.getpid()}</svg>", table=[{"k": "v"}], table_columns=[("k", "K")])
-            if i == 5:
+            if failing and i == 5:
                 c.table = [{"k": ("a", "tuple")}]  # JSON would give a list back: drawn again here
-            if i == 6 and os.getpid() != here:
+            if failing and i == 6 and os.getpid() != here:
                 raise ValueError("boom in a child")  # the child fails: drawn again here, without error
+            if os.getpid() != here:
+                mark.touch()
             return c
         return fn
 
+    return [chart(i) for i in range(8)]
+
+
+def test_charts_drawn_by_forked_children(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """charts.drawn: the charts of the serial loop, in page order, shared with forked children (4 workers here),
+    each taking the next chart as it comes free."""
+    from msdiag.report import charts
+
+    monkeypatch.setattr(charts, "_cpus", lambda: 4)
     here = os.getpid()
-    got = charts.drawn(None, [chart(i) for i in range(8)])  # type: ignore[arg-type]
+    got = charts.drawn(None, _charts_by_pid(here, tmp_path / "mark", failing=False))  # type: ignore[arg-type]
     assert [c.id for c in got] == [f"c{i}" for i in range(8)]
-    assert all(c.table_columns == [("k", "K")] for c in got)
-    by = [c.svg == f"<svg>{here}</svg>" for c in got]
-    # chart i by worker i % 4, 0 being this process; the children of 1, 5 (a tuple) and 2, 6 (raises) failed
-    assert by == [True, True, True, False, True, True, True, False]
+    assert all(c.table_columns == [("k", "K")] and c.table == [{"k": "v"}] for c in got)
+    pids = [int(c.svg[5:-6]) for c in got if c.svg]
+    assert any(p != here for p in pids)  # a child drew one chart at least: this process waited for it
+
+
+def test_charts_of_a_failed_child_drawn_here(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A child's chart that JSON would not give back exactly, or that raises, is drawn again by this process (with
+    every other chart that child took), so a chart's error is raised here as the serial loop raises it."""
+    from msdiag.report import charts
+
+    monkeypatch.setattr(charts, "_cpus", lambda: 4)
+    here = os.getpid()
+    got = charts.drawn(None, _charts_by_pid(here, tmp_path / "mark", failing=True))  # type: ignore[arg-type]
+    assert [c.id for c in got] == [f"c{i}" for i in range(8)]
+    assert [c.svg for c in got][5:7] == [f"<svg>{here}</svg>"] * 2
     assert got[5].table == [{"k": ("a", "tuple")}]
 
     def fails(a: Any) -> charts.Chart:
         raise ValueError("boom")
 
     with pytest.raises(ValueError, match="boom"):
-        charts.drawn(None, [chart(0), fails, chart(2)])  # type: ignore[arg-type]
+        charts.drawn(None, [fails, fails, fails])  # type: ignore[arg-type]
 
 
 def test_autoescape(tmp_path: Path) -> None:

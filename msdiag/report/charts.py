@@ -12,7 +12,8 @@ ids stay unique across the page. Text is kept as SVG text (``svg.fonttype`` none
 stays small and its text searchable.
 
 The charts are independent: with more than one CPU, ``all_charts`` draws them in this process and
-forked children (``drawn``), the same charts in the same order, the same bytes.
+forked children (``drawn``), each taking the next chart as it comes free: the same charts in the same
+order, the same bytes.
 
 matplotlib is imported here only: this module is off the analyze path.
 """
@@ -30,10 +31,11 @@ import re
 import signal
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import matplotlib
 import numpy as np
+from matplotlib.collections import PolyCollection
 from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure  # a Figure saved to SVG needs no pyplot and no GUI backend
 from matplotlib.lines import Line2D
@@ -68,6 +70,7 @@ FAINT_POINTS = 120  # the same for each of the other ranks when there are many
 FEW_SAMPLES = 30  # series this short are drawn with a marker per sample
 SPLIT_RESERVED_RATIO = 10.0  # reserved this many times the allocated peak: separate panels
 FIG_WIDTH_IN = 11.8
+_QUEUED_MAX = 256  # charts handed out through the pipe, one byte per index
 
 _RC: dict[str, Any] = {
     "svg.hashsalt": "msdiag",
@@ -161,6 +164,17 @@ def _draw(chart: Chart, height_in: float, paint: Callable[[Figure], None], width
     return chart
 
 
+def _bars(ax: Any, x: np.ndarray, heights: np.ndarray, width: float, colour: str, bottom: np.ndarray | None = None) -> None:
+    """Vertical bars as one collection (``ax.bar`` makes an artist per bar, half a chart's drawing time at 64 ranks
+    and more). The axes' limits are the caller's: the bars do not set them. NaN heights draw nothing."""
+    b = np.zeros(len(x)) if bottom is None else np.asarray(bottom, float)
+    h = np.asarray(heights, float)
+    ok = np.isfinite(h) & np.isfinite(b)
+    x0, x1, b, t = x[ok] - width / 2, x[ok] + width / 2, b[ok], b[ok] + h[ok]
+    verts = np.stack([np.c_[x0, b], np.c_[x0, t], np.c_[x1, t], np.c_[x1, b]], axis=1)
+    ax.add_collection(PolyCollection(verts, facecolors=colour, linewidths=0), autolim=False)
+
+
 def _legend_top(ax: Any, handles: Sequence[Any]) -> None:
     ax.legend(handles=list(handles), loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=len(handles),
               handlelength=1.2, columnspacing=1.4, borderaxespad=0.2)
@@ -211,9 +225,10 @@ def step_breakdown(a: Analysis) -> Chart:
             parts.append((v.bubble, BUBBLE, "bubble (pipeline receive)"))
         parts.append((v.free, FREE, "free"))
         for vals, colour, name in parts:
-            ax.bar(x, vals / div, width, bottom=bottom / div, color=colour, linewidth=0)
+            _bars(ax, x, vals / div, width, colour, bottom=bottom / div)
             bottom = bottom + vals
             handles.append(Patch(color=colour, label=name))
+        ax.set_ylim(0, float(np.nanmax(np.r_[bottom, v.total])) / div * 1.05)  # (the bars' top and the usual 5% margin)
         ax.set_ylabel(f"step time ({unit})")
         ax.yaxis.grid(True)
         ax.set_axisbelow(True)
@@ -753,8 +768,8 @@ def balance(a: Analysis) -> Chart:
     def paint(fig: Figure) -> None:
         ax = fig.add_subplot(1, 1, 1)
         x = np.arange(n)
-        ax.bar(x, tot / div, 0.8, color=FREE, label="step time", linewidth=0)
-        ax.bar(x, comp / div, 0.5, color=COMPUTE, label="computing", linewidth=0)
+        _bars(ax, x, tot / div, 0.8, FREE)
+        _bars(ax, x, comp / div, 0.5, COMPUTE)
         ax.set_ylabel(unit)
         every = _ticks_every(n)
         ax.set_xticks(x[::every])
@@ -844,31 +859,36 @@ def _cpus() -> int:
 def drawn(a: Analysis, fns: Sequence[Callable[[Analysis], Chart]]) -> list[Chart]:
     """``[fn(a) for fn in fns]``, the same charts and bytes, shared between this process and forked children.
 
-    The charts are independent (each reads its own view; a figure's SVG depends only on it), so with N CPUs the
-    chart i is drawn by worker i mod N, worker 0 being this process. A child returns its charts as JSON over a
-    pipe; a child that fails in any way (a chart raising, a chart JSON would not give back exactly) returns
-    nothing and its charts are drawn here, so an error is raised here as the serial loop raises it."""
+    The charts are independent (each reads its own view; a figure's SVG depends only on it) and their cost
+    differs tenfold (a memory chart of many ranks against a bar of four), so they are handed out as the
+    workers come free: chart indices queued in a pipe before the children are forked, each process taking
+    the next one (one byte, a pipe read is atomic) until the pipe is empty. A child returns its charts with
+    their indices as JSON over a pipe of its own; a child that fails in any way (a chart raising, a chart
+    JSON would not give back exactly) returns nothing and the charts it took are drawn here, so an error is
+    raised here as the serial loop raises it."""
     workers = min(_cpus(), len(fns))
-    if workers <= 1:  # one CPU, or one chart, or none
+    if workers <= 1 or len(fns) > _QUEUED_MAX:  # one CPU, or one chart, or none
         return [fn(a) for fn in fns]
-    shares = [range(w, len(fns), workers) for w in range(workers)]
+    queue_r, queue_w = os.pipe()
     children: dict[int, int] = {}  # pid -> the read end of its pipe, while it is not reaped
     try:
+        os.write(queue_w, bytes(range(len(fns))))
+        os.close(queue_w)
+        os.set_blocking(queue_r, False)
         gc.freeze()  # the children's collections leave the objects they share with this process alone: no page copied
         try:
-            for share in shares[1:]:
-                pid, fd = _fork(a, fns, share)
+            for _ in range(workers - 1):
+                pid, fd = _fork(a, fns, queue_r)
                 children[pid] = fd
         finally:
             gc.unfreeze()
-        out = {i: fns[i](a) for i in shares[0]}
-        for (pid, fd), share in zip(list(children.items()), shares[1:]):
+        out = {i: fns[i](a) for i in _taken(queue_r)}
+        for pid, fd in list(children.items()):
             del children[pid]  # _collect reaps it and closes its pipe, whatever happens
-            got = _collect(pid, fd)
-            for k, i in enumerate(share):
-                out[i] = got[k] if got is not None else fns[i](a)
-        return [out[i] for i in range(len(fns))]
+            out.update(_collect(pid, fd))
+        return [out[i] if i in out else fns[i](a) for i in range(len(fns))]
     finally:  # after an error here, the children not yet reaped are stopped and reaped
+        os.close(queue_r)
         for pid, fd in children.items():
             with contextlib.suppress(OSError):
                 os.close(fd)
@@ -877,8 +897,21 @@ def drawn(a: Analysis, fns: Sequence[Callable[[Analysis], Chart]]) -> list[Chart
             os.waitpid(pid, 0)
 
 
-def _fork(a: Analysis, fns: Sequence[Callable[[Analysis], Chart]], share: range) -> tuple[int, int]:
-    """A child drawing the charts ``share`` and writing them as JSON to a pipe: its pid and the pipe's read end."""
+def _taken(queue: int) -> Iterator[int]:
+    """The chart indices this process takes from the shared queue, one at a time, until it is empty."""
+    while True:
+        try:
+            got = os.read(queue, 1)
+        except BlockingIOError:  # empty: every chart is taken
+            return
+        if not got:
+            return
+        yield got[0]
+
+
+def _fork(a: Analysis, fns: Sequence[Callable[[Analysis], Chart]], queue: int) -> tuple[int, int]:
+    """A child drawing the charts it takes from ``queue`` and writing them with their indices as JSON to a
+    pipe: its pid and the pipe's read end."""
     r, w = os.pipe()
     pid = os.fork()
     if pid:
@@ -887,9 +920,9 @@ def _fork(a: Analysis, fns: Sequence[Callable[[Analysis], Chart]], share: range)
     code = 1
     try:  # the child: never returns, never runs the parent's exit handlers nor flushes its buffers
         os.close(r)
-        charts = [fns[i](a) for i in share]
-        text = json.dumps([dataclasses.asdict(c) for c in charts])
-        if [_chart(d) for d in json.loads(text)] == charts:  # JSON gives every chart back exactly
+        charts = [(i, fns[i](a)) for i in _taken(queue)]
+        text = json.dumps([[i, dataclasses.asdict(c)] for i, c in charts])
+        if [(i, _chart(d)) for i, d in json.loads(text)] == charts:  # JSON gives every chart back exactly
             with os.fdopen(w, "w", encoding="utf-8") as f:
                 f.write(text)
             code = 0
@@ -903,8 +936,8 @@ def _chart(d: dict[str, Any]) -> Chart:
     return Chart(**{**d, "table_columns": [tuple(c) for c in d["table_columns"]]})
 
 
-def _collect(pid: int, fd: int) -> list[Chart] | None:
-    """A child's charts, in the order of its share; None when it failed. The child is reaped, its pipe closed."""
+def _collect(pid: int, fd: int) -> dict[int, Chart]:
+    """A child's charts by index; none when it failed. The child is reaped, its pipe closed."""
     text = None
     try:
         with os.fdopen(fd, "r", encoding="utf-8") as f:
@@ -915,5 +948,5 @@ def _collect(pid: int, fd: int) -> list[Chart] | None:
                 os.kill(pid, signal.SIGTERM)
         _, status = os.waitpid(pid, 0)
     if not os.WIFEXITED(status) or os.WEXITSTATUS(status) != 0:
-        return None
-    return [_chart(d) for d in json.loads(text)]
+        return {}
+    return {i: _chart(d) for i, d in json.loads(text)}
