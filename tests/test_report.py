@@ -433,7 +433,7 @@ def test_many_ranks_at_lowered_limits(corpus: Path, tmp_path: Path, monkeypatch:
 
     for module, name in ((views, "LANE_RANK_LIMIT"), (html, "PER_RANK_LIST_LIMIT"), (charts, "MEMORY_LINE_LIMIT")):
         monkeypatch.setattr(module, name, 2)
-    assert "3 (0, 1, 2)" in _check_many_ranks(corpus, tmp_path, 3)  # up to 6 ranks: each one named
+    assert "3 (0-2)" in _check_many_ranks(corpus, tmp_path, 3)  # the ranks as runs
 
 
 # ---- in a real browser -----------------------------------------------------------------------
@@ -651,3 +651,16 @@ def test_per_rank_values_in_their_own_unit(analysed: Callable[[str], Any]) -> No
     assert len(per) == 2 and all(v > 1000 for _, v in per)  # two ranks, milliseconds of compute each
     assert row["per_rank"] == " · ".join(f"{r}: {fmt.us(v)}" for r, v in per)
     assert "%" not in row["per_rank"] and row["value"].endswith("%")
+
+
+def test_rank_lists_of_the_page_are_runs() -> None:
+    """The capture box and the data-absent box name ranks as runs, as the causes do (64 ranks of which 0, 2 and 41
+    were read deep: the other 61 skipped trace_view.json), and past eight runs the first six and the count."""
+    from msdiag.report.html import _span
+
+    skipped = [1, *range(3, 41), *range(42, 64)]
+    assert _span(skipped) == "1, 3-40, 42-63"
+    assert _span([3, 5]) == "3, 5"
+    assert _span([0, 1, 2, 3]) == "0-3"
+    evens = list(range(0, 200, 2))  # 100 runs of one rank each
+    assert _span(evens) == "0, 2, 4, 6, 8, 10, … (100 in all)"

@@ -150,14 +150,18 @@ def _tiles(report: dict[str, Any]) -> list[dict[str, str]]:
     ]
 
 
+SPAN_RUNS = 8  # runs of ranks (or steps) named one by one; beyond, the first of them and the count
+
+
 def _span(ids: list[int]) -> str:
+    """Ranks or step ids as runs ("0-63", "1-40, 42-63", "3, 5"), as the causes print them; past SPAN_RUNS runs
+    the first ones and how many ids in all."""
     if not ids:
         return ""
-    if len(ids) <= 6:
-        return ", ".join(str(i) for i in ids)
-    if ids == list(range(ids[0], ids[-1] + 1)):
-        return f"{ids[0]}-{ids[-1]}"
-    return ", ".join(str(i) for i in ids[:4]) + f", … ({len(ids)})"
+    runs = fmt.rank_ranges(ids).split(", ")
+    if len(runs) <= SPAN_RUNS:
+        return ", ".join(runs)
+    return ", ".join(runs[: SPAN_RUNS - 2]) + f", … ({len(set(ids))} in all)"
 
 
 def _log_identity(report: dict[str, Any]) -> list[tuple[str, str]]:
