@@ -997,7 +997,20 @@ def environment(args: argparse.Namespace) -> dict[str, Any]:
     return {"date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()), "cpus": os.cpu_count(),
             "loadavg_at_start": [round(x, 2) for x in os.getloadavg()], "python": sys.version.split()[0],
             "msdiag_rev": rev.stdout.strip() or None, "msprof_analyze": None if args.no_msprof else msprof_version(args.msprof_venv),
-            "argv": sys.argv[1:]}  # fmt: skip
+            "argv": sys.argv[1:], "speed_probe_s_at_start": speed_probe()}  # fmt: skip
+
+
+#: Iterations of the speed probe's loop (one CPU, pure Python: ~1.6 s on an idle machine of the 2-core kind).
+PROBE_LOOPS = 20_000_000
+
+
+def speed_probe() -> float:
+    """Seconds a fresh Python takes for a fixed pure-Python loop: the machine's speed when the bench ran (a shared
+    machine slowed by its neighbours shows it here, and every time of the table with it)."""
+    code = f"s = 0\nfor i in range({PROBE_LOOPS}):\n    s += i\n"
+    t = time.perf_counter()
+    subprocess.run([sys.executable, "-c", code], check=True)
+    return round(time.perf_counter() - t, 2)
 
 
 def compile_bytecode() -> dict[str, Any]:
@@ -1149,6 +1162,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.out is None and not args.keep:
             shutil.rmtree(tmp, ignore_errors=True)
     info["total_s"] = round(time.perf_counter() - t_start, 1)
+    info["speed_probe_s_at_end"] = speed_probe()
     if args.json:
         args.json.write_text(json.dumps({"environment": info, "results": results}, indent=1, default=str))
     if args.build_only:
@@ -1159,7 +1173,8 @@ def main(argv: list[str] | None = None) -> int:
     print_details(results)
     print(f"\nmsprof-analyze: {info['msprof_analyze']}; {info['cpus']} CPUs, load average at start {info['loadavg_at_start']}; "
           f"msdiag {info['msdiag_rev']} (bytecode compiled: {info['bytecode']['compiled']}); "
-          f"the bench took {info['total_s'] / 60:.1f} min\n")  # fmt: skip
+          f"the bench took {info['total_s'] / 60:.1f} min; speed probe ({PROBE_LOOPS:,} Python loop iterations) "
+          f"{info['speed_probe_s_at_start']} s at the start, {info['speed_probe_s_at_end']} s at the end\n")  # fmt: skip
     print(markdown(results))
     return 0
 
