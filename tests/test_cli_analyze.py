@@ -114,6 +114,29 @@ def test_json_is_indented_as_json_indents_it() -> None:
     assert _indented(doc) == json.dumps(doc, indent=1, ensure_ascii=False)
 
 
+def test_gc_is_lean_during_an_analysis_and_restored_after(monkeypatch: pytest.MonkeyPatch) -> None:
+    """cli._lean_gc: during the analysis the imports' objects are frozen and young collections rarer
+    (GC_THRESHOLDS); after it, in a process running many analyses as this one does, both as they were."""
+    import gc
+
+    import msdiag.analysis
+    from msdiag import cli
+
+    seen = []
+    real = msdiag.analysis.analyze
+
+    def spy(*a: Any, **k: Any) -> Any:
+        seen.append((gc.get_threshold(), gc.get_freeze_count()))
+        return real(*a, **k)
+
+    monkeypatch.setattr(msdiag.analysis, "analyze", spy)
+    before = (gc.get_threshold(), gc.get_freeze_count())
+    r = CliRunner().invoke(main, ["analyze", str(SAMPLE), "--no-cache", "--format", "json"])
+    assert r.exit_code == 0, r.output
+    assert seen and seen[0][0] == cli.GC_THRESHOLDS and seen[0][1] > 0
+    assert (gc.get_threshold(), gc.get_freeze_count()) == before
+
+
 def test_cpu_capture_counts_host_collectives_as_communication(corpus: Path, analysed_json: AnalysedJson) -> None:
     rep = analysed_json("mindspore-cpu/msrun_dp2_pynative")
     assert sorted({s["rank"] for s in rep["steps"]}) == [0, 1]
