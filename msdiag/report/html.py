@@ -333,11 +333,10 @@ def environment() -> jinja2.Environment:
     )
 
 
-def _plan(a: Analysis, r: dict[str, Any]) -> dict[str, Any] | None:
-    """The plan's waterfall and the goals' lines (the text report's wording), or None without either."""
+def _plan(c: ch.Chart, r: dict[str, Any]) -> dict[str, Any] | None:
+    """The plan's waterfall ``c`` and the goals' lines (the text report's wording), or None without either."""
     from msdiag.report.text import goal_lines
 
-    c = ch.plan_waterfall(a)
     goals = goal_lines(r)
     if c.svg is None and not goals:
         return None
@@ -350,8 +349,9 @@ def context(a: Analysis, report: dict[str, Any] | None = None) -> dict[str, Any]
     from msdiag.report import inference_charts, training_charts
 
     # a request log alone has no capture: only the inference charts apply; a training log adds its own
-    # the three families drawn together: their charts shared by this process and the forked children
-    charts = ch.drawn(a, ch.chart_functions(a) + inference_charts.chart_functions(a) + training_charts.chart_functions(a))
+    # the plan's waterfall and the three families drawn together: shared by this process and the forked children
+    plan, *charts = ch.drawn(a, (ch.plan_waterfall, *ch.chart_functions(a), *inference_charts.chart_functions(a),
+                                 *training_charts.chart_functions(a)))
     findings = _findings(r)
     by_sev = [(sev, [f for f in findings if f["severity"] == sev]) for sev in SEVERITIES]
     others = [f for f in findings if f["severity"] not in SEVERITIES]
@@ -382,7 +382,7 @@ def context(a: Analysis, report: dict[str, Any] | None = None) -> dict[str, Any]
             }
             for c in charts
         ],
-        "plan": _plan(a, r),  # the waterfall at the top (issue 16), None without a plan
+        "plan": _plan(plan, r),  # the waterfall at the top (issue 16), None without a plan
         "findings": [(sev, fs) for sev, fs in by_sev if fs],
         "finding_count": len(findings),
         # could not check (one row per missing input) apart from checked, nothing found (issue 19)
