@@ -149,6 +149,31 @@ def test_summary_rank_has_no_host_side(corpus: Path) -> None:
     assert len(shallow) == 0
 
 
+def test_summary_rank_stores_no_step_kinds_and_the_projection_computes_them(corpus: Path) -> None:
+    # A rank read without its trace keeps no step_kinds table (the projection leaves its steps out while a rank read
+    # deep is there). Where none is (nothing chosen deep here; in a job, every chosen rank's trace damaged), the
+    # projection computes each rank's windows and kinds from its rows: what rank_kinds would have stored.
+    from msdiag.metrics.causes import _Names
+    from msdiag.metrics.projection import _from_table, _measured, rank_kinds, step_sets
+    from msdiag.model import STEP_KINDS_TABLE
+
+    path = corpus / "ascend/torchnpu-2rank-level1"
+    cap = load(path, jobs=1, reduce=reduce_rank, tiered=Tiered("auto", 0, reduce_rank_shallow, lambda ranks: {}))
+    assert [rd.info.read_depth for rd in cap.ranks] == ["summary", "summary"]
+    assert all(STEP_KINDS_TABLE.name not in rd.tables for rd in cap.ranks)
+    ctx = Context(capture=cap, steps=_steps_for(cap)[0], options=Options(jobs=1))
+    sets = step_sets(ctx)
+    assert {s.rank for s in sets} == {0, 1} and all(s.source == "timeline" for s in sets)
+    for rd in cap.ranks:
+        got, stored = _measured(ctx, rd, _Names()), _from_table(rank_kinds(rd))
+        assert got.keys() == stored.keys() and len(got) >= 1
+        for step, kinds in got.items():
+            assert kinds.keys() == stored[step].keys()
+            for kind, (lo, hi) in kinds.items():
+                np.testing.assert_array_equal(lo, stored[step][kind][0], err_msg=f"rank {rd.rank} step {step} {kind}")
+                np.testing.assert_array_equal(hi, stored[step][kind][1], err_msg=f"rank {rd.rank} step {step} {kind}")
+
+
 @pytest.mark.parametrize("capture", WITH_FRAMES)
 def test_summary_rank_is_the_full_rank_without_its_trace(corpus: Path, capture: str) -> None:
     # Read shallow, a rank whose kernel_details.csv has Step Id and HCCL tasks leaves trace_view.json unparsed.

@@ -33,7 +33,9 @@ only (``Reads.deep_rows``: the Python frames, which only call sites read), kept 
 The rank's step breakdown (``breakdown.step_breakdown``, the per-rank part of the analysis) is
 computed here too, before anything is dropped, and kept as the rank's ``steps`` table: it is then
 computed on the workers, in parallel, and read back from the cache with the rank. So are its step
-windows' removable kinds (``projection.rank_kinds``, table ``step_kinds``), which the projection reads.
+windows' removable kinds (``projection.rank_kinds``, table ``step_kinds``), which the projection reads,
+but on a rank read without its trace (``read_depth`` "summary"): the projection leaves its steps out
+(registry.unread_host) while a rank read deep is there, and computes them itself where none is.
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ from msdiag.model import STEP_KINDS_TABLE, RankData
 
 #: Bumped whenever the way the reduction keeps rows changes (what it keeps follows from the
 #: declarations, hashed by reduce_id): part of the cache key.
-REDUCE_VERSION = 4  # 4: the step windows' removable kinds stored (table step_kinds)
+REDUCE_VERSION = 5  # 4: the step windows' removable kinds stored (table step_kinds); 5: not on summary ranks
 #: Every lane the canonical timeline has (model.py: TIMELINE's ``lane`` column). Rows of any other
 #: lane value are kept: the reduction drops only what it knows nothing reads.
 TIMELINE_LANES = ("device", "hccl", "overlap", "host", "step", "scope")
@@ -163,8 +165,11 @@ def _reduce(rd: RankData, p: Plan, names: tuple[np.ndarray, pd.Index] | None = N
         if not keep.all():
             rd.tables["counters"] = c[keep].reset_index(drop=True)
     # the projection's windows and kinds, from the rows the analysis will hold (the reduced rank: fewer host
-    # rows to take than the whole one, and the very rows the analysis would compute them from)
-    rd.tables[STEP_KINDS_TABLE.name] = rank_kinds(rd)
+    # rows to take than the whole one, and the very rows the analysis would compute them from); a rank read
+    # without its trace has none stored: its steps are left out of the projection (projection.step_sets) but
+    # where no rank was read deep (every chosen rank's trace damaged), and then computed there from its rows
+    if rd.info.read_depth != "summary":
+        rd.tables[STEP_KINDS_TABLE.name] = rank_kinds(rd)
     return rd
 
 
