@@ -96,3 +96,23 @@ def test_a_tiered_load_reads_its_deep_ranks_on_the_shallow_pass_workers(job8: Pa
     ing = a.capture.ingest
     assert ing["executor"] == "process-pool" and ing["read_depth"]["deep"]
     assert len({_pid(at) for at in ing["read_by"].values()}) <= 2
+
+
+def test_a_freeze_the_caller_holds_is_kept(tmp_path: Path) -> None:
+    # the pool freezes what was read so far while it forks its workers; it undoes that only when it froze alone:
+    # a freeze the caller holds (the CLI's during an analysis, cli._lean_gc) is not released by it
+    import gc
+
+    dirs = _dirs(tmp_path, 4)
+    gc.unfreeze()  # (no freeze left by what ran before in this process)
+    with parallel.Workers() as w:
+        parallel.read_ranks(dirs, _small, jobs=2, workers=w)
+    assert gc.get_freeze_count() == 0  # froze alone: undone
+    gc.freeze()
+    try:
+        held = gc.get_freeze_count()
+        with parallel.Workers() as w:
+            parallel.read_ranks(dirs, _small, jobs=2, workers=w)
+        assert gc.get_freeze_count() >= held > 0  # the caller's freeze still held
+    finally:
+        gc.unfreeze()

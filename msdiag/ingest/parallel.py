@@ -244,7 +244,9 @@ class Workers:
                     fresh = self._tasks == 0
                     # the workers are forked at a fresh pool's first submit: the ranks read so far are frozen
                     # out of the garbage collector then, or a collection in a worker would touch, and so copy,
-                    # every page of them
+                    # every page of them (left frozen when the caller holds a freeze: the CLI's, during the analysis;
+                    # an unfreeze here would release the caller's objects too)
+                    held = gc.get_freeze_count() > 0
                     if fresh:
                         gc.freeze()
                     try:
@@ -254,7 +256,7 @@ class Workers:
                             self._tasks += 1
                             retire = by_count and self._tasks >= self._workers * TASKS_PER_WORKER
                     finally:
-                        if fresh:
+                        if fresh and not held:
                             gc.unfreeze()
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)
                 for f in done:
