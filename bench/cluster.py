@@ -740,7 +740,7 @@ def _answer(rep: dict[str, Any]) -> dict[str, Any]:
     a["verdict"] = (rep.get("verdict") or {}).get("bottleneck")
     if m.get("slow_rank") is None:
         a["slow_rank_reason"] = ((rep.get("metric_details") or {}).get("slow_rank") or {}).get("reason")
-    deep = rep.get("ranks_read_deep") or (rep.get("capture") or {}).get("ranks_read_deep")
+    deep = (rep.get("read_depth") or {}).get("deep")  # the ranks read in full (the JSON's read_depth)
     if deep is not None:
         a["ranks_read_deep"] = deep
     return a
