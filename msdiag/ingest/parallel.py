@@ -20,7 +20,7 @@ what the analysis needs, not with the traces' size.
 
 from __future__ import annotations
 
-import gc
+import contextlib
 import multiprocessing as mp
 import os
 import socket
@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from msdiag.errors import InputError, MsdiagError
+from msdiag.forking import frozen
 from msdiag.ingest.cache import CacheStats, RankCache
 from msdiag.ingest.discover import RankDir
 from msdiag.model import SCHEMA_VERSION, RankData
@@ -244,20 +245,13 @@ class Workers:
                     fresh = self._tasks == 0
                     # the workers are forked at a fresh pool's first submit: the ranks read so far are frozen
                     # out of the garbage collector then, or a collection in a worker would touch, and so copy,
-                    # every page of them (left frozen when the caller holds a freeze: the CLI's, during the analysis;
-                    # an unfreeze here would release the caller's objects too)
-                    held = gc.get_freeze_count() > 0
-                    if fresh:
-                        gc.freeze()
-                    try:
+                    # every page of them (forking.frozen)
+                    with frozen() if fresh else contextlib.nullcontext():
                         while queue and len(pending) < IN_FLIGHT * self._workers and not retire:
                             i = queue.popleft()
                             pending[pool.submit(_read_in_worker, b.dirs[i], b.load_rank, b.reduce, b.cache, b.keys[i])] = i
                             self._tasks += 1
                             retire = by_count and self._tasks >= self._workers * TASKS_PER_WORKER
-                    finally:
-                        if fresh and not held:
-                            gc.unfreeze()
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)
                 for f in done:
                     i = pending.pop(f)

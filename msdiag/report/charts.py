@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import gc
 import io
 import json
 import math
@@ -44,6 +43,7 @@ from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from msdiag import fmt
 from msdiag.analysis import Analysis
+from msdiag.forking import frozen
 from msdiag.units import MIB_PER_GIB, US_PER_MS, US_PER_S
 
 # ---- colours: one meaning, one colour, in every chart --------------------------------------
@@ -875,13 +875,10 @@ def drawn(a: Analysis, fns: Sequence[Callable[[Analysis], Chart]]) -> list[Chart
         os.write(queue_w, bytes(range(len(fns))))
         os.close(queue_w)
         os.set_blocking(queue_r, False)
-        gc.freeze()  # the children's collections leave the objects they share with this process alone: no page copied
-        try:
+        with frozen():  # the children's collections leave the objects they share with this process alone: no page copied
             for _ in range(workers - 1):
                 pid, fd = _fork(a, fns, queue_r)
                 children[pid] = fd
-        finally:
-            gc.unfreeze()
         out = {i: fns[i](a) for i in _taken(queue_r)}
         for pid, fd in list(children.items()):
             del children[pid]  # _collect reaps it and closes its pipe, whatever happens
