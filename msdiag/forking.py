@@ -5,14 +5,18 @@ object it traces (its reference counts and links), so a collection in the child 
 the objects it inherited. ``frozen()`` moves the parent's objects out of the collector's sight while the
 children are forked (``gc.freeze``: a child's collections leave them alone), and moves them back after,
 unless a freeze was already held: an unfreeze releases every frozen object, the caller's too (the CLI
-holds one during an analysis, cli._lean_gc).
+holds one during an analysis, cli._lean_gc). ``Forked`` runs a function in a child forked so and brings
+its result back.
 """
 
 from __future__ import annotations
 
 import contextlib
 import gc
-from typing import Iterator
+import os
+import pickle
+import signal
+from typing import Any, Callable, Iterator
 
 
 @contextlib.contextmanager
@@ -25,3 +29,62 @@ def frozen() -> Iterator[None]:
     finally:
         if not held:
             gc.unfreeze()
+
+
+class ForkFailed(Exception):
+    """The forked child gave no result: it raised, was killed, or what it returned does not pickle."""
+
+
+class Forked:
+    """``fn()`` run in a forked child while this process goes on; :meth:`result` is its return value,
+    pickled back through a pipe. The child shares this process' heap as it was at the fork (frozen: see
+    ``frozen``), so ``fn`` reads what the parent holds without it being sent; what ``fn`` changes stays in
+    the child. The child ends with ``os._exit``: no exit handler of the parent, no flush of its buffers."""
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        read, write = os.pipe()
+        with frozen():
+            pid = os.fork()
+        if pid == 0:  # the child
+            os.close(read)
+            status = 1
+            try:
+                data = pickle.dumps(fn(), protocol=pickle.HIGHEST_PROTOCOL)
+                with os.fdopen(write, "wb") as out:
+                    out.write(data)
+                status = 0
+            finally:
+                os._exit(status)
+        os.close(write)
+        self._pid: int | None = pid
+        self._read = read
+
+    def result(self) -> Any:
+        """The child's return value (waits for it); ForkFailed when it gave none."""
+        with os.fdopen(self._read, "rb") as f:
+            self._read = -1
+            data = f.read()
+        status = self._reap()
+        if status != 0 or not data:
+            raise ForkFailed(f"the forked child ended with status {status}")
+        try:
+            return pickle.loads(data)
+        except Exception as e:  # noqa: BLE001 - a result that does not come back is no result
+            raise ForkFailed(f"the forked child's result does not unpickle: {e}") from None
+
+    def cancel(self) -> None:
+        """Stop the child and reap it (the parent gave up waiting, e.g. on an exception of its own)."""
+        if self._pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self._pid, signal.SIGKILL)
+            self._reap()
+        if self._read >= 0:
+            os.close(self._read)
+            self._read = -1
+
+    def _reap(self) -> int:
+        if self._pid is None:
+            return -1
+        _, status = os.waitpid(self._pid, 0)
+        self._pid = None
+        return os.waitstatus_to_exitcode(status)

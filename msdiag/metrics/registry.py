@@ -7,6 +7,9 @@ data the capture lacks is null with the reason, never 0.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import pickle
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping, TypeVar
 
@@ -111,6 +114,8 @@ class Metric:
     params: tuple[str, ...] = ()
     #: the unit of the per-rank values when it is not the metric's (an imbalance ratio over ranks' times in us)
     per_rank_unit: str | None = None
+    #: the module that defines it (``fn`` may be the registry's wrapper of it: ``given=``)
+    module: str = ""
 
 
 METRICS: dict[str, Metric] = {}
@@ -142,7 +147,8 @@ def metric(
     def deco(fn: Callable[..., Value]) -> Callable[..., Value]:
         if id in METRICS:
             raise ValueError(f"metric {id} registered twice")
-        METRICS[id] = Metric(id, unit, doc, source, fn if given is None else _with_given(fn, given), reads, tuple(params), per_rank_unit)
+        METRICS[id] = Metric(id, unit, doc, source, fn if given is None else _with_given(fn, given), reads, tuple(params), per_rank_unit,
+                             fn.__module__)
         return fn
 
     return deco
@@ -199,14 +205,77 @@ def declared_params() -> dict[str, tuple[str, ...]]:
     return {m.id: m.params for m in all_metrics().values() if m.params}
 
 
+# A job of at least SPLIT_MIN_RANKS ranks computes the metrics defined in SPLIT_MODULES in a forked child while
+# this process computes the others: the metrics are the longest serial stretch of a cluster analysis, and the
+# second core idles through it. The two halves share no cached helper of weight (memory and communication in
+# the child; kernel types, kernels, steps, FLOPs, host causes here): at 512 ranks about 3.3 s of metrics each,
+# of 6.3-7.2 s in one process. Below SPLIT_MIN_RANKS the fork and the return cost more than they save. What
+# the child cached (``ctx.cache``) comes back for the views that read it after, each helper of at most
+# KEPT_MAX_BYTES pickled; a larger one (512 ranks' framework memory rows: 74 MB) is computed again where it is
+# asked for, so the return never holds the parent's heap twice over.
+SPLIT_MIN_RANKS = 16
+SPLIT_MODULES = ("msdiag.metrics.device_memory", "msdiag.metrics.memory", "msdiag.metrics.communication",
+                 "msdiag.metrics.balance")
+KEPT_MAX_BYTES = 16 << 20
+
+
 def compute_all(ctx: Context) -> dict[str, Value]:
-    """Compute every registered metric; a metric that fails is null with the reason."""
+    """Compute every registered metric; a metric that fails is null with the reason. On a job of many ranks
+    part of them are computed in a forked child (``_split``): the same values, in the registry's order, and
+    the helpers the child cached (``ctx.cache``) brought back for the views that read them after."""
+    from msdiag import forking
+
+    metrics = list(all_metrics().values())
+    aside = [m for m in metrics if m.module in SPLIT_MODULES] if _split(ctx) else []
+    apart = {m.id for m in aside}
     out: dict[str, Value] = {}
-    for m in all_metrics().values():
+    child = None
+    if aside:
+        had = set(ctx.cache)
+        child = forking.Forked(lambda: _computed_aside(ctx, aside, had))
+    try:
+        for m in metrics:
+            if m.id not in apart:
+                out[m.id] = _computed(ctx, m)
+    except BaseException:
+        if child is not None:
+            child.cancel()
+        raise
+    if child is not None:
         try:
-            out[m.id] = m.fn(ctx)
-        except (KeyError, ValueError, ZeroDivisionError) as e:  # data-shaped failures only
-            out[m.id] = Value(None, reason=f"could not be computed: {e}")
-    return out
+            values, kept = child.result()
+        except forking.ForkFailed:  # computed here, as without the child (a bug then raises here)
+            values, kept = {m.id: _computed(ctx, m) for m in aside}, {}
+        out.update(values)
+        for key, data in kept.items():
+            if key not in ctx.cache:
+                ctx.cache[key] = pickle.loads(data)
+    return {m.id: out[m.id] for m in metrics}
+
+
+def _computed(ctx: Context, m: Metric) -> Value:
+    try:
+        return m.fn(ctx)
+    except (KeyError, ValueError, ZeroDivisionError) as e:  # data-shaped failures only
+        return Value(None, reason=f"could not be computed: {e}")
+
+
+def _split(ctx: Context) -> bool:
+    jobs = ctx.options.jobs if ctx.options.jobs is not None else (os.cpu_count() or 1)
+    return hasattr(os, "fork") and jobs > 1 and len(ctx.capture.ranks) >= SPLIT_MIN_RANKS
+
+
+def _computed_aside(ctx: Context, aside: list[Metric], had: set[str]) -> tuple[dict[str, Value], dict[str, bytes]]:
+    """In the child: the metrics set aside, and each helper they cached that pickles to at most KEPT_MAX_BYTES
+    (another is computed again by whoever asks for it)."""
+    values = {m.id: _computed(ctx, m) for m in aside}
+    kept = {}
+    for key, value in ctx.cache.items():
+        if key not in had:
+            with contextlib.suppress(Exception):
+                data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+                if len(data) <= KEPT_MAX_BYTES:
+                    kept[key] = data
+    return values, kept
 
 

@@ -1,0 +1,124 @@
+"""The metrics of a job of many ranks computed in two processes (registry.compute_all with a forked child for
+SPLIT_MODULES; forking.Forked): the same values and report as one process, the child's share really
+computed in the child, and a child that fails replaced by the parent computing its share."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from msdiag import analysis, forking
+from msdiag.analysis import analyze
+from msdiag.contract import build
+from msdiag.metrics import registry
+from msdiag.options import Options
+
+
+def _report(job: Path) -> dict:
+    a = analyze(job, Options(jobs=2))
+    return build(a)
+
+
+def _aside_ids() -> list[str]:
+    return [m.id for m in registry.all_metrics().values() if m.module in registry.SPLIT_MODULES]
+
+
+def test_forked_gives_the_childs_result_and_failures() -> None:
+    parent = os.getpid()
+    assert forking.Forked(lambda: ("from", os.getpid())).result()[1] != parent
+
+    def boom() -> None:
+        raise RuntimeError("bug")
+
+    with pytest.raises(forking.ForkFailed):
+        forking.Forked(boom).result()
+    with pytest.raises(forking.ForkFailed):  # a result that does not pickle is no result
+        forking.Forked(lambda: (lambda: 1)).result()
+    slow = forking.Forked(lambda: time.sleep(600))
+    pid = slow._pid
+    assert pid is not None
+    slow.cancel()  # killed and reaped (cancel returns: the 600 s sleep was not waited for)
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+def test_split_metrics_equal_one_process(job8: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """job8 (8 ranks, bench/cluster.py's builder) with the split lowered to 2 ranks: every metric and the
+    whole report the same as computed in one process; the metrics of SPLIT_MODULES computed in the child
+    (their functions, wrapped, record the process they ran in)."""
+    monkeypatch.setattr(registry, "SPLIT_MIN_RANKS", 10**9)
+    serial = _report(job8)
+    monkeypatch.setattr(registry, "SPLIT_MIN_RANKS", 2)
+    seen: dict[str, int] = {}
+    for mid in _aside_ids()[:3]:
+        m = registry.METRICS[mid]
+
+        def fn(ctx: registry.Context, _fn=m.fn, _id=mid) -> registry.Value:
+            v = _fn(ctx)
+            ctx.cache[f"test.pid.{_id}"] = os.getpid()  # a helper the child caches comes back
+            return v
+
+        monkeypatch.setitem(registry.METRICS, mid, registry.Metric(**{**m.__dict__, "fn": fn}))
+    calls: list[int] = []
+    real = registry._computed_aside
+
+    def aside(ctx: registry.Context, ms: list[registry.Metric], had: set[str]):  # type: ignore[no-untyped-def]
+        calls.append(len(ms))
+        out = real(ctx, ms, had)
+        seen.update({k: v for k, v in ctx.cache.items() if k.startswith("test.pid.")})
+        return out
+
+    monkeypatch.setattr(registry, "_computed_aside", aside)
+    caches: list[dict] = []
+
+    def compute_all(ctx: registry.Context) -> dict[str, registry.Value]:
+        out = registry.compute_all(ctx)
+        caches.append(dict(ctx.cache))
+        return out
+
+    monkeypatch.setattr(analysis, "compute_all", compute_all)
+    assert build(analyze(job8, Options(jobs=2))) == serial
+    assert calls == [] and seen == {}  # called in the child: this process' lists are untouched
+    pids = {k: v for k, v in caches[0].items() if k.startswith("test.pid.")}
+    assert len(pids) == 3 and all(pid != os.getpid() for pid in pids.values())
+
+
+def test_a_failed_child_is_replaced_by_the_parent(job8: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A child that dies (one of its metrics raises an error that is not data-shaped, in the child only) leaves
+    its share to the parent: the same report."""
+    monkeypatch.setattr(registry, "SPLIT_MIN_RANKS", 10**9)
+    serial = _report(job8)
+    monkeypatch.setattr(registry, "SPLIT_MIN_RANKS", 2)
+    parent = os.getpid()
+    mid = _aside_ids()[0]
+    m = registry.METRICS[mid]
+
+    def fn(ctx: registry.Context) -> registry.Value:
+        if os.getpid() != parent:
+            raise RuntimeError("killed in the child")
+        return m.fn(ctx)
+
+    monkeypatch.setitem(registry.METRICS, mid, registry.Metric(**{**m.__dict__, "fn": fn}))
+    assert _report(job8) == serial
+
+
+def test_one_rank_or_one_job_computes_in_one_process(corpus: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No fork below SPLIT_MIN_RANKS ranks, nor with --jobs 1."""
+    made: list[int] = []
+
+    class Counted(forking.Forked):
+        def __init__(self, fn) -> None:  # type: ignore[no-untyped-def]
+            made.append(1)
+            super().__init__(fn)
+
+    monkeypatch.setattr(forking, "Forked", Counted)
+    analyze(corpus / "ascend/torchnpu-2rank-level1", Options(jobs=2))
+    assert made == []
+    monkeypatch.setattr(registry, "SPLIT_MIN_RANKS", 2)
+    analyze(corpus / "ascend/torchnpu-2rank-level1", Options(jobs=1))
+    assert made == []
+    analyze(corpus / "ascend/torchnpu-2rank-level1", Options(jobs=2))
+    assert made == [1]
