@@ -52,6 +52,7 @@ def test_split_metrics_equal_one_process(job8: Path, monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(registry, "SPLIT_MIN_RANKS", 10**9)
     serial = _report(job8)
     monkeypatch.setattr(registry, "SPLIT_MIN_RANKS", 2)
+    monkeypatch.setattr(registry, "SPLIT_MAX_RSS_MB", 1 << 20)  # whatever the test process holds
     seen: dict[str, int] = {}
     for mid in _aside_ids()[:3]:
         m = registry.METRICS[mid]
@@ -92,6 +93,7 @@ def test_a_failed_child_is_replaced_by_the_parent(job8: Path, monkeypatch: pytes
     monkeypatch.setattr(registry, "SPLIT_MIN_RANKS", 10**9)
     serial = _report(job8)
     monkeypatch.setattr(registry, "SPLIT_MIN_RANKS", 2)
+    monkeypatch.setattr(registry, "SPLIT_MAX_RSS_MB", 1 << 20)
     parent = os.getpid()
     mid = _aside_ids()[0]
     m = registry.METRICS[mid]
@@ -106,7 +108,8 @@ def test_a_failed_child_is_replaced_by_the_parent(job8: Path, monkeypatch: pytes
 
 
 def test_one_rank_or_one_job_computes_in_one_process(corpus: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """No fork below SPLIT_MIN_RANKS ranks, nor with --jobs 1."""
+    """No fork below SPLIT_MIN_RANKS ranks, nor with --jobs 1, nor while this process holds more than
+    SPLIT_MAX_RSS_MB (the child would copy too much of it)."""
     made: list[int] = []
 
     class Counted(forking.Forked):
@@ -118,7 +121,13 @@ def test_one_rank_or_one_job_computes_in_one_process(corpus: Path, monkeypatch: 
     analyze(corpus / "ascend/torchnpu-2rank-level1", Options(jobs=2))
     assert made == []
     monkeypatch.setattr(registry, "SPLIT_MIN_RANKS", 2)
+    monkeypatch.setattr(registry, "SPLIT_MAX_RSS_MB", 1 << 20)
     analyze(corpus / "ascend/torchnpu-2rank-level1", Options(jobs=1))
     assert made == []
+    analyze(corpus / "ascend/torchnpu-2rank-level1", Options(jobs=2))
+    assert made == [1]
+    held = registry._resident_mb()
+    assert held is not None and 10 < held < 1 << 20  # this process' memory, in MiB
+    monkeypatch.setattr(registry, "SPLIT_MAX_RSS_MB", held / 2)
     analyze(corpus / "ascend/torchnpu-2rank-level1", Options(jobs=2))
     assert made == [1]

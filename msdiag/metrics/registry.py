@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
+import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping, TypeVar
 
@@ -208,12 +209,16 @@ def declared_params() -> dict[str, tuple[str, ...]]:
 # A job of at least SPLIT_MIN_RANKS ranks computes the metrics defined in SPLIT_MODULES in a forked child while
 # this process computes the others: the metrics are the longest serial stretch of a cluster analysis, and the
 # second core idles through it. The two halves share no cached helper of weight (memory and communication in
-# the child; kernel types, kernels, steps, FLOPs, host causes here): at 512 ranks about 3.3 s of metrics each,
-# of 6.3-7.2 s in one process. Below SPLIT_MIN_RANKS the fork and the return cost more than they save. What
-# the child cached (``ctx.cache``) comes back for the views that read it after, each helper of at most
-# KEPT_MAX_BYTES pickled; a larger one (512 ranks' framework memory rows: 74 MB) is computed again where it is
-# asked for, so the return never holds the parent's heap twice over.
+# the child; kernel types, kernels, steps, FLOPs, host causes here). Below SPLIT_MIN_RANKS the fork and the
+# return cost more than they save. The child's memory grows with this process' heap: the pages of every Python
+# object it touches are copied (reference counts are writes), besides its own work. At 512 ranks the parent
+# held 542 MiB when the metrics began and the child ended with 342 MiB of its own, the analysis' peak 1,094 MiB
+# against 804 MiB in one process. So the split is made only while this process holds at most SPLIT_MAX_RSS_MB
+# (64 ranks: ~200 MiB, the child adding ~15 MiB to the peak); a larger job computes its metrics in one process,
+# as lean as before. What the child cached (``ctx.cache``) comes back for the views that read it after, each
+# helper of at most KEPT_MAX_BYTES pickled; a larger one is computed again where it is asked for.
 SPLIT_MIN_RANKS = 16
+SPLIT_MAX_RSS_MB = 384
 SPLIT_MODULES = ("msdiag.metrics.device_memory", "msdiag.metrics.memory", "msdiag.metrics.communication",
                  "msdiag.metrics.balance")
 KEPT_MAX_BYTES = 16 << 20
@@ -262,7 +267,25 @@ def _computed(ctx: Context, m: Metric) -> Value:
 
 def _split(ctx: Context) -> bool:
     jobs = ctx.options.jobs if ctx.options.jobs is not None else (os.cpu_count() or 1)
-    return hasattr(os, "fork") and jobs > 1 and len(ctx.capture.ranks) >= SPLIT_MIN_RANKS
+    if not hasattr(os, "fork") or jobs <= 1 or len(ctx.capture.ranks) < SPLIT_MIN_RANKS:
+        return False
+    held = _resident_mb()
+    return held is not None and held <= SPLIT_MAX_RSS_MB
+
+
+def _resident_mb() -> float | None:
+    """This process' resident memory now (MiB; Linux), else its peak so far, else None (no split)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        import resource
+    except ImportError:
+        return None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if sys.platform == "darwin" else peak / 2**10  # bytes on macOS, KiB elsewhere
 
 
 def _computed_aside(ctx: Context, aside: list[Metric], had: set[str]) -> tuple[dict[str, Value], dict[str, bytes]]:
