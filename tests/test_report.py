@@ -260,6 +260,38 @@ def test_charts_of_a_failed_child_drawn_here(monkeypatch: pytest.MonkeyPatch, tm
         charts.drawn(None, [fails, fails, fails])  # type: ignore[arg-type]
 
 
+def test_svg_cut_to_what_is_drawn() -> None:
+    """charts.to_svg draws a figure once and sets the SVG's viewport to the drawn extent: the same size as
+    matplotlib's own ``bbox_inches="tight"`` save (which draws twice), here for a figure whose tick labels
+    stick out left of the figure and whose title is far above the axes; the picture's drawing is the same."""
+    import io
+
+    import matplotlib
+    from matplotlib.figure import Figure
+
+    from msdiag.report import charts
+
+    def figure() -> Figure:
+        with matplotlib.rc_context(charts._RC):  # type: ignore[arg-type]
+            fig = Figure(figsize=(6, 2), dpi=72)
+            fig.subplots_adjust(left=0.01, top=0.6)
+            ax = fig.add_subplot()
+            ax.barh(["a very long kernel type name", "b"], [3.0, 1.0])
+            ax.set_title("a title")
+        return fig
+
+    ours = charts.to_svg(figure(), "c")
+    buf = io.StringIO()
+    with matplotlib.rc_context(charts._RC):  # type: ignore[arg-type]
+        figure().savefig(buf, format="svg", bbox_inches="tight", pad_inches=charts.PAD_IN)
+    tight = buf.getvalue()
+    box = [float(v) for v in re.search(r'viewBox="([^"]+)"', ours).group(1).split()]  # type: ignore[union-attr]
+    want = [float(v) for v in re.search(r'viewBox="([^"]+)"', tight).group(1).split()]  # type: ignore[union-attr]
+    assert box[0] < 0  # the labels reach left of the figure: the viewport starts there
+    assert box[2] == pytest.approx(want[2], abs=0.01) and box[3] == pytest.approx(want[3], abs=0.01)
+    assert ours.count("<text") == tight.count("<text") and ours.count("<path") == tight.count("<path")
+
+
 def test_autoescape(tmp_path: Path) -> None:
     """Kernel names such as Cast<float> and any text from a rule are text, never markup."""
     import jinja2
