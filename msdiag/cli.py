@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import importlib
 import json
 import os
 import sys
@@ -415,7 +416,8 @@ def report(path: str, output: str | None, trace_path: str | None, fail_on: str |
         opts = _options(kw)
         if trace_path is not None:  # the trace shows every timeline row: the ranks are not reduced
             opts = replace(opts, whole_timeline=True)
-        a = _analyze(path, opts, kw["strict"])
+        with _html_meanwhile(output is not None):
+            a = _analyze(path, opts, kw["strict"])
         for o in outputs:
             _check_output(o, [Path(rd.path) for rd in a.capture.ranks])
         data = build(a)
@@ -442,6 +444,15 @@ def report(path: str, output: str | None, trace_path: str | None, fail_on: str |
     for out in written:
         click.echo(f"msdiag: wrote {out.resolve()}", err=True)
     sys.exit(max(_exit_for(data, fail_on), _goal_exit(data, kw["fail_on_goal"])))
+
+
+def _html_meanwhile(wanted: bool) -> contextlib.AbstractContextManager[None]:
+    """The HTML renderer imported (matplotlib, jinja2) while the rank pool reads, when a page is to be written."""
+    if not wanted:
+        return contextlib.nullcontext()
+    from msdiag.ingest.parallel import meanwhile
+
+    return meanwhile(lambda: importlib.import_module("msdiag.report.html"))
 
 
 def _check_outputs(path: str, kw: dict[str, Any], outputs: list[str]) -> list[str]:

@@ -116,3 +116,23 @@ def test_a_freeze_the_caller_holds_is_kept(tmp_path: Path) -> None:
         assert gc.get_freeze_count() >= held > 0  # the caller's freeze still held
     finally:
         gc.unfreeze()
+
+
+def test_meanwhile_runs_once_here_while_the_workers_read(tmp_path: Path) -> None:
+    # parallel.meanwhile: the function runs once, in this process, after the workers were given their first ranks
+    # (they have started: their pids are known when it runs), and is gone after the block; what it raises is dropped
+    ran: list[tuple[int, int]] = []
+
+    def note() -> None:
+        ran.append((os.getpid(), len(parallel._MEANWHILE)))
+        raise RuntimeError("dropped")
+
+    dirs = _dirs(tmp_path, 6)
+    with parallel.meanwhile(note), parallel.Workers() as w:
+        ranks, info = parallel.read_ranks(dirs, _small, jobs=2, workers=w)
+        parallel.read_ranks(dirs, _small, jobs=2, workers=w)  # a second read: not again
+    assert ran == [(os.getpid(), 0)] and parallel._MEANWHILE == []
+    assert [r.rank for r in ranks] == list(range(6)) and os.getpid() not in {_pid(at) for at in info["read_by"].values()}
+    with parallel.meanwhile(note):  # no pool (one job): not run, and gone after the block
+        parallel.read_ranks(dirs, _small, jobs=1)
+    assert len(ran) == 1 and parallel._MEANWHILE == []

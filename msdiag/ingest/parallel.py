@@ -30,7 +30,7 @@ from collections import deque
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from msdiag.errors import InputError, MsdiagError
 from msdiag.forking import frozen
@@ -50,6 +50,32 @@ IN_FLIGHT = 2
 #: Seconds to wait for a Dask scheduler to answer.
 DASK_TIMEOUT_S = 20
 DASK_INSTALL = "pip install 'msdiag[cluster]'"
+
+
+#: Work this process does while its pool workers read (``meanwhile``), each at most once.
+_MEANWHILE: list[Callable[[], object]] = []
+
+
+@contextlib.contextmanager
+def meanwhile(fn: Callable[[], object]) -> Iterator[None]:
+    """Within the block, ``fn`` runs once in this process while pool workers read ranks (after their first
+    tasks are handed out), when a read uses a pool: work this process would otherwise do before or after the
+    read, the workers' cores idle then (``msdiag report``: the HTML renderer's imports, matplotlib's ~0.7 s).
+    It is a head start, not a promise: without a pool it is not run, and what it raises is dropped (the caller
+    does the work again where it needs it, and meets the error there)."""
+    _MEANWHILE.append(fn)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(ValueError):
+            _MEANWHILE.remove(fn)
+
+
+def _run_meanwhile() -> None:
+    while _MEANWHILE:
+        fn = _MEANWHILE.pop(0)
+        with contextlib.suppress(Exception):
+            fn()
 
 
 def where() -> str:
@@ -252,6 +278,7 @@ class Workers:
                             pending[pool.submit(_read_in_worker, b.dirs[i], b.load_rank, b.reduce, b.cache, b.keys[i])] = i
                             self._tasks += 1
                             retire = by_count and self._tasks >= self._workers * TASKS_PER_WORKER
+                _run_meanwhile()  # the workers have their first tasks
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)
                 for f in done:
                     i = pending.pop(f)
