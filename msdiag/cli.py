@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import importlib
 import json
 import os
 import sys
@@ -452,7 +451,11 @@ def _html_meanwhile(wanted: bool) -> contextlib.AbstractContextManager[None]:
         return contextlib.nullcontext()
     from msdiag.ingest.parallel import meanwhile
 
-    return meanwhile(lambda: importlib.import_module("msdiag.report.html"))
+    return meanwhile(_import_html)
+
+
+def _import_html() -> None:
+    import msdiag.report.html  # noqa: F401 - imported for later: its modules are then loaded
 
 
 def _check_outputs(path: str, kw: dict[str, Any], outputs: list[str]) -> list[str]:
