@@ -16,6 +16,7 @@ import gc
 import os
 import pickle
 import signal
+import sys
 from typing import Any, Callable, Iterator
 
 
@@ -29,6 +30,25 @@ def frozen() -> Iterator[None]:
     finally:
         if not held:
             gc.unfreeze()
+
+
+def peak_kb() -> int | None:
+    """This process' peak resident memory so far in KiB (``ru_maxrss``), None where it is not known."""
+    try:
+        import resource
+    except ImportError:  # not a POSIX system
+        return None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak // 1024 if sys.platform == "darwin" else peak  # bytes on macOS, KiB elsewhere
+
+
+def resident_kb() -> int | None:
+    """This process' resident memory now in KiB (Linux: /proc/self/statm), else its peak so far, else None."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
+    except (OSError, ValueError, IndexError):
+        return peak_kb()
 
 
 class ForkFailed(Exception):

@@ -126,8 +126,8 @@ def test_one_rank_or_one_job_computes_in_one_process(corpus: Path, monkeypatch: 
     assert made == []
     analyze(corpus / "ascend/torchnpu-2rank-level1", Options(jobs=2))
     assert made == [1]
-    held = registry._resident_mb()
-    assert held is not None and 10 < held < 1 << 20  # this process' memory, in MiB
-    monkeypatch.setattr(registry, "SPLIT_MAX_RSS_MB", held / 2)
+    held = forking.resident_kb()
+    assert held is not None and 10 << 10 < held < 1 << 30  # this process' memory, in KiB
+    monkeypatch.setattr(registry, "SPLIT_MAX_RSS_MB", held / 2048)
     analyze(corpus / "ascend/torchnpu-2rank-level1", Options(jobs=2))
     assert made == [1]

@@ -24,7 +24,6 @@ import contextlib
 import multiprocessing as mp
 import os
 import socket
-import sys
 import uuid
 from collections import deque
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -34,6 +33,7 @@ from typing import Any, Callable, Iterator
 
 from msdiag.errors import InputError, MsdiagError
 from msdiag.forking import frozen
+from msdiag.forking import peak_kb as _peak_kb  # (a module name here: the tests replace it)
 from msdiag.ingest.cache import CacheStats, RankCache
 from msdiag.ingest.discover import RankDir
 from msdiag.model import SCHEMA_VERSION, RankData
@@ -191,16 +191,6 @@ class Batch:
 def _pool_context() -> Any:
     """fork where the platform has it (no re-import of the caller's main module, cheap workers)."""
     return mp.get_context("fork") if "fork" in mp.get_all_start_methods() else None
-
-
-def _peak_kb() -> int | None:
-    """This process' peak resident memory so far in KiB (``ru_maxrss``), None where it is not known."""
-    try:
-        import resource
-    except ImportError:  # not a POSIX system
-        return None
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak // 1024 if sys.platform == "darwin" else peak  # bytes on macOS, KiB elsewhere
 
 
 #: A pool worker's peak memory at its start (set in the worker by :func:`_worker_start`).

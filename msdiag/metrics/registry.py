@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
-import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping, TypeVar
 
@@ -212,10 +211,10 @@ def declared_params() -> dict[str, tuple[str, ...]]:
 # the child; kernel types, kernels, steps, FLOPs, host causes here). Below SPLIT_MIN_RANKS the fork and the
 # return cost more than they save. The child's memory grows with this process' heap: the pages of every Python
 # object it touches are copied (reference counts are writes), besides its own work. At 512 ranks the parent
-# held 542 MiB when the metrics began and the child ended with 342 MiB of its own, the analysis' peak 1,094 MiB
-# against 804 MiB in one process. So the split is made only while this process holds at most SPLIT_MAX_RSS_MB
-# (64 ranks: ~200 MiB, the child adding ~15 MiB to the peak); a larger job computes its metrics in one process,
-# as lean as before. What the child cached (``ctx.cache``) comes back for the views that read it after, each
+# held 542 MiB when the metrics began and the child ended with 342 MiB of its own: the bench's cold peak was
+# 1,006 MiB, against 764-800 MiB in one process. So the split is made only while this process holds at most
+# SPLIT_MAX_RSS_MB (64 ranks: ~180 MiB held; peak 255 MiB against 252 MiB in one process); a larger job
+# computes its metrics in one process, as lean as before. What the child cached (``ctx.cache``) comes back for the views that read it after, each
 # helper of at most KEPT_MAX_BYTES pickled; a larger one is computed again where it is asked for.
 SPLIT_MIN_RANKS = 16
 SPLIT_MAX_RSS_MB = 384
@@ -269,23 +268,10 @@ def _split(ctx: Context) -> bool:
     jobs = ctx.options.jobs if ctx.options.jobs is not None else (os.cpu_count() or 1)
     if not hasattr(os, "fork") or jobs <= 1 or len(ctx.capture.ranks) < SPLIT_MIN_RANKS:
         return False
-    held = _resident_mb()
-    return held is not None and held <= SPLIT_MAX_RSS_MB
+    from msdiag.forking import resident_kb
 
-
-def _resident_mb() -> float | None:
-    """This process' resident memory now (MiB; Linux), else its peak so far, else None (no split)."""
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        import resource
-    except ImportError:
-        return None
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak / 2**20 if sys.platform == "darwin" else peak / 2**10  # bytes on macOS, KiB elsewhere
+    held = resident_kb()
+    return held is not None and held <= SPLIT_MAX_RSS_MB * 1024
 
 
 def _computed_aside(ctx: Context, aside: list[Metric], had: set[str]) -> tuple[dict[str, Value], dict[str, bytes]]:
