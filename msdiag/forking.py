@@ -17,6 +17,7 @@ import os
 import pickle
 import signal
 import sys
+import threading
 from typing import Any, Callable, Iterator
 
 
@@ -30,6 +31,17 @@ def frozen() -> Iterator[None]:
     finally:
         if not held:
             gc.unfreeze()
+
+
+def fork_cpus() -> int:
+    """The CPUs this process may run on (its affinity); 1 where it cannot fork, or should not: a process with
+    other threads (a Dask client's) could leave a lock held in the child."""
+    if not hasattr(os, "fork") or threading.active_count() > 1:
+        return 1
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # no affinity on this OS (macOS)
+        return os.cpu_count() or 1
 
 
 def peak_kb() -> int | None:

@@ -53,6 +53,7 @@ def test_split_metrics_equal_one_process(job8: Path, monkeypatch: pytest.MonkeyP
     serial = _report(job8)
     monkeypatch.setattr(registry, "SPLIT_MIN_RANKS", 2)
     monkeypatch.setattr(registry, "SPLIT_MAX_RSS_MB", 1 << 20)  # whatever the test process holds
+    monkeypatch.setattr(forking, "fork_cpus", lambda: 2)  # (xdist's worker runs threads of its own)
     seen: dict[str, int] = {}
     for mid in _aside_ids()[:3]:
         m = registry.METRICS[mid]
@@ -94,6 +95,7 @@ def test_a_failed_child_is_replaced_by_the_parent(job8: Path, monkeypatch: pytes
     serial = _report(job8)
     monkeypatch.setattr(registry, "SPLIT_MIN_RANKS", 2)
     monkeypatch.setattr(registry, "SPLIT_MAX_RSS_MB", 1 << 20)
+    monkeypatch.setattr(forking, "fork_cpus", lambda: 2)
     parent = os.getpid()
     mid = _aside_ids()[0]
     m = registry.METRICS[mid]
@@ -108,8 +110,8 @@ def test_a_failed_child_is_replaced_by_the_parent(job8: Path, monkeypatch: pytes
 
 
 def test_one_rank_or_one_job_computes_in_one_process(corpus: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """No fork below SPLIT_MIN_RANKS ranks, nor with --jobs 1, nor while this process holds more than
-    SPLIT_MAX_RSS_MB (the child would copy too much of it)."""
+    """No fork below SPLIT_MIN_RANKS ranks, nor with --jobs 1, nor with one CPU (or another thread running:
+    forking.fork_cpus), nor while this process holds more than SPLIT_MAX_RSS_MB (the child would copy too much of it)."""
     made: list[int] = []
 
     class Counted(forking.Forked):
@@ -122,6 +124,10 @@ def test_one_rank_or_one_job_computes_in_one_process(corpus: Path, monkeypatch: 
     assert made == []
     monkeypatch.setattr(registry, "SPLIT_MIN_RANKS", 2)
     monkeypatch.setattr(registry, "SPLIT_MAX_RSS_MB", 1 << 20)
+    monkeypatch.setattr(forking, "fork_cpus", lambda: 1)
+    analyze(corpus / "ascend/torchnpu-2rank-level1", Options(jobs=2))
+    assert made == []
+    monkeypatch.setattr(forking, "fork_cpus", lambda: 2)
     analyze(corpus / "ascend/torchnpu-2rank-level1", Options(jobs=1))
     assert made == []
     analyze(corpus / "ascend/torchnpu-2rank-level1", Options(jobs=2))
@@ -131,3 +137,18 @@ def test_one_rank_or_one_job_computes_in_one_process(corpus: Path, monkeypatch: 
     monkeypatch.setattr(registry, "SPLIT_MAX_RSS_MB", held / 2048)
     analyze(corpus / "ascend/torchnpu-2rank-level1", Options(jobs=2))
     assert made == [1]
+
+
+def test_no_fork_while_another_thread_runs() -> None:
+    """forking.fork_cpus (the metrics' split and the chart drawers): 1 while another thread runs here, whose lock
+    a forked child could inherit held."""
+    import threading
+
+    stop = threading.Event()
+    t = threading.Thread(target=stop.wait)
+    t.start()
+    try:
+        assert forking.fork_cpus() == 1
+    finally:
+        stop.set()
+        t.join()

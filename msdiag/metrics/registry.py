@@ -8,7 +8,6 @@ data the capture lacks is null with the reason, never 0.
 from __future__ import annotations
 
 import contextlib
-import os
 import pickle
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping, TypeVar
@@ -265,11 +264,12 @@ def _computed(ctx: Context, m: Metric) -> Value:
 
 
 def _split(ctx: Context) -> bool:
-    jobs = ctx.options.jobs if ctx.options.jobs is not None else (os.cpu_count() or 1)
-    if not hasattr(os, "fork") or jobs <= 1 or len(ctx.capture.ranks) < SPLIT_MIN_RANKS:
-        return False
-    from msdiag.forking import resident_kb
+    """Whether to fork: more than one CPU is ours (and no other thread runs here, forking.fork_cpus), --jobs is
+    not 1, the job has SPLIT_MIN_RANKS ranks and this process holds at most SPLIT_MAX_RSS_MB."""
+    from msdiag.forking import fork_cpus, resident_kb
 
+    if fork_cpus() <= 1 or ctx.options.jobs == 1 or len(ctx.capture.ranks) < SPLIT_MIN_RANKS:
+        return False
     held = resident_kb()
     return held is not None and held <= SPLIT_MAX_RSS_MB * 1024
 

@@ -28,7 +28,6 @@ import math
 import os
 import re
 import signal
-import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence, cast
 
@@ -46,6 +45,7 @@ from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from msdiag import fmt
 from msdiag.analysis import Analysis
+from msdiag.forking import fork_cpus as _cpus  # (a module name here: the tests replace it)
 from msdiag.forking import frozen
 from msdiag.units import MIB_PER_GIB, US_PER_MS, US_PER_S
 
@@ -871,17 +871,6 @@ def chart_functions(a: Analysis) -> tuple[Callable[[Analysis], Chart], ...]:
 def all_charts(a: Analysis) -> list[Chart]:
     """The capture's charts, in page order: drawn by forked processes when more than one CPU is ours."""
     return drawn(a, chart_functions(a))
-
-
-def _cpus() -> int:
-    """The CPUs this process may run on (its affinity); 1 where it cannot fork, or should not: a process with
-    other threads (a Dask client's) could leave a lock held in the child."""
-    if not hasattr(os, "fork") or threading.active_count() > 1:
-        return 1
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # no affinity on this OS (macOS)
-        return os.cpu_count() or 1
 
 
 def drawn(a: Analysis, fns: Sequence[Callable[[Analysis], Chart]]) -> list[Chart]:
