@@ -105,7 +105,8 @@ class Forked:
             raise ForkFailed(f"the forked child's result does not unpickle: {e}") from None
 
     def cancel(self) -> None:
-        """Stop the child and reap it (the parent gave up waiting, e.g. on an exception of its own)."""
+        """Stop the child and reap it (the parent gave up waiting, e.g. on an exception of its own); nothing once
+        :meth:`result` has reaped it."""
         if self._pid is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self._pid, signal.SIGKILL)

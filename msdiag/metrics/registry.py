@@ -240,19 +240,18 @@ def compute_all(ctx: Context) -> dict[str, Value]:
         for m in metrics:
             if m.id not in apart:
                 out[m.id] = _computed(ctx, m)
-    except BaseException:
+        if child is not None:
+            try:
+                values, kept = child.result()
+            except forking.ForkFailed:  # computed here, as without the child (a bug then raises here)
+                values, kept = {m.id: _computed(ctx, m) for m in aside}, {}
+            out.update(values)
+            for key, data in kept.items():
+                if key not in ctx.cache:
+                    ctx.cache[key] = pickle.loads(data)
+    finally:  # after an error or an interrupt here the child is stopped and reaped (a no-op once collected)
         if child is not None:
             child.cancel()
-        raise
-    if child is not None:
-        try:
-            values, kept = child.result()
-        except forking.ForkFailed:  # computed here, as without the child (a bug then raises here)
-            values, kept = {m.id: _computed(ctx, m) for m in aside}, {}
-        out.update(values)
-        for key, data in kept.items():
-            if key not in ctx.cache:
-                ctx.cache[key] = pickle.loads(data)
     return {m.id: out[m.id] for m in metrics}
 
 

@@ -27,7 +27,6 @@ import json
 import math
 import os
 import re
-import signal
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence, cast
 
@@ -45,8 +44,8 @@ from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from msdiag import fmt
 from msdiag.analysis import Analysis
+from msdiag.forking import Forked, ForkFailed
 from msdiag.forking import fork_cpus as _cpus  # (a module name here: the tests replace it)
-from msdiag.forking import frozen
 from msdiag.units import MIB_PER_GIB, US_PER_MS, US_PER_S
 
 # ---- colours: one meaning, one colour, in every chart --------------------------------------
@@ -887,28 +886,22 @@ def drawn(a: Analysis, fns: Sequence[Callable[[Analysis], Chart]]) -> list[Chart
     if workers <= 1 or len(fns) > _QUEUED_MAX:  # one CPU, or one chart, or none
         return [fn(a) for fn in fns]
     queue_r, queue_w = os.pipe()
-    children: dict[int, int] = {}  # pid -> the read end of its pipe, while it is not reaped
+    children: list[Forked] = []
     try:
         os.write(queue_w, bytes(range(len(fns))))
         os.close(queue_w)
         os.set_blocking(queue_r, False)
-        with frozen():  # the children's collections leave the objects they share with this process alone: no page copied
-            for _ in range(workers - 1):
-                pid, fd = _fork(a, fns, queue_r)
-                children[pid] = fd
+        for _ in range(workers - 1):
+            children.append(Forked(lambda: _drawn_in_child(a, fns, queue_r)))
         out = {i: fns[i](a) for i in _taken(queue_r)}
-        for pid, fd in list(children.items()):
-            del children[pid]  # _collect reaps it and closes its pipe, whatever happens
-            out.update(_collect(pid, fd))
+        for child in children:
+            with contextlib.suppress(ForkFailed):
+                out.update({i: _chart(d) for i, d in json.loads(child.result())})
         return [out[i] if i in out else fns[i](a) for i in range(len(fns))]
-    finally:  # after an error here, the children not yet reaped are stopped and reaped
+    finally:  # after an error here, the children not yet reaped are stopped and reaped (a no-op for the others)
         os.close(queue_r)
-        for pid, fd in children.items():
-            with contextlib.suppress(OSError):
-                os.close(fd)
-            with contextlib.suppress(OSError):  # (stopped even when its pipe could not be closed)
-                os.kill(pid, signal.SIGTERM)
-            os.waitpid(pid, 0)
+        for child in children:
+            child.cancel()
 
 
 def _taken(queue: int) -> Iterator[int]:
@@ -923,44 +916,17 @@ def _taken(queue: int) -> Iterator[int]:
         yield got[0]
 
 
-def _fork(a: Analysis, fns: Sequence[Callable[[Analysis], Chart]], queue: int) -> tuple[int, int]:
-    """A child drawing the charts it takes from ``queue`` and writing them with their indices as JSON to a
-    pipe: its pid and the pipe's read end."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid:
-        os.close(w)
-        return pid, r
-    code = 1
-    try:  # the child: never returns, never runs the parent's exit handlers nor flushes its buffers
-        os.close(r)
-        charts = [(i, fns[i](a)) for i in _taken(queue)]
-        text = json.dumps([[i, dataclasses.asdict(c)] for i, c in charts])
-        if [(i, _chart(d)) for i, d in json.loads(text)] == charts:  # JSON gives every chart back exactly
-            with os.fdopen(w, "w", encoding="utf-8") as f:
-                f.write(text)
-            code = 0
-    except BaseException:  # noqa: BLE001 - the parent draws these charts again and raises what they raise
-        pass
-    finally:
-        os._exit(code)
+def _drawn_in_child(a: Analysis, fns: Sequence[Callable[[Analysis], Chart]], queue: int) -> str:
+    """In a child: the charts it takes from ``queue``, with their indices, as JSON; an error when JSON would not
+    give one back exactly (the child then gives nothing, and the charts it took are drawn again in the parent)."""
+    charts = [(i, fns[i](a)) for i in _taken(queue)]
+    text = json.dumps([[i, dataclasses.asdict(c)] for i, c in charts])
+    if [(i, _chart(d)) for i, d in json.loads(text)] != charts:
+        raise ValueError("a chart that JSON does not give back exactly")
+    return text
 
 
 def _chart(d: dict[str, Any]) -> Chart:
     return Chart(**{**d, "table_columns": [tuple(c) for c in d["table_columns"]]})
 
 
-def _collect(pid: int, fd: int) -> dict[int, Chart]:
-    """A child's charts by index; none when it failed. The child is reaped, its pipe closed."""
-    text = None
-    try:
-        with os.fdopen(fd, "r", encoding="utf-8") as f:
-            text = f.read()
-    finally:
-        if text is None:  # interrupted while reading: the child is stopped
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGTERM)
-        _, status = os.waitpid(pid, 0)
-    if not os.WIFEXITED(status) or os.WEXITSTATUS(status) != 0:
-        return {}
-    return {i: _chart(d) for i, d in json.loads(text)}
