@@ -6,14 +6,20 @@
   NA matching does not catch) only when a cell holds one.
 - ``_csv.read_cells`` splits a plain file with the csv module, and gives pandas' cells (``read_csv``)
   for it; a file that is not plain goes to pandas, with its cells and errors.
+- From ``_csv.ARROW_BYTES`` on, pyarrow's CSV reader splits it (``_arrow_rows``): the csv module's
+  cells, and the same numbers and texts from its Arrow columns (``Cells.floats`` / ``texts`` /
+  ``quoted_texts`` / ``ints``) as from the object arrays.
 """
 
 from __future__ import annotations
 
 import csv
+import io
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 
 from msdiag import model
@@ -137,10 +143,14 @@ def test_plain_file_cells_by_hand(tmp_path: Path) -> None:
     assert list(_csv.quoted_texts_of(cells["Shape"])) == ["32,3", "N/A", 'x, "y']
 
 
+@pytest.mark.parametrize("arrow_from", [_csv.ARROW_BYTES, 0])
 @pytest.mark.parametrize(
     "body",
     [
         b'a,b\n1,"2',  # a quote left open at the end (pandas: EOF inside string)
+        b'a,b\n1,"2\n',  # ... and before the last line's end
+        b'a,b\nx"y,"2\n',  # ... after a quote inside a field (a plain character there)
+        b'a,b\n1,"2\n3,4\n',  # a quote left open on a line before the last
         b'a,"b\n1,2\n',  # a quote left open in the header, spanning the lines
         b'a,b\n1,"2"x\n3,4\n',  # text after a closing quote (pandas keeps it: 2x)
         b"a,b\n1,2\n\n3,4\n",  # a blank line (pandas skips it)
@@ -157,9 +167,14 @@ def test_plain_file_cells_by_hand(tmp_path: Path) -> None:
         b"a,b\n",  # the header only
     ],
 )
-def test_files_not_plain_read_as_pandas_does(tmp_path: Path, body: bytes) -> None:
+def test_files_not_plain_read_as_pandas_does(
+    tmp_path: Path, body: bytes, arrow_from: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # each of these the csv module could split otherwise than pandas: pandas reads it (its cells or
-    # its error, or check_last_row's), but for the header-only file, which the csv module splits as pandas does
+    # its error, or check_last_row's), but for the header-only file, which the csv module splits as pandas does;
+    # with arrow_from 0 pyarrow's reader is tried first on these small files: it gives pandas' cells or
+    # leaves the file to the others (text after a closing quote it splits as pandas does: 2x)
+    monkeypatch.setattr(_csv, "ARROW_BYTES", arrow_from)
     path = tmp_path / "f.csv"
     path.write_bytes(body)
     if body != b"a,b\n":
@@ -173,6 +188,92 @@ def test_files_not_plain_read_as_pandas_does(tmp_path: Path, body: bytes) -> Non
         assert str(got.value) == str(e)
         return
     _same_cells(read_cells(path), want)
+
+
+def _cells_equal(a: _csv.Cells, b: _csv.Cells) -> None:
+    """The same columns of the same cells (NaN where null), and the same conversions of each."""
+    assert a.columns == b.columns and len(a) == len(b)
+    for c in a.columns:
+        assert [None if isinstance(v, float) else v for v in a[c]] == [None if isinstance(v, float) else v for v in b[c]]
+        assert all(type(x) is type(y) for x, y in zip(a[c], b[c]))
+        try:
+            want = _csv.floats_of(b[c], None, c)
+        except ParseError:
+            want = None
+        if want is None:  # a text column: Arrow's cast refuses a cell, the object path reads it
+            assert _csv._arrow_floats(a.arrow(c)) is None
+        else:
+            assert a.floats(c).tobytes() == want.tobytes()  # the same bits, NaN where null
+        pd.testing.assert_extension_array_equal(a.texts(c), _csv.texts_of(b[c]))
+        pd.testing.assert_extension_array_equal(a.quoted_texts(c), _csv.quoted_texts_of(b[c]))
+
+
+def test_arrow_split_as_csv_module_does(corpus: Path) -> None:
+    # every corpus CSV (up to FAST_BYTES): pyarrow's split gives the csv module's cells and the same
+    # conversions, or neither splits it (both leave it to pandas)
+    split = 0
+    for path in sorted(corpus.rglob("*.csv")):
+        data = path.read_bytes()
+        if len(data) > _csv.FAST_BYTES:
+            continue
+        lines, _ = _csv._check_line_lengths(path, io.BytesIO(data))
+        arrow, plain = _csv._arrow_rows(data, lines), _csv._plain_rows(data)
+        assert (arrow is None) == (plain is None), path
+        if arrow is not None and plain is not None:
+            split += 1
+            assert arrow[1] == plain[1]  # the header's fields
+            assert all(isinstance(v, pa.Array) for v in arrow[0].data.values())
+            _cells_equal(arrow[0], plain[0])
+    assert split >= 40
+
+
+def test_arrow_cells_by_hand(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # test_plain_file_cells_by_hand's file, split by pyarrow: the same cells and figures
+    monkeypatch.setattr(_csv, "ARROW_BYTES", 0)
+    body = (
+        'Name,Start Time(us),Shape,Count,\r\n'
+        'a,1736408883709305.078\t,"""32,3""",7,\r\n'
+        'b,1.69512E+15, N/A ,1e300,\r\n'
+        'N/A,,"x, ""y""",,\r\n'
+    )
+    path = tmp_path / "k.csv"
+    path.write_bytes(body.encode())
+    cells = read_cells(path)
+    assert isinstance(cells.data["Name"], pa.Array)  # pyarrow split it
+    _same_cells(cells, read_csv(path))
+    assert cells.columns == ["Name", "Start Time(us)", "Shape", "Count"] and len(cells) == 4 - 1
+    t = cells.floats("Start Time(us)", path)
+    assert t[0] == 1736408883709305.078 and t[1] == 1.69512e15 and pd.isna(t[2])
+    assert list(cells.texts("Shape")) == ['"32,3"', pd.NA, 'x, "y"']
+    assert list(cells.quoted_texts("Shape")) == ["32,3", "N/A", 'x, "y']
+    notes: list[str] = []
+    assert list(cells.ints("Count", path, notes)) == [7, pd.NA, pd.NA]  # 1e300: beyond int64, a note
+    assert notes == ["k.csv: 1 'Count' value(s) beyond the int64 range (first: 1e+300) read as null"]
+    kept = cells.take(np.array([True, False, True]))
+    assert list(kept.texts("Name")) == ["a", pd.NA] and len(kept) == 2
+
+
+@pytest.mark.parametrize(
+    "cell,want",
+    [
+        ("1_000", 1000.0),  # Python's float() reads it, Arrow's cast does not: read as float() does
+        ("\u0661", 1.0),  # an Arabic-Indic digit: the same
+        ("nan(123)", None),  # Arrow's cast reads NaN, float() refuses it: the non-number error
+        ("12 monkeys", None),
+    ],
+)
+def test_arrow_numbers_read_as_float_does(tmp_path: Path, cell: str, want: float | None) -> None:
+    path = tmp_path / "k.csv"
+    path.write_text(f"Name,Size\na,{cell}\nb,2\n", encoding="utf-8")
+    lines, _ = _csv._check_line_lengths(path, io.BytesIO(path.read_bytes()))
+    split = _csv._arrow_rows(path.read_bytes(), lines)
+    assert split is not None
+    cells = split[0]
+    if want is None:
+        with pytest.raises(ParseError, match=r"column 'Size' holds a non-number .* in row 2"):
+            cells.floats("Size", path)
+    else:
+        assert cells.floats("Size", path).tolist() == [want, 2.0]
 
 
 @pytest.mark.parametrize(

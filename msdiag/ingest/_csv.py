@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.csv as pcsv
 
 from msdiag import units
 from msdiag.errors import ParseError
@@ -52,6 +53,15 @@ _INT64_BOUND = 2.0**63
 _NEWLINE = 0x0A
 # Files up to this size are read once and, when plain, split by the csv module (read_cells)
 FAST_BYTES = 8 << 20
+# ... or, from this size on, by pyarrow's CSV reader: its fixed cost per call (~0.3 ms) is more than the
+# csv module's whole split of a smaller file (step_trace_time.csv, op_statistic.csv: 0.02-0.05 ms), and it
+# splits a 200 KB kernel_details.csv in half the csv module's time, its cells left as Arrow texts that
+# the readers convert in Arrow (Cells.floats, Cells.texts) rather than one Python object per cell
+ARROW_BYTES = 32 << 10
+# The whitespace a number's cell may carry for Arrow's cast (the trailing TAB of timestamps): ASCII only,
+# a subset of what Python's float() strips, so a cell Arrow reads is one float() reads alike
+_ASCII_SPACE = " \t\r\n\x0b\x0c"
+_BOM = b"\xef\xbb\xbf"
 
 
 def read_csv(path: Path, required: Iterable[str] = (), any_of: Iterable[Iterable[str]] = ()) -> pd.DataFrame:
@@ -119,9 +129,12 @@ class Cells:
     file writes an NA text (exactly the cells of :func:`read_csv`'s frame, ``to_numpy(dtype=object)``),
     without a frame: the readers convert each column once and build their table from arrays. A column
     given as a tuple of the file's texts becomes its array when first asked for (a reader reads about
-    half of kernel_details' columns)."""
+    half of kernel_details' columns); a column given as Arrow texts (null where an NA text; pyarrow's
+    split, :func:`_arrow_rows`) is converted in Arrow by :meth:`floats`, :meth:`ints`, :meth:`texts` and
+    :meth:`quoted_texts`, to the same values as from its object array, and becomes that array only where
+    a reader indexes it."""
 
-    def __init__(self, columns: Mapping[str, np.ndarray | tuple[str, ...]], n: int) -> None:
+    def __init__(self, columns: Mapping[str, np.ndarray | tuple[str, ...] | pa.Array], n: int) -> None:
         self.data = dict(columns)
         self.n = n
 
@@ -139,11 +152,45 @@ class Cells:
         v = self.data[name]
         if isinstance(v, tuple):
             v = self.data[name] = _cells_of(v)
+        elif isinstance(v, pa.Array):
+            v = self.data[name] = _cells_of_arrow(v)
         return v
+
+    def arrow(self, name: str) -> pa.Array:
+        """The column as Arrow texts (large_string, null where the file writes an NA text)."""
+        v = self.data[name]
+        return v if isinstance(v, pa.Array) else _arrow_strings(self[name])
+
+    def floats(self, name: str, path: Path | None = None) -> np.ndarray:
+        """:func:`floats_of` of the column."""
+        v = self.data[name]
+        if isinstance(v, pa.Array):
+            out = _arrow_floats(v)
+            if out is not None:
+                return out
+        return floats_of(self[name], path, name)
+
+    def ints(
+        self, name: str, path: Path | None = None, notes: list[str] | None = None
+    ) -> pd.api.extensions.ExtensionArray:
+        """:func:`ints_of` of the column."""
+        return _ints_of_floats(self.floats(name, path), path, name, notes)
+
+    def texts(self, name: str) -> pd.api.extensions.ExtensionArray:
+        """:func:`texts_of` of the column."""
+        return _texts(self.arrow(name))
+
+    def quoted_texts(self, name: str) -> pd.api.extensions.ExtensionArray:
+        """:func:`quoted_texts_of` of the column."""
+        return _quoted_texts(self.arrow(name))
 
     def take(self, keep: np.ndarray) -> Cells:
         """The rows where ``keep`` (booleans) is True."""
-        return Cells({c: self[c][keep] for c in self.data}, int(np.count_nonzero(keep)))
+        mask = pa.array(keep, type=pa.bool_())
+        return Cells(
+            {c: v.filter(mask) if isinstance(v, pa.Array) else self[c][keep] for c, v in self.data.items()},
+            int(np.count_nonzero(keep)),
+        )
 
 
 def _cells_of(texts: tuple[str, ...]) -> np.ndarray:
@@ -153,12 +200,35 @@ def _cells_of(texts: tuple[str, ...]) -> np.ndarray:
     return arr
 
 
+def _cells_of_arrow(texts: pa.Array) -> np.ndarray:
+    """:func:`_cells_of` of Arrow texts whose NA texts are null."""
+    arr = texts.to_numpy(zero_copy_only=False)
+    if texts.null_count:
+        arr[np.asarray(texts.is_null())] = _NAN
+    return arr
+
+
+def _arrow_floats(texts: pa.Array) -> np.ndarray | None:
+    """Arrow texts (null where NA) as float64, NaN where null; None when a cell is not a number Arrow
+    reads (the caller then reads it as :func:`floats_of` does) or reads as NaN: Arrow takes
+    ``nan(123)``, Python's float() does not."""
+    try:
+        f = pc.cast(pc.utf8_trim(texts, characters=_ASCII_SPACE), pa.float64())
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+    out = f.to_numpy(zero_copy_only=False)
+    if int(np.count_nonzero(np.isnan(out))) != f.null_count:
+        return None
+    return out
+
+
 def read_cells(path: Path, required: Iterable[str] = (), any_of: Iterable[Iterable[str]] = ()) -> Cells:
     """:func:`read_csv`'s cells, checks and errors, then :func:`check_last_row`'s, as :class:`Cells`.
 
     A file of at most :data:`FAST_BYTES` is read once: its shape is checked on the bytes, and when it
-    is plain (see :func:`_plain_rows`) the csv module splits it, since for the few hundred rows of most
-    profiler files pandas' fixed cost per call is most of the read. Anything else is parsed by pandas
+    is plain (see :func:`_plain_rows`) the csv module splits it (pyarrow's reader from
+    :data:`ARROW_BYTES` on, where it splits alike: :func:`_arrow_rows`), since for the few hundred rows of
+    most profiler files pandas' fixed cost per call is most of the read. Anything else is parsed by pandas
     as :func:`read_csv` does: the same cells, errors and messages either way.
     """
     try:
@@ -173,7 +243,9 @@ def read_cells(path: Path, required: Iterable[str] = (), any_of: Iterable[Iterab
         raise ParseError(path, f"cannot be read ({e.strerror or e})") from None
     if data is not None and len(data) <= FAST_BYTES:
         lines, size = _check_line_lengths(path, io.BytesIO(data))
-        plain = _plain_rows(data)
+        plain = _arrow_rows(data, lines) if len(data) >= ARROW_BYTES else None
+        if plain is None:
+            plain = _plain_rows(data)
         if plain is not None:  # (every row as wide as the header: the last one is not cut)
             cells, header = plain
             _judge_shape(path, header, [len(header)] * min(len(cells), _SHAPE_ROWS), lines, size)
@@ -220,6 +292,59 @@ def _plain_rows(data: bytes) -> tuple[Cells, list[str]] | None:
         return None
     n = len(body)
     return Cells({name.strip(): col for name, col in zip(names, zip(*body) if n else [() for _ in names])}, n), header
+
+
+def _arrow_rows(data: bytes, lines: int) -> tuple[Cells, list[str]] | None:
+    """:func:`_plain_rows`' answer from pyarrow's CSV reader, the cells left as Arrow texts (null where
+    an NA text), or None wherever the csv module's split could differ (the caller then splits it so).
+
+    Besides _plain_rows' refusals (a byte-order mark, a NUL, bytes that are not UTF-8, a lone carriage
+    return, a header narrower than two names or with a blank, duplicate or ``Unnamed:`` name), the
+    header must hold no quote (it is split on commas here) and at most :data:`MAX_COLUMNS` names, every row must be as wide as the header
+    (pyarrow refuses others) and the rows pyarrow found must be the file's lines less the header: a
+    blank line (which pyarrow skips) or a quoted field spanning lines (which it joins, to the end of
+    the file when the quote is never closed) gives fewer; a quote left open on the last line is refused.
+    Where the csv module refuses a row that pyarrow splits (text after a closing quote: ``"a"b``),
+    pandas reads the file and splits it as pyarrow does (``ab``)."""
+    if b"\x00" in data or data.startswith(_BOM) or data.count(b"\r") != data.count(b"\r\n"):
+        return None
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    end = data.find(b"\n")
+    first = data if end < 0 else data[:end]
+    if b'"' in first:
+        return None
+    header = first.decode("utf-8").removesuffix("\r").split(",")
+    width = len(header)
+    if not 2 <= width <= MAX_COLUMNS or len(set(header)) != width:
+        return None  # (a header too wide is judged by the caller, before anything is split)
+    names = header[:-1] if header[-1] == "" else header
+    if any(not h.strip() or h.startswith("Unnamed:") for h in names):
+        return None
+    try:  # a quote left open on the last line: pyarrow ends the field at the end of the file, pandas refuses it
+        next(csv.reader([data.rstrip(b"\r\n").rpartition(b"\n")[2].decode("utf-8")], strict=True), None)
+    except csv.Error:
+        return None
+    keys = [str(i) for i in range(width)]
+    try:
+        table = pcsv.read_csv(
+            pa.py_buffer(data),
+            read_options=pcsv.ReadOptions(use_threads=False, skip_rows=1, column_names=keys),
+            convert_options=pcsv.ConvertOptions(
+                column_types=dict.fromkeys(keys, pa.large_string()),
+                null_values=NA_VALUES,
+                strings_can_be_null=True,
+                quoted_strings_can_be_null=True,
+            ),
+        )
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+    n = table.num_rows
+    if n != lines - 1:
+        return None
+    return Cells({name.strip(): table.column(i).combine_chunks() for i, name in enumerate(names)}, n), header
 
 
 def to_float(s: pd.Series, path: Path | None = None, column: str = "") -> pd.Series:
@@ -274,7 +399,12 @@ def ints_of(
     raw: np.ndarray, path: Path | None = None, column: str = "", notes: list[str] | None = None
 ) -> pd.api.extensions.ExtensionArray:
     """:func:`to_int` of an object array of cells (str, NaN / None where null): an Int64 array."""
-    f = floats_of(raw, path, column)
+    return _ints_of_floats(floats_of(raw, path, column), path, column, notes)
+
+
+def _ints_of_floats(
+    f: np.ndarray, path: Path | None, column: str, notes: list[str] | None
+) -> pd.api.extensions.ExtensionArray:
     beyond = ~np.isnan(f) & ~(np.abs(f) < _INT64_BOUND)
     if beyond.any():
         if notes is not None:
@@ -297,7 +427,11 @@ def strip_quotes(s: pd.Series) -> pd.Series:
 
 def quoted_texts_of(raw: np.ndarray) -> pd.api.extensions.ExtensionArray:
     """:func:`strip_quotes` of an object array of cells: a "string" array."""
-    t = pc.utf8_trim_whitespace(_arrow_strings(raw))
+    return _quoted_texts(_arrow_strings(raw))
+
+
+def _quoted_texts(t: pa.Array) -> pd.api.extensions.ExtensionArray:
+    t = pc.utf8_trim_whitespace(t)
     return _string_array(pc.utf8_trim_whitespace(pc.utf8_trim(t, characters='"')))
 
 
@@ -305,7 +439,11 @@ def texts_of(raw: np.ndarray) -> pd.api.extensions.ExtensionArray:
     """Cells as text, stripped; a cell that is an NA text once stripped (`` N/A ``: the parser's own NA
     matching takes exact cells only) is null. A "string" array; the NA mask is built only when one
     Arrow pass finds such a cell."""
-    t = pc.utf8_trim_whitespace(_arrow_strings(raw))
+    return _texts(_arrow_strings(raw))
+
+
+def _texts(t: pa.Array) -> pd.api.extensions.ExtensionArray:
+    t = pc.utf8_trim_whitespace(t)
     na = pc.is_in(t, value_set=_NA_ARROW)
     if pc.any(na).as_py():
         t = pc.if_else(na, pa.scalar(None, pa.large_string()), t)

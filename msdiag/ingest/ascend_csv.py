@@ -28,11 +28,7 @@ from msdiag.errors import ParseError
 from msdiag.ingest._csv import (
     NA_VALUES,
     Cells,
-    floats_of,
-    ints_of,
-    quoted_texts_of,
     read_cells,
-    texts_of,
 )
 
 Alternatives = tuple[str, ...]
@@ -157,19 +153,19 @@ def _col(df: Cells, names: Sequence[str]) -> str | None:
 
 def _floats(df: Cells, path: Path, names: Sequence[str]) -> np.ndarray | None:
     c = _col(df, names)
-    return None if c is None else floats_of(df[c], path, c)
+    return None if c is None else df.floats(c, path)
 
 
 def _ints(df: Cells, path: Path, names: Sequence[str], notes: list[str] | None = None) -> Column | None:
     c = _col(df, names)
-    return None if c is None else ints_of(df[c], path, c, notes)
+    return None if c is None else df.ints(c, path, notes)
 
 
 def _strs(df: Cells, names: Sequence[str]) -> Column | None:
     """The first present of ``names`` as text, stripped, an NA text (written with spaces around it:
     the parser's own NA matching takes exact cells only) null (_csv.texts_of)."""
     c = _col(df, names)
-    return None if c is None else texts_of(df[c])
+    return None if c is None else df.texts(c)
 
 
 def _rank(n: int, rank: int) -> Column:
@@ -219,7 +215,7 @@ def read_step_trace_time(path: Path, rank: int) -> pd.DataFrame:
     n = len(df)
     cols: dict[str, Column | None] = {
         "rank": _rank(n, rank),
-        "step": ints_of(df["Step"], path, "Step"),
+        "step": df.ints("Step", path),
     }
     for canon, names in STEP_TRACE_COLUMNS.items():
         cols[canon] = _floats(df, path, names)
@@ -254,11 +250,11 @@ def read_kernel_details(path: Path, rank: int, notes: list[str] | None = None) -
     for canon, names in KERNEL_SHAPE_COLUMNS.items():
         c = _col(df, names)
         if c is not None:
-            cols[canon] = quoted_texts_of(df[c])  # N/A -> null; '""' (no shape) -> ''
+            cols[canon] = df.quoted_texts(c)  # N/A -> null; '""' (no shape) -> ''
     for canon, names in KERNEL_FLOAT_COLUMNS.items():
         cols[canon] = _floats(df, path, names)
     for canon, names in KERNEL_SUM_COLUMNS.items():
-        parts = [pd.Series(floats_of(df[c], path, c)) for c in names if c in df]
+        parts = [pd.Series(df.floats(c, path)) for c in names if c in df]
         if parts:
             cols[canon] = pd.concat(parts, axis=1).sum(axis=1, min_count=1).to_numpy()
     core = cols["core"]
@@ -328,8 +324,7 @@ def read_memory_record(path: Path, rank: int) -> tuple[pd.DataFrame, list[str]]:
     df = _read(path, required=MEMORY_RECORD_REQUIRED)
     n = len(df)
     notes: list[str] = []
-    ts_raw = df["Timestamp(us)"]
-    t = pc.utf8_trim_whitespace(pa.array(ts_raw, type=pa.large_string(), from_pandas=True))
+    t = pc.utf8_trim_whitespace(df.arrow("Timestamp(us)"))
     mangled = pc.fill_null(pc.match_substring_regex(t, r"[eE]\+"), False)
     if pc.any(mangled).as_py():
         bad = pc.filter(t, mangled)
@@ -341,7 +336,7 @@ def read_memory_record(path: Path, rank: int) -> tuple[pd.DataFrame, list[str]]:
         "rank": _rank(n, rank),
         "component": _strs(df, ("Component",)),
         "source": _const(n, "memory_record"),
-        "ts_us": floats_of(ts_raw, path, "Timestamp(us)"),
+        "ts_us": df.floats("Timestamp(us)", path),
         # "MB" of the Ascend memory files is MiB (2^20 bytes): kept as written in the _mb columns
         "allocated_mb": _floats(df, path, ("Total Allocated(MB)",)),
         "reserved_mb": _floats(df, path, ("Total Reserved(MB)",)),
@@ -360,12 +355,12 @@ def read_npu_module_mem(path: Path, rank: int) -> pd.DataFrame:
     """
     df = _read(path, required=NPU_MODULE_MEM_REQUIRED)
     n = len(df)
-    reserved = floats_of(df["Total Reserved(MB)"], path, "Total Reserved(MB)")
+    reserved = df.floats("Total Reserved(MB)", path)
     cols: dict[str, Column | None] = {
         "rank": _rank(n, rank),
         "component": _strs(df, ("Component",)),
         "source": _const(n, "npu_module_mem"),
-        "ts_us": floats_of(df["Timestamp(us)"], path, "Timestamp(us)"),
+        "ts_us": df.floats("Timestamp(us)", path),
         "reserved_mb": np.where(reserved < 0, np.nan, reserved),
         "device": _strs(df, ("Device", "Device Type")),
     }
@@ -430,10 +425,10 @@ def read_static_op_mem_totals(path: Path) -> dict[int | None, float]:
     (blocks are reused and aligned): on the corpus graph 0 sums to 19784.7 KB but its TOTAL is 17210.5.
     """
     df = _static_frame(path)
-    name = pc.utf8_trim_whitespace(pa.array(df["Op Name"], type=pa.large_string(), from_pandas=True))
+    name = pc.utf8_trim_whitespace(df.arrow("Op Name"))
     tot = df.take(_is(name, STATIC_OP_MEM_TOTAL))
-    sizes = floats_of(tot["Size(KB)"], path, "Size(KB)")
-    graphs = ints_of(tot["Graph ID"], path, "Graph ID") if "Graph ID" in tot else [pd.NA] * len(tot)
+    sizes = tot.floats("Size(KB)", path)
+    graphs = tot.ints("Graph ID", path) if "Graph ID" in tot else [pd.NA] * len(tot)
     return {(None if pd.isna(g) else int(g)): float(s) for g, s in zip(graphs, sizes)}
 
 
@@ -493,7 +488,7 @@ def _queue_list(cell: Any, path: Path, op_id: Any) -> list[float] | None:
 
 def _read_minddata_raw(path: Path) -> dict[int, dict[str, Any]]:
     df = _read(path, required=MINDDATA_RAW_REQUIRED)
-    op_id = pd.Series(ints_of(df["op_id"], path, "op_id"))
+    op_id = pd.Series(df.ints("op_id", path))
     if op_id.isna().any():
         raise ParseError(path, f"row {int(op_id.isna().to_numpy().argmax()) + 2} has no op_id")
     num = {

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+import pyarrow.compute as pc
 
 from msdiag import intervals as iv
 from msdiag.metrics.registry import Reads, declare_reads
@@ -104,6 +105,8 @@ def _lane(tl: pd.DataFrame, lane: str) -> np.ndarray:
 
 def _marker_steps(rd: RankData) -> dict[int, tuple[float, float]]:
     tl = rd.table("timeline")
+    if not len(tl):  # (a rank read without its trace)
+        return {}
     at = _lane(tl, "step")
     out: dict[int, tuple[float, float]] = {}
     names, starts, durs = tl["name"][at].to_numpy(), tl["start_us"].to_numpy(float)[at], tl["dur_us"].to_numpy(float)[at]
@@ -166,7 +169,9 @@ def _rows_by_step(step_of: np.ndarray, k: int) -> list[np.ndarray]:
     return [order[cuts[i] : cuts[i + 1]] for i in range(k)]
 
 
-def _windows(rd: RankData, ops: pd.DataFrame, host_ops: bool) -> tuple[list[Window], str]:
+def _windows(
+    ops: pd.DataFrame, host_ops: bool, markers: dict[int, tuple[float, float]]
+) -> tuple[list[Window], str]:
     starts = ops["start_us"].to_numpy(float)
     ends = _ends(ops)
     steps = ops["step"]
@@ -179,7 +184,6 @@ def _windows(rd: RankData, ops: pd.DataFrame, host_ops: bool) -> tuple[list[Wind
             for step, rows in zip(ids, _rows_by_step(pos, len(ids)))
         ]
         return wins, "the kernels' Step Id"
-    markers = _marker_steps(rd)
     if markers:
         wins = []
         for step, (lo, hi) in sorted(markers.items()):
@@ -198,6 +202,30 @@ def _windows(rd: RankData, ops: pd.DataFrame, host_ops: bool) -> tuple[list[Wind
     )
 
 
+def _data_waits(tl: pd.DataFrame) -> tuple[int, iv.Intervals]:
+    """The count of the host lane's data waits (DATA_WAIT_PATTERN) and their intervals."""
+    is_host = _lane(tl, "host") if len(tl) else np.zeros(0, dtype=bool)
+    if not is_host.any():  # (a rank read without its trace: none)
+        return 0, iv.make(np.zeros(0), np.zeros(0))
+    host_names = tl["name"][is_host]
+    names = pd.Series(host_names.dropna().unique()).astype("string")  # distinct names: cheap on big traces
+    wait_names = set(names[names.str.contains(DATA_WAIT_PATTERN, regex=True, na=False)])
+    is_wait = is_host.copy()
+    is_wait[is_host] = host_names.isin(wait_names).fillna(False).to_numpy(bool)
+    return int(is_wait.sum()), iv.make(tl["start_us"].to_numpy(float)[is_wait], tl["dur_us"].to_numpy(float)[is_wait])
+
+
+def _receives(names: pd.Series) -> np.ndarray:
+    """Booleans: the op's name, lower-cased, holds one of _RECEIVE (null: False). In Arrow where the names
+    are Arrow texts (what pandas' string methods do there, without their per-call cost)."""
+    pattern = "|".join(_RECEIVE)
+    arr = names.array
+    if isinstance(arr, pd.arrays.ArrowStringArray):
+        hit = pc.match_substring_regex(pc.utf8_lower(arr._pa_array), pattern)
+        return np.asarray(pc.fill_null(hit, False).to_numpy(zero_copy_only=False), dtype=bool)
+    return names.astype("string").str.lower().str.contains(pattern, regex=True, na=False).to_numpy(bool)
+
+
 def step_breakdown(rd: RankData) -> pd.DataFrame:
     """One STEPS row per step of the rank, computed from its timeline.
 
@@ -207,7 +235,9 @@ def step_breakdown(rd: RankData) -> pd.DataFrame:
     if not len(ops):
         return STEPS.empty()
     # an op without a start cannot be placed; one without a duration still marks its step (bounds.py)
-    ops = ops[ops["start_us"].notna()].reset_index(drop=True)
+    placed = ops["start_us"].notna().to_numpy(bool)
+    if not placed.all():
+        ops = ops[placed].reset_index(drop=True)
     if not len(ops):
         return STEPS.empty()
     kind = ops["kind"].to_numpy()
@@ -217,23 +247,14 @@ def step_breakdown(rd: RankData) -> pd.DataFrame:
     extra_comm = _comm_from_timeline(rd) if src == "kernels" and not is_comm.any() else None
     k = rd.table("kernels")
     host_ops = src == "kernels" and len(k) > 0 and bool((k["core"] == "CPU").all())
-    windows, how = _windows(rd, ops, host_ops)
+    markers = _marker_steps(rd)
+    windows, how = _windows(ops, host_ops, markers)
     rd.info.steps_from = how
 
-    markers = _marker_steps(rd)
-    tl = rd.table("timeline")
-    is_host = _lane(tl, "host")
-    host_names = tl["name"][is_host]
-    names = pd.Series(host_names.dropna().unique()).astype("string")  # distinct names: cheap on big traces
-    wait_names = set(names[names.str.contains(DATA_WAIT_PATTERN, regex=True, na=False)])
-    is_wait = is_host.copy()
-    is_wait[is_host] = host_names.isin(wait_names).fillna(False).to_numpy(bool)
-    n_waits = int(is_wait.sum())
-    wait_iv = iv.make(tl["start_us"].to_numpy(float)[is_wait], tl["dur_us"].to_numpy(float)[is_wait])
-
+    n_waits, wait_iv = _data_waits(rd.table("timeline"))
     starts = ops["start_us"].to_numpy(float)
     durs = ops["dur_us"].to_numpy(float)
-    recv_all = ops["name"].astype("string").str.lower().str.contains("|".join(_RECEIVE), regex=True, na=False).to_numpy()
+    recv_all = _receives(ops["name"])
     rows = []
     for w in windows:
         s, d, cp, cm, rv = starts[w.rows], durs[w.rows], is_comp[w.rows], is_comm[w.rows], recv_all[w.rows]

@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from msdiag import intervals as iv
-from msdiag.metrics.breakdown import _RECEIVE, _comm_from_timeline, _device_ops, _windows
+from msdiag.metrics.breakdown import _comm_from_timeline, _device_ops, _marker_steps, _receives, _windows
 from msdiag.metrics.causes import _Host, _Names, _spans, host_spans
 from msdiag.metrics.registry import Context, unread_host
 from msdiag.model import STEP_KINDS, STEP_KINDS_TABLE, RankData
@@ -88,11 +88,11 @@ def _rank_windows(rd: RankData, spans: list[iv.Intervals]) -> list[tuple[int | N
         return []
     k = rd.table("kernels")
     host_ops = src == "kernels" and len(k) > 0 and bool((k["core"] == "CPU").all())
-    windows, _ = _windows(rd, ops, host_ops)
+    windows, _ = _windows(ops, host_ops, _marker_steps(rd))
     kind = ops["kind"].to_numpy()
     is_comm, is_comp = kind == "communication", kind == "compute"
     starts, durs = ops["start_us"].to_numpy(float), ops["dur_us"].to_numpy(float)
-    recv = ops["name"].astype("string").str.lower().str.contains("|".join(_RECEIVE), regex=True, na=False).to_numpy(bool)
+    recv = _receives(ops["name"])
     extra = _comm_from_timeline(rd) if src == "kernels" and not is_comm.any() else None
     extra_iv = iv.make(extra["start_us"].to_numpy(float), extra["dur_us"].to_numpy(float)) if extra is not None else iv.EMPTY
     waits, syncs = spans
