@@ -15,7 +15,7 @@ The charts are independent: with more than one CPU, ``all_charts`` draws them in
 forked children (``drawn``), each taking the next chart as it comes free: the same charts in the same
 order, the same bytes.
 
-matplotlib is imported here only: this module is off the analyze path.
+matplotlib is imported here only (through :mod:`msdiag.report.mpl`): this module is off the analyze path.
 """
 
 from __future__ import annotations
@@ -30,22 +30,27 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence, cast
 
-import matplotlib
 import numpy as np
-from matplotlib.backend_bases import RendererBase
-from matplotlib.backends.backend_mixed import MixedModeRenderer
-from matplotlib.backends.backend_svg import RendererSVG
-from matplotlib.collections import PolyCollection
-from matplotlib.colors import to_rgb
-from matplotlib.figure import Figure  # a Figure saved to SVG needs no pyplot and no GUI backend
-from matplotlib.lines import Line2D
-from matplotlib.patches import Patch, Rectangle
-from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from msdiag import fmt
 from msdiag.analysis import Analysis
 from msdiag.forking import Forked, ForkFailed
 from msdiag.forking import fork_cpus as _cpus  # (a module name here: the tests replace it)
+from msdiag.report.mpl import (  # matplotlib, imported lean (see mpl)
+    Figure,
+    FuncFormatter,
+    Line2D,
+    MaxNLocator,
+    MixedModeRenderer,
+    Patch,
+    PolyCollection,
+    Rectangle,
+    RendererBase,
+    RendererSVG,
+    colormaps,
+    matplotlib,
+    to_rgb,
+)
 from msdiag.units import MIB_PER_GIB, US_PER_MS, US_PER_S
 
 # ---- colours: one meaning, one colour, in every chart --------------------------------------
@@ -520,7 +525,6 @@ def comm_links(a: Analysis) -> Chart:
 
 def _paint_links(fig: Figure, v: Any, big_r: int, big_c: int) -> None:
     """One heatmap per group, sharing a colour scale; the slow link outlined."""
-    from matplotlib import colormaps
 
     cmap = colormaps["YlGnBu"].with_extremes(bad="#F4F4F4")
     vmax = max(float(np.nanmax(m.mat)) for m in v.matrices)
@@ -704,7 +708,6 @@ def _memory_panel(ax: Any, v: Any, cols: tuple[str, ...], pi: int, split: bool, 
 def _memory_line(ax: Any, v: Any, r: int, i: int, t: np.ndarray, y: np.ndarray, col: str, sc: float, split: bool,
                  many: bool, pi: int, handles: list[Any]) -> None:
     """One rank's series of one column: bold and labelled, or faint and coarse among many ranks."""
-    from matplotlib import colormaps
 
     if not np.isfinite(y).any():
         return

@@ -12,13 +12,10 @@ from __future__ import annotations
 from typing import Callable, Literal
 
 import numpy as np
-from matplotlib.figure import Figure
-from matplotlib.lines import Line2D
-from matplotlib.patches import Patch
-from matplotlib.ticker import MaxNLocator
 
 from msdiag.analysis import Analysis
 from msdiag.report.charts import ALERT, COMM, COMPUTE, FREE, INK, MUTED, Chart, _absent, _draw, _legend_top, drawn, views
+from msdiag.report.mpl import Figure, Line2D, MaxNLocator, Patch
 from msdiag.units import US_PER_MS
 
 PREFILL_COLOUR = COMM  # prefill steps / first tokens

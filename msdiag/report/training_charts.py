@@ -10,12 +10,11 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import numpy as np
-from matplotlib.figure import Figure
-from matplotlib.lines import Line2D
 
 from msdiag import fmt
 from msdiag.analysis import Analysis
 from msdiag.report.charts import ALERT, COMM, COMPUTE, INK, MUTED, Chart, _absent, _draw, _legend_top, drawn, views
+from msdiag.report.mpl import Figure, Line2D
 
 # The summary tiles of a report on a training log alone: (metric id, label, note).
 TILES = (
