@@ -85,19 +85,26 @@ def _median_preparing(ctx: Context) -> pd.Series:
     its first device task, where data waits and Python before the first launch show), by rank; warm-up steps left
     out (ties: the lowest rank). Read from the summary file, so the same at either depth."""
     s = ctx.steps
-    warm = set()
+    warm: dict[int, list[int]] = {}  # per rank, its warm-up steps (a null step is none)
     if "warmup" in s.columns:
         w = s[s["warmup"].fillna(False).to_numpy(bool)]
-        warm = set(zip(w["rank"].astype(int), w["step"].astype("Int64").astype(object)))
+        for r, st in zip(w["rank"].astype(int), w["step"].astype("Int64")):
+            if not pd.isna(st):
+                warm.setdefault(int(r), []).append(int(st))
     out: dict[int, float] = {}
-    for rd in ctx.capture.ranks:
+    for rd in ctx.capture.ranks:  # on arrays: a rank's frame read column by column, not cell by cell
         p = rd.tables.get("profiler_steps")
-        if p is None or not len(p) or p["preparing_us"].isna().all():
+        if p is None or not len(p):
             continue
-        vals = [float(v) for st, v in zip(p["step"].astype(object), p["preparing_us"].astype(object))
-                if not pd.isna(v) and (int(rd.rank), None if pd.isna(st) else int(st)) not in warm]
-        if vals:
-            out[int(rd.rank)] = float(np.median(vals))
+        prep = p["preparing_us"].to_numpy(float, na_value=np.nan)
+        keep = ~np.isnan(prep)
+        if not keep.any():
+            continue
+        if int(rd.rank) in warm:
+            step = p["step"].to_numpy(float, na_value=np.nan)
+            keep &= ~np.isin(step, warm[int(rd.rank)])  # (a null step is no warm-up step)
+        if keep.any():
+            out[int(rd.rank)] = float(np.median(prep[keep]))
     return pd.Series(out, dtype=float).sort_index()
 
 
