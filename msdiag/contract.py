@@ -70,6 +70,14 @@ def _top_kernels_per_rank(a: Analysis, n: int = TOP_KERNELS) -> list[list[dict[s
     return out
 
 
+def _sum(col: pd.Series) -> float:
+    """``float(col.sum())`` of a float column, on its array: pandas' nansum (nulls as 0, then numpy's sum)."""
+    if col.dtype != np.float64:
+        return float(col.sum())
+    x = col.to_numpy()
+    return float(np.where(np.isnan(x), 0.0, x).sum())
+
+
 def _comm_summary(rd: Any) -> dict[str, Any] | None:
     """The rank's communication: its own tables (the capture's rows of that rank, in the same order), not the
     capture's filtered once per rank (a thousand ranks: a thousand scans of every rank's rows)."""
@@ -78,11 +86,7 @@ def _comm_summary(rd: Any) -> dict[str, Any] | None:
         return {
             "source": "communication analysis",
             "ops": int(len(ops)),
-            "elapse_us": float(ops["elapse_us"].sum()),
-            "transit_us": float(ops["transit_us"].sum()),
-            "wait_us": float(ops["wait_us"].sum()),
-            "sync_us": float(ops["sync_us"].sum()),
-            "idle_us": float(ops["idle_us"].sum()),
+            **{f"{c}_us": _sum(ops[f"{c}_us"]) for c in ("elapse", "transit", "wait", "sync", "idle")},
         }
     k = rd.table("kernels")
     k = k.loc[k["kind"] == "communication", ["dur_us"]]
