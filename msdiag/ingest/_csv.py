@@ -214,7 +214,7 @@ def _arrow_floats(texts: pa.Array) -> np.ndarray | None:
     ``nan(123)``, Python's float() does not."""
     try:
         f = pc.cast(pc.utf8_trim(texts, characters=_ASCII_SPACE), pa.float64())
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+    except pa.ArrowException:
         return None
     out = f.to_numpy(zero_copy_only=False)
     if int(np.count_nonzero(np.isnan(out))) != f.null_count:
@@ -281,17 +281,24 @@ def _plain_rows(data: bytes) -> tuple[Cells, list[str]] | None:
     if not rows or reader.line_num != len(rows):
         return None
     header = rows[0]
-    width = len(header)
-    if width < 2 or len(set(header)) != width:
-        return None
+    names = _plain_names(header)
     body = rows[1:]
-    if not set(map(len, body)) <= {width}:
+    if names is None or not set(map(len, body)) <= {len(header)}:
+        return None
+    n = len(body)
+    return Cells({name.strip(): col for name, col in zip(names, zip(*body) if n else [() for _ in names])}, n), header
+
+
+def _plain_names(header: list[str]) -> list[str] | None:
+    """The column names of a plain file's header (its fields less an empty last one: a trailing comma), or
+    None where pandas would name the columns otherwise: fewer than two fields, a duplicate (pandas renames it
+    a.1), a blank or ``Unnamed:`` name."""
+    if len(header) < 2 or len(set(header)) != len(header):
         return None
     names = header[:-1] if header[-1] == "" else header
     if any(not h.strip() or h.startswith("Unnamed:") for h in names):
         return None
-    n = len(body)
-    return Cells({name.strip(): col for name, col in zip(names, zip(*body) if n else [() for _ in names])}, n), header
+    return names
 
 
 def _arrow_rows(data: bytes, lines: int) -> tuple[Cells, list[str]] | None:
@@ -299,11 +306,11 @@ def _arrow_rows(data: bytes, lines: int) -> tuple[Cells, list[str]] | None:
     an NA text), or None wherever the csv module's split could differ (the caller then splits it so).
 
     Besides _plain_rows' refusals (a byte-order mark, a NUL, bytes that are not UTF-8, a lone carriage
-    return, a header narrower than two names or with a blank, duplicate or ``Unnamed:`` name), the
-    header must hold no quote (it is split on commas here) and at most :data:`MAX_COLUMNS` names, every row must be as wide as the header
-    (pyarrow refuses others) and the rows pyarrow found must be the file's lines less the header: a
-    blank line (which pyarrow skips) or a quoted field spanning lines (which it joins, to the end of
-    the file when the quote is never closed) gives fewer; a quote left open on the last line is refused.
+    return, a header :func:`_plain_names` refuses), the header must hold no quote (it is split on commas
+    here) and at most :data:`MAX_COLUMNS` names, every row must be as wide as the header (pyarrow refuses
+    others) and the rows pyarrow found must be the file's lines less the header: a blank line (which
+    pyarrow skips) or a quoted field spanning lines (which it joins, to the end of the file when the
+    quote is never closed) gives fewer; a quote left open on the last line is refused.
     Where the csv module refuses a row that pyarrow splits (text after a closing quote: ``"a"b``),
     pandas reads the file and splits it as pyarrow does (``ab``)."""
     if b"\x00" in data or data.startswith(_BOM) or data.count(b"\r") != data.count(b"\r\n"):
@@ -318,10 +325,8 @@ def _arrow_rows(data: bytes, lines: int) -> tuple[Cells, list[str]] | None:
         return None
     header = first.decode("utf-8").removesuffix("\r").split(",")
     width = len(header)
-    if not 2 <= width <= MAX_COLUMNS or len(set(header)) != width:
-        return None  # (a header too wide is judged by the caller, before anything is split)
-    names = header[:-1] if header[-1] == "" else header
-    if any(not h.strip() or h.startswith("Unnamed:") for h in names):
+    names = _plain_names(header) if width <= MAX_COLUMNS else None  # (a header too wide: judged by the caller)
+    if names is None:
         return None
     try:  # a quote left open on the last line: pyarrow ends the field at the end of the file, pandas refuses it
         next(csv.reader([data.rstrip(b"\r\n").rpartition(b"\n")[2].decode("utf-8")], strict=True), None)
@@ -339,7 +344,7 @@ def _arrow_rows(data: bytes, lines: int) -> tuple[Cells, list[str]] | None:
                 quoted_strings_can_be_null=True,
             ),
         )
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+    except pa.ArrowException:  # anything pyarrow refuses: the csv module or pandas reads it, with their errors
         return None
     n = table.num_rows
     if n != lines - 1:
