@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from msdiag import intervals as iv
@@ -221,7 +222,7 @@ def _receives(names: pd.Series) -> np.ndarray:
     pattern = "|".join(_RECEIVE)
     arr = names.array
     if isinstance(arr, pd.arrays.ArrowStringArray):
-        hit = pc.match_substring_regex(pc.utf8_lower(arr._pa_array), pattern)
+        hit = pc.match_substring_regex(pc.utf8_lower(pa.array(arr)), pattern)
         return np.asarray(pc.fill_null(hit, False).to_numpy(zero_copy_only=False), dtype=bool)
     return names.astype("string").str.lower().str.contains(pattern, regex=True, na=False).to_numpy(bool)
 
