@@ -227,6 +227,22 @@ def test_arrow_split_as_csv_module_does(corpus: Path) -> None:
     assert split >= 40
 
 
+def test_large_files_split_by_arrow(corpus: Path) -> None:
+    # every plain corpus CSV from ARROW_BYTES on (kernel_details.csv, memory_record.csv, ...: 32 KB to 8 MB)
+    # reaches the readers as Arrow texts, the cells and conversions of the csv module's split
+    large = 0
+    for path in sorted(corpus.rglob("*.csv")):
+        size = path.stat().st_size
+        plain = _csv._plain_rows(path.read_bytes()) if _csv.ARROW_BYTES <= size <= _csv.FAST_BYTES else None
+        if plain is None:
+            continue
+        large += 1
+        cells = read_cells(path)
+        assert all(isinstance(v, pa.Array) for v in cells.data.values()), path
+        _cells_equal(cells, plain[0])
+    assert large >= 5
+
+
 def test_arrow_cells_by_hand(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # test_plain_file_cells_by_hand's file, split by pyarrow: the same cells and figures
     monkeypatch.setattr(_csv, "ARROW_BYTES", 0)
