@@ -118,7 +118,7 @@ def test_plain_files_split_as_pandas_does(corpus: Path) -> None:
 def test_plain_file_cells_by_hand(tmp_path: Path) -> None:
     # CRLF lines, a trailing comma on every line (the header's empty last name drops that column), a
     # timestamp with its trailing TAB, a spreadsheet's 1.69512E+15, N/A and an empty cell (null, as
-    # pandas' exact NA matching makes them), " N/A " (kept as written here: texts_of nulls it once
+    # pandas' exact NA matching makes them), " N/A " (kept as written here: Cells.texts nulls it once
     # stripped), a quoted cell holding a comma and doubled quotes
     body = (
         'Name,Start Time(us),Shape,\r\n'
@@ -139,8 +139,8 @@ def test_plain_file_cells_by_hand(tmp_path: Path) -> None:
     assert _csv.floats_of(cells["Start Time(us)"], path, "Start Time(us)")[1] == 1.69512e15
     assert pd.isna(cells["Start Time(us)"][2])
     assert list(cells["Shape"]) == ['"32,3"', " N/A ", 'x, "y"']
-    assert list(_csv.texts_of(cells["Shape"])) == ['"32,3"', pd.NA, 'x, "y"']
-    assert list(_csv.quoted_texts_of(cells["Shape"])) == ["32,3", "N/A", 'x, "y']
+    assert list(cells.texts("Shape")) == ['"32,3"', pd.NA, 'x, "y"']
+    assert list(cells.quoted_texts("Shape")) == ["32,3", "N/A", 'x, "y']
 
 
 @pytest.mark.parametrize("arrow_from", [_csv.ARROW_BYTES, 0])
@@ -204,8 +204,8 @@ def _cells_equal(a: _csv.Cells, b: _csv.Cells) -> None:
             assert _csv._arrow_floats(a.arrow(c)) is None
         else:
             assert a.floats(c).tobytes() == want.tobytes()  # the same bits, NaN where null
-        pd.testing.assert_extension_array_equal(a.texts(c), _csv.texts_of(b[c]))
-        pd.testing.assert_extension_array_equal(a.quoted_texts(c), _csv.quoted_texts_of(b[c]))
+        pd.testing.assert_extension_array_equal(a.texts(c), b.texts(c))  # (b: object cells)
+        pd.testing.assert_extension_array_equal(a.quoted_texts(c), b.quoted_texts(c))
 
 
 def test_arrow_split_as_csv_module_does(corpus: Path) -> None:

@@ -173,15 +173,15 @@ class Cells:
     def ints(
         self, name: str, path: Path | None = None, notes: list[str] | None = None
     ) -> pd.api.extensions.ExtensionArray:
-        """:func:`ints_of` of the column."""
+        """The column as Int64 (:func:`to_int`'s figures; a number beyond int64 null, with a note in ``notes``)."""
         return _ints_of_floats(self.floats(name, path), path, name, notes)
 
     def texts(self, name: str) -> pd.api.extensions.ExtensionArray:
-        """:func:`texts_of` of the column."""
+        """The column's texts, stripped, an NA text null (:func:`_texts`)."""
         return _texts(self.arrow(name))
 
     def quoted_texts(self, name: str) -> pd.api.extensions.ExtensionArray:
-        """:func:`quoted_texts_of` of the column."""
+        """The column's shapes without their quotes (:func:`_quoted_texts`)."""
         return _quoted_texts(self.arrow(name))
 
     def take(self, keep: np.ndarray) -> Cells:
@@ -392,24 +392,13 @@ def to_int(s: pd.Series, path: Path | None = None, column: str = "", notes: list
     null rather than stopping the read, and when ``notes`` is given a note says how many, where.
     """
     f = to_float(s, path, column)
-    beyond = f.notna() & ~(f.abs() < _INT64_BOUND)
-    if beyond.any():
-        if notes is not None:
-            notes.append(_beyond_note(float(f[beyond].iloc[0]), int(beyond.sum()), path, column))
-        f = f.mask(beyond)
-    return f.round().astype("Int64")
-
-
-def ints_of(
-    raw: np.ndarray, path: Path | None = None, column: str = "", notes: list[str] | None = None
-) -> pd.api.extensions.ExtensionArray:
-    """:func:`to_int` of an object array of cells (str, NaN / None where null): an Int64 array."""
-    return _ints_of_floats(floats_of(raw, path, column), path, column, notes)
+    return pd.Series(_ints_of_floats(f.to_numpy(), path, column, notes), index=f.index, name=f.name)
 
 
 def _ints_of_floats(
     f: np.ndarray, path: Path | None, column: str, notes: list[str] | None
 ) -> pd.api.extensions.ExtensionArray:
+    """:func:`to_int` of a column's floats (:func:`floats_of`): an Int64 array."""
     beyond = ~np.isnan(f) & ~(np.abs(f) < _INT64_BOUND)
     if beyond.any():
         if notes is not None:
@@ -424,30 +413,17 @@ def _beyond_note(first: float, count: int, path: Path | None, column: str) -> st
     return f"{where}{count} '{column}' value(s) beyond the int64 range (first: {shown}) read as null"
 
 
-def strip_quotes(s: pd.Series) -> pd.Series:
-    """Shapes are written as '"32,3,224,224"' (quoted twice in the CSV): keep the text inside."""
-    t = s.astype("string").str.strip()
-    return t.str.strip('"').str.strip()
-
-
-def quoted_texts_of(raw: np.ndarray) -> pd.api.extensions.ExtensionArray:
-    """:func:`strip_quotes` of an object array of cells: a "string" array."""
-    return _quoted_texts(_arrow_strings(raw))
-
-
 def _quoted_texts(t: pa.Array) -> pd.api.extensions.ExtensionArray:
+    """Shapes are written as '"32,3,224,224"' (quoted twice in the CSV): the text inside, stripped, as a
+    "string" array."""
     t = pc.utf8_trim_whitespace(t)
     return _string_array(pc.utf8_trim_whitespace(pc.utf8_trim(t, characters='"')))
 
 
-def texts_of(raw: np.ndarray) -> pd.api.extensions.ExtensionArray:
+def _texts(t: pa.Array) -> pd.api.extensions.ExtensionArray:
     """Cells as text, stripped; a cell that is an NA text once stripped (`` N/A ``: the parser's own NA
     matching takes exact cells only) is null. A "string" array; the NA mask is built only when one
     Arrow pass finds such a cell."""
-    return _texts(_arrow_strings(raw))
-
-
-def _texts(t: pa.Array) -> pd.api.extensions.ExtensionArray:
     t = pc.utf8_trim_whitespace(t)
     na = pc.is_in(t, value_set=_NA_ARROW)
     if pc.any(na).as_py():

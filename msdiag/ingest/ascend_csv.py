@@ -163,7 +163,7 @@ def _ints(df: Cells, path: Path, names: Sequence[str], notes: list[str] | None =
 
 def _strs(df: Cells, names: Sequence[str]) -> Column | None:
     """The first present of ``names`` as text, stripped, an NA text (written with spaces around it:
-    the parser's own NA matching takes exact cells only) null (_csv.texts_of)."""
+    the parser's own NA matching takes exact cells only) null (Cells.texts)."""
     c = _col(df, names)
     return None if c is None else df.texts(c)
 

@@ -203,6 +203,18 @@ def _windows(
     )
 
 
+def _placed_ops(rd: RankData) -> tuple[pd.DataFrame, str, bool]:
+    """The rank's device ops that have a start (an op without one cannot be placed; one without a duration
+    still marks its step: bounds.py), where they come from (_device_ops), and whether they are host ops (every
+    kernel on the CPU: steps may then be found from their repeating structure)."""
+    ops, src = _device_ops(rd)
+    placed = ops["start_us"].notna().to_numpy(bool)
+    if not placed.all():
+        ops = ops[placed].reset_index(drop=True)
+    k = rd.table("kernels")
+    return ops, src, src == "kernels" and len(k) > 0 and bool((k["core"] == "CPU").all())
+
+
 def _data_waits(tl: pd.DataFrame) -> tuple[int, iv.Intervals]:
     """The count of the host lane's data waits (DATA_WAIT_PATTERN) and their intervals."""
     is_host = _lane(tl, "host") if len(tl) else np.zeros(0, dtype=bool)
@@ -232,13 +244,7 @@ def step_breakdown(rd: RankData) -> pd.DataFrame:
 
     How the steps were found is recorded in ``rd.info.steps_from``.
     """
-    ops, src = _device_ops(rd)
-    if not len(ops):
-        return STEPS.empty()
-    # an op without a start cannot be placed; one without a duration still marks its step (bounds.py)
-    placed = ops["start_us"].notna().to_numpy(bool)
-    if not placed.all():
-        ops = ops[placed].reset_index(drop=True)
+    ops, src, host_ops = _placed_ops(rd)
     if not len(ops):
         return STEPS.empty()
     kind = ops["kind"].to_numpy()
@@ -246,8 +252,6 @@ def step_breakdown(rd: RankData) -> pd.DataFrame:
     is_comp = kind == "compute"
     # Communication from the HCCL lane when the kernel table carries none (older kernel_details)
     extra_comm = _comm_from_timeline(rd) if src == "kernels" and not is_comm.any() else None
-    k = rd.table("kernels")
-    host_ops = src == "kernels" and len(k) > 0 and bool((k["core"] == "CPU").all())
     markers = _marker_steps(rd)
     windows, how = _windows(ops, host_ops, markers)
     rd.info.steps_from = how

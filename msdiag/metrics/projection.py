@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from msdiag import intervals as iv
-from msdiag.metrics.breakdown import _comm_from_timeline, _device_ops, _marker_steps, _receives, _windows
+from msdiag.metrics.breakdown import _comm_from_timeline, _marker_steps, _placed_ops, _receives, _windows
 from msdiag.metrics.causes import _Host, _Names, _spans, host_spans
 from msdiag.metrics.registry import Context, unread_host
 from msdiag.model import STEP_KINDS, STEP_KINDS_TABLE, RankData
@@ -82,12 +82,9 @@ def _window_kinds(comp: iv.Intervals, comm: iv.Intervals, recv: iv.Intervals, wa
 def _rank_windows(rd: RankData, spans: list[iv.Intervals]) -> list[tuple[int | None, float, float, dict[str, iv.Intervals]]]:
     """Each step window of a rank's timeline (cut as the breakdown cuts it): its step, lo, hi and kinds; ``spans``:
     the rank's host data waits and syncs (causes.host_spans)."""
-    ops, src = _device_ops(rd)
-    ops = ops[ops["start_us"].notna()].reset_index(drop=True)
+    ops, src, host_ops = _placed_ops(rd)
     if not len(ops):
         return []
-    k = rd.table("kernels")
-    host_ops = src == "kernels" and len(k) > 0 and bool((k["core"] == "CPU").all())
     windows, _ = _windows(ops, host_ops, _marker_steps(rd))
     kind = ops["kind"].to_numpy()
     is_comm, is_comp = kind == "communication", kind == "compute"
