@@ -656,8 +656,23 @@ class RankInfo:
         return None
 
     def to_json(self) -> dict[str, Any]:
-        """A JSON-ready dict (see :meth:`from_json`, which restores it exactly)."""
-        return dataclasses.asdict(self)
+        """A JSON-ready dict (see :meth:`from_json`, which restores it exactly): ``dataclasses.asdict``'s, built
+        field by field (the groups by ``ParallelGroup.as_dict``: asdict's walk of a thousand ranks' groups cost
+        a rank's cache entry more than its tables); a field holding anything else than its type goes to asdict."""
+        out: dict[str, Any] = {}
+        for name in _RANK_INFO_FIELDS:
+            v = getattr(self, name)
+            if v is None or type(v) in (str, int, float, bool):
+                out[name] = v
+            elif name == "export_type" and type(v) is list and all(type(x) is str for x in v):
+                out[name] = list(v)
+            elif name == "layout" and type(v) is ParallelLayout:
+                out[name] = v.as_dict()
+            elif name == "groups" and type(v) is list and all(type(g) is ParallelGroup for g in v):
+                out[name] = [g.as_dict() for g in v]
+            else:
+                return dataclasses.asdict(self)
+        return out
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> RankInfo:
@@ -670,6 +685,10 @@ class RankInfo:
         if {f.name for f in dataclasses.fields(cls)} != set(d):
             raise TypeError(f"RankInfo keys differ: {sorted(d)}")
         return cls(**d)
+
+
+#: RankInfo's field names, in order (RankInfo.to_json).
+_RANK_INFO_FIELDS = tuple(f.name for f in dataclasses.fields(RankInfo))
 
 
 @dataclass
@@ -698,7 +717,7 @@ def _dtypes(df: pd.DataFrame) -> list[Any]:
     return list(get()) if get is not None else list(df.dtypes)
 
 
-def _joinable(frames: list[pd.DataFrame]) -> bool:
+def joinable(frames: list[pd.DataFrame]) -> bool:
     """Whether the frames are alike enough to be row slices of their concatenation (Capture.join_tables)."""
     first = frames[0]
     columns, dtypes = first.columns, _dtypes(first)
@@ -808,7 +827,7 @@ class Capture:
             if whole is not None:  # the ranks' frames are the slices of one frame, all of it in order
                 self._tables[name] = (tuple(id(p) for p in frames), whole, frames)
                 continue
-            if not _joinable([first for _, first in pieces]):  # a run's frames: its frame's columns and dtypes
+            if not joinable([first for _, first in pieces]):  # a run's frames: its frame's columns and dtypes
                 continue
             whole = pd.concat([f for f, _ in pieces], ignore_index=True)
             parts, lo = [], 0

@@ -76,3 +76,26 @@ def test_dtypes_as_stored() -> None:
     typed = _frames()["typed"]
     assert C._dtypes(typed) == [["rank", "Int64"], ["name", "string"], ["start_us", "float64"], ["ok", "boolean"],
                                 ["n", "int64"], ["flag", "bool"]]  # fmt: skip
+
+
+def test_rank_info_json_is_asdict(job8: Path, corpus: Path) -> None:
+    # RankInfo.to_json builds asdict's dict field by field (the groups by ParallelGroup.as_dict): the same dict,
+    # the same JSON text, on ranks with parallel groups and a layout (the bench job) and ranks without
+    import dataclasses
+    import json
+
+    from msdiag.ingest import discover, loader
+    from msdiag.model import ParallelGroup, RankInfo
+
+    infos = [loader.load_rank_shallow(d).info for d in discover.discover(job8).ranks[:2]]
+    infos += [loader.load_rank(d).info for d in discover.discover(corpus / "mindspore-cpu/msrun_dp2_pynative").ranks]
+    assert any(i.groups for i in infos) and any(i.layout is not None for i in infos) and any(i.export_type for i in infos)
+    for info in infos:
+        got, want = info.to_json(), dataclasses.asdict(info)
+        assert got == want and json.dumps(got) == json.dumps(want)
+        assert got["groups"] is None or all(g is not h for g, h in zip(got["groups"], want["groups"]))
+    # a field holding another type than its own (a tuple of export types, a group given as a dict) goes to asdict
+    odd = [RankInfo(export_type=("text",)), RankInfo(groups=[{"group_id": "1"}]),  # type: ignore[arg-type, list-item]
+           RankInfo(groups=[ParallelGroup(group_id="1", group_name=None, group_rank=0, global_ranks=[0, 1], hash="1")])]
+    for info in odd:
+        assert info.to_json() == dataclasses.asdict(info) and json.dumps(info.to_json()) == json.dumps(dataclasses.asdict(info))

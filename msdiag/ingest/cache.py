@@ -471,12 +471,16 @@ def _hints(cls: type) -> dict[str, Any]:
 
 
 def _dtypes(df: Any) -> list[list[str]]:
-    """A frame's [[column, dtype], ...] as rank.json stores them (each distinct dtype named once: a
+    """A frame's [[column, dtype], ...] as rank.json stores them (each distinct dtype named once per process: a
     numpy dtype's name costs more than the rest)."""
     get = getattr(getattr(df, "_mgr", None), "get_dtypes", None)  # no Series of the dtypes built
     types = get() if get is not None else df.dtypes.tolist()
-    named: dict[Any, str] = {}
+    named = _DTYPE_NAMES
     return [[str(c), named[t] if t in named else named.setdefault(t, str(t))] for c, t in zip(df.columns.tolist(), types)]
+
+
+#: str() of each dtype met (_dtypes): a dtype's name never changes.
+_DTYPE_NAMES: dict[Any, str] = {}
 
 
 def _restore(head: dict[str, Any], tables: dict[str, Any], rank_path: str,

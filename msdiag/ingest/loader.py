@@ -99,8 +99,9 @@ def load(
     if disc.runs_left_out:  # other runs under the folder (discover.pick_run): named in the report's header
         info["runs_left_out"] = list(disc.runs_left_out)
     cap = Capture(path=str(disc.root), ranks=ranks, notes=notes, ingest=info)
-    # the tables the cache converted whole: its ranks' frames are slices of them (cache.RankCache.take_cut)
-    cut = [c for rc in (scache, rcache) if rc is not None for c in rc.take_cut()]
+    # the tables the cache converted whole and the pool's tasks sent back concatenated: their ranks' frames are
+    # slices of them (cache.RankCache.take_cut, parallel.Workers.take_cut)
+    cut = [c for rc in (scache, rcache) if rc is not None for c in rc.take_cut()] + workers.take_cut()
     if len(ranks) > 1:
         cap.join_tables(cut)  # each table held once (model.Capture.join_tables)
         del cut

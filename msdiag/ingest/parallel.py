@@ -1,8 +1,9 @@
 """Reading many ranks: the cache first, then a bounded process pool here, or an existing Dask cluster.
 
-Each rank is one task: parse the rank's files (``loader.load_rank``), apply the reduction the
+Each rank is read alone: parse the rank's files (``loader.load_rank``), apply the reduction the
 analysis asks for (``metrics.reduce.reduce_rank``: only what the metrics and the report read is
-kept) and send back that reduced RankData. The process holding every rank therefore grows with
+kept) and send back that reduced RankData; a pool task reads several ranks so and sends them back
+packed (``Packed``: a frame per table, not per rank and table). The process holding every rank therefore grows with
 what the analysis needs, not with the traces' size.
 
 - Cache: the parent fingerprints every rank (a ``stat`` of its files) and reads the entries that
@@ -28,15 +29,17 @@ import uuid
 from collections import deque
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator
+
+import pandas as pd
 
 from msdiag.errors import InputError, MsdiagError
 from msdiag.forking import frozen
 from msdiag.forking import peak_kb as _peak_kb  # (a module name here: the tests replace it)
 from msdiag.ingest.cache import CacheStats, RankCache
 from msdiag.ingest.discover import RankDir
-from msdiag.model import SCHEMA_VERSION, RankData
+from msdiag.model import SCHEMA_VERSION, RankData, joinable
 
 LoadRank = Callable[[RankDir], RankData]
 Reduce = Callable[[RankData], RankData]
@@ -47,6 +50,12 @@ WORKER_GROWTH_KB = 256 * 1024
 TASKS_PER_WORKER = 16
 #: Tasks in flight per worker.
 IN_FLIGHT = 2
+#: Ranks per pool task, at most: a task reads its ranks one by one and sends them back with each table's frames
+#: concatenated (``Packed``), so the parent unpickles and joins a frame per task and table, not one per rank.
+TASK_RANKS = 16
+#: A read is cut into at least this many tasks per worker where it can be (a task of fewer ranks on a small
+#: job), so that the workers finish together.
+TASKS_PER_WORKER_MIN = 8
 #: Seconds to wait for a Dask scheduler to answer.
 DASK_TIMEOUT_S = 20
 DASK_INSTALL = "pip install 'msdiag[cluster]'"
@@ -204,12 +213,72 @@ def _worker_start() -> None:
 
 
 def _read_in_worker(
-    d: RankDir, load_rank: LoadRank, reduce: Reduce | None, cache: RankCache | None, key: dict[str, Any] | None
-) -> tuple[RankData, str, str | None, int | None]:
-    """read_one in a pool worker, and how much its peak memory has grown since it started (KiB; None: unknown)."""
-    rd, at, unstored = read_one(d, load_rank, reduce, cache, key)
+    dirs: list[RankDir], load_rank: LoadRank, reduce: Reduce | None, cache: RankCache | None, keys: list[dict[str, Any] | None]
+) -> tuple[Packed, str, list[str | None], int | None]:
+    """read_one of each rank of a task in a pool worker: (the ranks packed, this worker, why each was not stored
+    in the cache or None, how much the worker's peak memory has grown since it started: KiB, None: unknown)."""
+    ranks, unstored, at = [], [], where()
+    for d, key in zip(dirs, keys):
+        rd, at, why = read_one(d, load_rank, reduce, cache, key)
+        ranks.append(rd)
+        unstored.append(why)
     peak = _peak_kb()
-    return rd, at, unstored, None if peak is None or _start_kb is None else peak - _start_kb
+    return pack(ranks), at, unstored, None if peak is None or _start_kb is None else peak - _start_kb
+
+
+@dataclass
+class Packed:
+    """The ranks of one pool task as they travel back (pickled once): each table whose frames are alike
+    (``model.joinable``) concatenated in rank order, and every rank without those frames, holding their
+    row counts instead. :func:`unpack` gives the ranks back, each such frame a row slice of the concatenation."""
+
+    ranks: list[RankData]  # the ranks less their frames in ``wholes``
+    wholes: dict[str, pd.DataFrame]  # table -> the frames of the ranks that hold it, concatenated in order
+    rows: list[dict[str, int]]  # per rank: table of ``wholes`` -> its rows there
+    order: list[list[str]]  # per rank: its tables' names in their order
+
+
+def pack(ranks: list[RankData]) -> Packed:
+    """``ranks`` as one :class:`Packed` (the ranks are not changed)."""
+    wholes: dict[str, pd.DataFrame] = {}
+    for name in dict.fromkeys(n for r in ranks for n in r.tables):
+        frames = [r.tables[name] for r in ranks if name in r.tables]
+        if len(frames) > 1 and joinable(frames):
+            wholes[name] = pd.concat(frames, ignore_index=True)
+    return Packed(
+        ranks=[replace(r, tables={n: df for n, df in r.tables.items() if n not in wholes}) for r in ranks],
+        wholes=wholes,
+        rows=[{n: len(df) for n, df in r.tables.items() if n in wholes} for r in ranks],
+        order=[list(r.tables) for r in ranks],
+    )
+
+
+def unpack(p: Packed) -> tuple[list[RankData], list[tuple[str, Any, list[Any]]]]:
+    """The ranks of ``p``, each frame of a concatenated table a row slice of it (a view, the index 0..n-1), and
+    those tables as ``Capture.join_tables`` takes them: (name, the concatenation, each rank's slice in order)."""
+    sliced: list[dict[str, pd.DataFrame]] = [{} for _ in p.ranks]
+    cut: list[tuple[str, Any, list[Any]]] = []
+    for name, whole in p.wholes.items():
+        lo, parts = 0, []
+        for k, rows in enumerate(p.rows):
+            if name in rows:
+                n = rows[name]
+                part = whole.iloc[lo : lo + n]
+                part.index = pd.RangeIndex(n)  # as reset_index(drop=True), without its copy of the blocks
+                sliced[k][name] = part
+                parts.append(part)
+                lo += n
+        cut.append((name, whole, parts))
+    for r, own, order in zip(p.ranks, sliced, p.order):
+        own.update(r.tables)
+        r.tables = {n: own[n] for n in order}
+    return p.ranks, cut
+
+
+def task_size(todo: int, workers: int) -> int:
+    """Ranks per pool task for ``todo`` ranks on ``workers`` workers: at least TASKS_PER_WORKER_MIN tasks per worker
+    where the ranks allow, at most TASK_RANKS ranks per task."""
+    return max(1, min(TASK_RANKS, todo // (workers * TASKS_PER_WORKER_MIN)))
 
 
 class Workers:
@@ -223,13 +292,21 @@ class Workers:
         self.pools = 0  # pools started so far
         self._pool: ProcessPoolExecutor | None = None
         self._workers = 0
-        self._tasks = 0  # tasks given to the current pool
+        self._tasks = 0  # ranks given to the current pool
+        # the tables the tasks sent back concatenated, until the loader takes them (take_cut)
+        self._cut: list[tuple[str, Any, list[Any]]] = []
 
     def __enter__(self) -> Workers:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def take_cut(self) -> list[tuple[str, Any, list[Any]]]:
+        """The tables the tasks read so far sent back concatenated, for ``Capture.join_tables``: (table, the
+        concatenation, each rank's frame of it, a row slice, in order); forgotten here once taken."""
+        out, self._cut = self._cut, []
+        return out
 
     def close(self) -> None:
         """End the current pool's workers (after their tasks)."""
@@ -247,8 +324,9 @@ class Workers:
 
     def read(self, workers: int, b: Batch) -> None:
         """Read the ranks of ``b`` on at most ``workers`` workers."""
-        queue = deque(b.todo)
-        pending: dict[Future[tuple[RankData, str, str | None, int | None]], int] = {}
+        size = task_size(len(b.todo), workers)
+        queue = deque(b.todo[k : k + size] for k in range(0, len(b.todo), size))
+        pending: dict[Future[tuple[Packed, str, list[str | None], int | None]], list[int]] = {}
         retire = False  # the current pool takes no more tasks: it is replaced once its tasks are done
         by_count = _peak_kb() is None  # no measure of a worker's memory: a pool reads a fixed number of ranks
         try:
@@ -264,23 +342,28 @@ class Workers:
                     # every page of them (forking.frozen)
                     with frozen() if fresh else contextlib.nullcontext():
                         while queue and len(pending) < IN_FLIGHT * self._workers and not retire:
-                            i = queue.popleft()
-                            pending[pool.submit(_read_in_worker, b.dirs[i], b.load_rank, b.reduce, b.cache, b.keys[i])] = i
-                            self._tasks += 1
+                            task = queue.popleft()
+                            pending[pool.submit(_read_in_worker, [b.dirs[i] for i in task], b.load_rank, b.reduce, b.cache,
+                                                [b.keys[i] for i in task])] = task
+                            self._tasks += len(task)
                             retire = by_count and self._tasks >= self._workers * TASKS_PER_WORKER
                 _run_meanwhile()  # the workers have their first tasks
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)
                 for f in done:
-                    i = pending.pop(f)
+                    task = pending.pop(f)
                     try:
-                        rd, at, unstored, grown_kb = f.result()
+                        packed, at, unstored, grown_kb = f.result()
                     except BrokenProcessPool:
                         self.close()
+                        others = "" if len(task) == 1 else f" (or ranks {', '.join(str(b.dirs[i].rank) for i in task[1:])}, read by the same task)"
                         raise InputError(
-                            b.dirs[i].path,
-                            "the worker process reading this rank died (out of memory?): retry with fewer --jobs",
+                            b.dirs[task[0]].path,
+                            f"the worker process reading this rank{others} died (out of memory?): retry with fewer --jobs",
                         ) from None
-                    b.done(i, rd, at, unstored)
+                    ranks, cut = unpack(packed)
+                    self._cut.extend(cut)
+                    for i, rd, why in zip(task, ranks, unstored):
+                        b.done(i, rd, at, why)
                     if grown_kb is not None and grown_kb > WORKER_GROWTH_KB:
                         retire = True
             if retire:  # not kept for a later call either

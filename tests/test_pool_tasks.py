@@ -1,0 +1,127 @@
+"""A pool task reads several ranks and sends them back packed (ingest/parallel.py: ``Packed``, ``pack``, ``unpack``).
+
+- each table whose frames are alike travels as one frame, the ranks' frames coming back as row slices of it with
+  the values, dtypes, columns, index and table order they had; a table whose frames differ travels as it was;
+- the loader hands those frames to ``Capture.join_tables`` (``Workers.take_cut``), and an analysis read by tasks
+  of several ranks gives the report of one read rank by rank in this process;
+- a worker that dies names the rank it was reading and the others of its task.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from msdiag.analysis import Analysis, analyze
+from msdiag.contract import build
+from msdiag.errors import InputError
+from msdiag.ingest import discover, loader, parallel
+from msdiag.ingest.discover import RankDir
+from msdiag.model import Capture, RankData
+from msdiag.options import Options
+
+pytestmark = pytest.mark.skipif(parallel._pool_context() is None, reason="pool tasks are measured on fork platforms")
+
+
+def _ranks(path: Path) -> list[RankData]:
+    return [loader.load_rank(d) for d in discover.discover(path).ranks]
+
+
+def _same_rank(got: RankData, want: RankData) -> None:
+    assert (got.rank, got.family, got.path, got.info, got.meta, got.sources, got.notes) == (
+        want.rank, want.family, want.path, want.info, want.meta, want.sources, want.notes)  # fmt: skip
+    assert list(got.tables) == list(want.tables)  # the same tables in the same order
+    for name, df in want.tables.items():
+        pd.testing.assert_frame_equal(got.tables[name], df, check_exact=True, check_index_type=True, check_column_type=True)
+        assert isinstance(got.tables[name].index, pd.RangeIndex) and got.tables[name].index.start == 0
+
+
+@pytest.mark.parametrize("capture", ["ascend/torchnpu-2rank-level1", "mindspore-cpu/msrun_dp2_pynative"])
+def test_packed_ranks_come_back_as_they_were(corpus: Path, capture: str) -> None:
+    want = _ranks(corpus / capture)
+    got, cut = parallel.unpack(parallel.pack(_ranks(corpus / capture)))
+    assert len(got) == len(want) == 2
+    for g, w in zip(got, want):
+        _same_rank(g, w)
+    assert cut  # the two ranks' tables are alike: they travelled as one frame each
+    for name, whole, parts in cut:
+        # the concatenation of the ranks' frames in order, and each rank's frame a view of it
+        holders = [r for r in want if name in r.tables]
+        pd.testing.assert_frame_equal(whole, pd.concat([r.tables[name] for r in holders], ignore_index=True), check_exact=True)
+        assert [id(p) for p in parts] == [id(r.tables[name]) for r in got if name in r.tables]
+        numeric = [c for c in whole.columns if whole[c].dtype == np.float64]
+        if numeric and len(parts[-1]):
+            assert np.shares_memory(parts[-1][numeric[0]].to_numpy(), whole[numeric[0]].to_numpy())
+
+
+def test_a_table_whose_frames_differ_travels_as_it_was(corpus: Path) -> None:
+    ranks = _ranks(corpus / "ascend/torchnpu-2rank-level1")
+    name = next(n for n in ranks[0].tables if len(ranks[0].tables[n].columns) > 1 and n in ranks[1].tables)
+    ranks[1].tables[name] = ranks[1].tables[name].astype({ranks[1].tables[name].columns[-1]: object})  # another dtype
+    want = [RankData(r.rank, r.family, r.path, dict(r.tables), r.info, r.meta, r.sources, r.notes) for r in ranks]
+    packed = parallel.pack(ranks)
+    assert name not in packed.wholes and name in packed.ranks[1].tables
+    got, cut = parallel.unpack(packed)
+    assert name not in {n for n, _, _ in cut}
+    for g, w in zip(got, want):
+        _same_rank(g, w)
+    assert got[1].tables[name] is want[1].tables[name]  # sent as it was, not cut from anything
+
+
+def test_task_size() -> None:
+    # at least TASKS_PER_WORKER_MIN (8) tasks per worker where the ranks allow, at most TASK_RANKS (16) ranks a task
+    assert [parallel.task_size(n, 2) for n in (1, 8, 16, 31, 32, 64, 256, 512, 1024)] == [1, 1, 1, 1, 2, 4, 16, 16, 16]
+    assert parallel.task_size(64, 1) == 8
+
+
+def test_an_analysis_read_by_tasks_of_several_ranks_is_the_one_read_rank_by_rank(
+    job8: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def text(a: Analysis) -> str:  # the report's JSON text but the --jobs it echoes
+        return json.dumps({**build(a), "options": {**build(a)["options"], "jobs": None}}, ensure_ascii=False)
+
+    want = text(analyze(job8, Options(jobs=1, deep="all")))
+    monkeypatch.setattr(parallel, "TASKS_PER_WORKER_MIN", 1)  # 8 ranks on 2 workers: tasks of 4 ranks
+    seen: list[int] = []
+    real = parallel.unpack
+
+    def counting(p: parallel.Packed) -> tuple[list[RankData], list[tuple[str, object, list[object]]]]:
+        seen.append(len(p.ranks))
+        return real(p)
+
+    monkeypatch.setattr(parallel, "unpack", counting)
+    joined: list[int] = []
+    real_join = Capture.join_tables
+
+    def join(self: Capture, cut: list[tuple[str, object, list[object]]] | None = None) -> None:
+        joined.append(len(cut or ()))
+        real_join(self, cut)
+
+    monkeypatch.setattr(Capture, "join_tables", join)
+    a = analyze(job8, Options(jobs=2, deep="all"))
+    assert seen == [4, 4] and a.capture.ingest["executor"] == "process-pool"
+    assert joined and joined[0] > 0  # the tasks' frames were handed to the join
+    assert text(a) == want
+
+
+def _dies_on_rank_2(d: RankDir) -> RankData:
+    if d.rank == 2:
+        os._exit(1)
+    return RankData(rank=d.rank, family=d.family, path=str(d.path))
+
+
+def test_a_worker_that_dies_names_its_task_s_ranks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(parallel, "TASKS_PER_WORKER_MIN", 1)  # 8 ranks on 2 workers: tasks of 4 ranks
+    dirs = []
+    for r in range(8):
+        (tmp_path / f"rank{r}").mkdir()
+        dirs.append(RankDir(rank=r, path=tmp_path / f"rank{r}", family="ascend_pt", rank_from="folder name", captured_ns=None))
+    with pytest.raises(InputError) as e, parallel.Workers() as w:
+        parallel.read_ranks(dirs, _dies_on_rank_2, jobs=2, workers=w)
+    # the pool cannot tell which rank of the task killed it: the task's first rank, and the others named
+    assert "died (out of memory?)" in str(e.value) and "ranks 1, 2, 3" in str(e.value)
