@@ -258,6 +258,59 @@ def read_cells(path: Path, required: Iterable[str] = (), any_of: Iterable[Iterab
     return Cells({c: df[c].to_numpy(dtype=object) for c in df.columns}, len(df))
 
 
+def read_cells_many(
+    paths: list[Path], required: Iterable[str] = (), any_of: Iterable[Iterable[str]] = ()
+) -> tuple[Cells, list[int]] | None:
+    """The cells of several files of one header (each file's rows after the one before's, as one :class:`Cells`) and
+    each file's rows, split by one call of pyarrow's reader; None where any file is not one :func:`read_cells` would
+    read with no error or note and split alike by itself: each file is then read alone, with its own checks and
+    errors. A file must pass read_cells' shape checks, hold exactly the first file's header line, and be one
+    :func:`_arrow_rows` splits (:func:`_arrow_plain`); the rows pyarrow finds must be the files' lines less their
+    headers, so that no row runs from one file into the next."""
+    header: bytes | None = None
+    bodies: list[bytes] = []
+    counts: list[int] = []
+    shapes: list[tuple[Path, int, int]] = []
+    for path in paths:
+        try:
+            if path.stat().st_size > FAST_BYTES:
+                return None
+            with open(path, "rb") as f:
+                data = f.read(FAST_BYTES + 1)
+            if not data or len(data) > FAST_BYTES:
+                return None
+            lines, size = _check_line_lengths(path, io.BytesIO(data))
+        except (OSError, ParseError):
+            return None
+        end = data.find(b"\n")
+        first = data if end < 0 else data[:end]
+        if header is None:
+            if _arrow_header(first) is None:
+                return None
+            header = first
+        if first != header or not _arrow_plain(data):
+            return None
+        body = b"" if end < 0 else data[end + 1 :]
+        bodies.append(body if not body or body.endswith(b"\n") else body + b"\n")
+        counts.append(lines - 1)
+        shapes.append((path, lines, size))
+    if header is None:
+        return None
+    fields = _arrow_header(header)
+    assert fields is not None
+    names, width = fields
+    split = header.decode("utf-8").removesuffix("\r").split(",")
+    try:
+        for path, lines, size in shapes:  # read_cells' judgement of each file (its rows all as wide as the header)
+            _judge_shape(path, split, [width] * min(lines - 1, _SHAPE_ROWS), lines, size)
+        cells = _arrow_cells(header + b"\n" + b"".join(bodies), names, width)
+        if cells is None or cells.n != sum(counts):
+            return None
+        return _checked_header(paths[0], cells, required, any_of), counts
+    except ParseError:
+        return None
+
+
 def _plain_rows(data: bytes) -> tuple[Cells, list[str]] | None:
     """The cells and the header's fields of a CSV the csv module splits as pandas does, or None when the file has anything
     on which the two could differ (pandas then reads it): a byte-order mark, a NUL, bytes that are
@@ -313,25 +366,57 @@ def _arrow_rows(data: bytes, lines: int) -> tuple[Cells, list[str]] | None:
     quote is never closed) gives fewer; a quote left open on the last line is refused.
     Where the csv module refuses a row that pyarrow splits (text after a closing quote: ``"a"b``),
     pandas reads the file and splits it as pyarrow does (``ab``)."""
-    if b"\x00" in data or data.startswith(_BOM) or data.count(b"\r") != data.count(b"\r\n"):
-        return None
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError:
+    if not _arrow_plain(data):
         return None
     end = data.find(b"\n")
     first = data if end < 0 else data[:end]
-    if b'"' in first:
+    fields = _arrow_header(first)
+    if fields is None:
         return None
-    header = first.decode("utf-8").removesuffix("\r").split(",")
-    width = len(header)
-    names = _plain_names(header) if width <= MAX_COLUMNS else None  # (a header too wide: judged by the caller)
-    if names is None:
+    names, width = fields
+    cells = _arrow_cells(data, names, width)
+    if cells is None or cells.n != lines - 1:
         return None
-    try:  # a quote left open on the last line: pyarrow ends the field at the end of the file, pandas refuses it
+    return cells, first.decode("utf-8").removesuffix("\r").split(",")
+
+
+def _arrow_plain(data: bytes) -> bool:
+    """Whether a file's bytes are ones :func:`_arrow_rows` may split: no NUL, no byte-order mark, a carriage
+    return only before a line feed, UTF-8, a header pyarrow splits as the csv module does (:func:`_arrow_header`),
+    no quote left open on the last line (pyarrow ends such a field at the end of the file, pandas refuses it)."""
+    if b"\x00" in data or data.startswith(_BOM) or data.count(b"\r") != data.count(b"\r\n"):
+        return False
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    end = data.find(b"\n")
+    if _arrow_header(data if end < 0 else data[:end]) is None:
+        return False
+    try:
         next(csv.reader([data.rstrip(b"\r\n").rpartition(b"\n")[2].decode("utf-8")], strict=True), None)
     except csv.Error:
+        return False
+    return True
+
+
+def _arrow_header(first: bytes) -> tuple[list[str], int] | None:
+    """(the column names, the fields) of a header line pyarrow may split: no quote in it (it is split on commas
+    here), at most :data:`MAX_COLUMNS` fields (a header too wide is judged by the caller), names
+    :func:`_plain_names` takes; else None."""
+    if b'"' in first:
         return None
+    try:
+        header = first.decode("utf-8").removesuffix("\r").split(",")
+    except UnicodeDecodeError:
+        return None
+    names = _plain_names(header) if len(header) <= MAX_COLUMNS else None
+    return None if names is None else (names, len(header))
+
+
+def _arrow_cells(data: bytes, names: list[str], width: int) -> Cells | None:
+    """pyarrow's split of a file's rows after its header line, every column as Arrow text (null where an NA text),
+    the columns named ``names`` (stripped); None when pyarrow refuses it (a row of another width)."""
     keys = [str(i) for i in range(width)]
     try:
         table = pcsv.read_csv(
@@ -346,10 +431,7 @@ def _arrow_rows(data: bytes, lines: int) -> tuple[Cells, list[str]] | None:
         )
     except pa.ArrowException:  # anything pyarrow refuses: the csv module or pandas reads it, with their errors
         return None
-    n = table.num_rows
-    if n != lines - 1:
-        return None
-    return Cells({name.strip(): table.column(i).combine_chunks() for i, name in enumerate(names)}, n), header
+    return Cells({name.strip(): table.column(i).combine_chunks() for i, name in enumerate(names)}, table.num_rows)
 
 
 def to_float(s: pd.Series, path: Path | None = None, column: str = "") -> pd.Series:

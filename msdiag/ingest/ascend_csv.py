@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -29,6 +29,7 @@ from msdiag.ingest._csv import (
     NA_VALUES,
     Cells,
     read_cells,
+    read_cells_many,
 )
 
 Alternatives = tuple[str, ...]
@@ -173,6 +174,53 @@ def _rank(n: int, rank: int) -> Column:
     return pd.array(np.full(n, rank, dtype=np.int64), dtype=model.INT)
 
 
+RankOf = Callable[[int], Column]  # a reader's rank column for its n rows
+Build = Callable[[Cells, Path, RankOf, list[str]], pd.DataFrame]  # a reader's table from its file's cells
+
+
+def _rank_of(rank: int) -> RankOf:
+    return lambda n: _rank(n, rank)
+
+
+class _Uneven(Exception):
+    """A reader of several files kept other rows than it was given (their ranks no longer line up)."""
+
+
+def read_many(paths: list[Path], ranks: list[int], build: Build, required: Iterable[str] = (),
+              any_of: Iterable[Iterable[str]] = ()) -> list[pd.DataFrame] | None:
+    """What a reader (``build`` of one file's cells) gives for each of several files of one header, each of its
+    rank, built once on their cells laid end to end (``_csv.read_cells_many``: one split; each conversion and the
+    frame once), then cut back into a frame per file: a row slice of it with the index 0..n-1, the frame the file
+    read alone gives (tests/test_bulk_read.py). None where that cannot be so: a file read_cells_many does not take,
+    a reader that raises, writes a note (an error and a note name one file: the files are read one by one then) or
+    keeps other rows than it was given."""
+    got = read_cells_many(paths, required, any_of)
+    if got is None:
+        return None
+    cells, counts = got
+    column = pd.array(np.repeat(np.asarray(ranks, dtype=np.int64), counts), dtype=model.INT)
+
+    def rank_of(n: int) -> Column:
+        if n != len(column):
+            raise _Uneven
+        return column
+
+    notes: list[str] = []
+    try:
+        frame = build(cells, paths[0], rank_of, notes)
+    except Exception:  # noqa: BLE001 - each file is read alone then, with its own error
+        return None
+    if notes or len(frame) != cells.n:
+        return None
+    out, lo = [], 0
+    for n in counts:
+        part = frame.iloc[lo : lo + n]
+        part.index = pd.RangeIndex(n)  # as reset_index(drop=True), without its copy of the blocks
+        out.append(part)
+        lo += n
+    return out
+
+
 def _const(n: int, value: str) -> Column:
     """``value`` on n rows."""
     return pd.array(np.full(n, value, dtype=object), dtype=model.STR)
@@ -205,7 +253,15 @@ def read_step_trace_time(path: Path, rank: int) -> pd.DataFrame:
     Stage + Bubble, the span, within 0.12 us of rounding). Rows whose Step is text (summary rows) are
     skipped; a blank Step (a capture without step markers) gives a row with a null step.
     """
-    df = _read(path, required=STEP_TRACE_REQUIRED)
+    return _step_trace_time(_read(path, required=STEP_TRACE_REQUIRED), path, _rank_of(rank), [])
+
+
+def read_step_trace_time_many(paths: list[Path], ranks: list[int]) -> list[pd.DataFrame] | None:
+    """:func:`read_step_trace_time` of several files at once (:func:`read_many`)."""
+    return read_many(paths, ranks, _step_trace_time, required=STEP_TRACE_REQUIRED)
+
+
+def _step_trace_time(df: Cells, path: Path, rank_of: RankOf, notes: list[str]) -> pd.DataFrame:
     if not all(isinstance(v, float) or (v.isascii() and v.isdigit()) for v in df["Step"]):
         # (every Step null or written in digits: every row is kept, nothing to judge)
         step_raw = pd.Series(df["Step"]).astype("string").str.strip()
@@ -214,7 +270,7 @@ def read_step_trace_time(path: Path, rank: int) -> pd.DataFrame:
         df = df.take((blank | numeric).to_numpy(bool))
     n = len(df)
     cols: dict[str, Column | None] = {
-        "rank": _rank(n, rank),
+        "rank": rank_of(n),
         "step": df.ints("Step", path),
     }
     for canon, names in STEP_TRACE_COLUMNS.items():
@@ -240,9 +296,20 @@ def read_kernel_details(path: Path, rank: int, notes: list[str] | None = None) -
     name starting with hcom), else "compute". An id beyond int64 (Step Id 1e308) is read as null, with a
     note in ``notes`` when given.
     """
-    df = _read(path, required=(), any_of=(KERNEL_NAME, KERNEL_TYPE, KERNEL_CORE, KERNEL_START, KERNEL_DUR))
+    return _kernel_details(_read(path, any_of=KERNEL_ANY_OF), path, _rank_of(rank), notes)
+
+
+def read_kernel_details_many(paths: list[Path], ranks: list[int]) -> list[pd.DataFrame] | None:
+    """:func:`read_kernel_details` of several files at once (:func:`read_many`)."""
+    return read_many(paths, ranks, _kernel_details, any_of=KERNEL_ANY_OF)
+
+
+KERNEL_ANY_OF = (KERNEL_NAME, KERNEL_TYPE, KERNEL_CORE, KERNEL_START, KERNEL_DUR)
+
+
+def _kernel_details(df: Cells, path: Path, rank_of: RankOf, notes: list[str] | None) -> pd.DataFrame:
     n = len(df)
-    cols: dict[str, Column | None] = {"rank": _rank(n, rank)}
+    cols: dict[str, Column | None] = {"rank": rank_of(n)}
     for canon, names in KERNEL_INT_COLUMNS.items():
         cols[canon] = _ints(df, path, names, notes)
     for canon, names in KERNEL_STR_COLUMNS.items():
@@ -294,10 +361,18 @@ def read_op_statistic(path: Path, rank: int) -> pd.DataFrame:
 
     Ratio(%) becomes ratio in 0..1.
     """
-    df = _read(path, required=OP_STAT_REQUIRED)
+    return _op_statistic(_read(path, required=OP_STAT_REQUIRED), path, _rank_of(rank), [])
+
+
+def read_op_statistic_many(paths: list[Path], ranks: list[int]) -> list[pd.DataFrame] | None:
+    """:func:`read_op_statistic` of several files at once (:func:`read_many`)."""
+    return read_many(paths, ranks, _op_statistic, required=OP_STAT_REQUIRED)
+
+
+def _op_statistic(df: Cells, path: Path, rank_of: RankOf, notes: list[str]) -> pd.DataFrame:
     n = len(df)
     cols: dict[str, Column | None] = {
-        "rank": _rank(n, rank),
+        "rank": rank_of(n),
         "op_type": _strs(df, ("OP Type",)),
         "core": _strs(df, ("Core Type",)),
         "count": _ints(df, path, ("Count",)),
@@ -321,9 +396,17 @@ def read_memory_record(path: Path, rank: int) -> tuple[pd.DataFrame, list[str]]:
     parsed but have lost their precision (to ~10 s at that magnitude): a note says so, for the
     caller to record. Total Active(MB) is absent from some torch_npu versions: null then.
     """
-    df = _read(path, required=MEMORY_RECORD_REQUIRED)
-    n = len(df)
     notes: list[str] = []
+    return _memory_record(_read(path, required=MEMORY_RECORD_REQUIRED), path, _rank_of(rank), notes), notes
+
+
+def read_memory_record_many(paths: list[Path], ranks: list[int]) -> list[pd.DataFrame] | None:
+    """The frames of :func:`read_memory_record` of several files at once (:func:`read_many`: none with a note)."""
+    return read_many(paths, ranks, _memory_record, required=MEMORY_RECORD_REQUIRED)
+
+
+def _memory_record(df: Cells, path: Path, rank_of: RankOf, notes: list[str]) -> pd.DataFrame:
+    n = len(df)
     t = pc.utf8_trim_whitespace(df.arrow("Timestamp(us)"))
     mangled = pc.fill_null(pc.match_substring_regex(t, r"[eE]\+"), False)
     if pc.any(mangled).as_py():
@@ -333,7 +416,7 @@ def read_memory_record(path: Path, rank: int) -> tuple[pd.DataFrame, list[str]]:
             "the memory timeline has no usable time axis"
         )
     cols: dict[str, Column | None] = {
-        "rank": _rank(n, rank),
+        "rank": rank_of(n),
         "component": _strs(df, ("Component",)),
         "source": _const(n, "memory_record"),
         "ts_us": df.floats("Timestamp(us)", path),
@@ -343,7 +426,7 @@ def read_memory_record(path: Path, rank: int) -> tuple[pd.DataFrame, list[str]]:
         "active_mb": _floats(df, path, ("Total Active(MB)",)),
         "device": _strs(df, ("Device Type", "Device")),
     }
-    return model.MEMORY.frame(_present(cols)), notes
+    return model.MEMORY.frame(_present(cols))
 
 
 def read_npu_module_mem(path: Path, rank: int) -> pd.DataFrame:
@@ -353,11 +436,19 @@ def read_npu_module_mem(path: Path, rank: int) -> pd.DataFrame:
     divides CANN's KB by 1024 into this file's MB (MiB), so that -1 is written as -0.0009765625: any
     negative figure is null.
     """
-    df = _read(path, required=NPU_MODULE_MEM_REQUIRED)
+    return _npu_module_mem(_read(path, required=NPU_MODULE_MEM_REQUIRED), path, _rank_of(rank), [])
+
+
+def read_npu_module_mem_many(paths: list[Path], ranks: list[int]) -> list[pd.DataFrame] | None:
+    """:func:`read_npu_module_mem` of several files at once (:func:`read_many`)."""
+    return read_many(paths, ranks, _npu_module_mem, required=NPU_MODULE_MEM_REQUIRED)
+
+
+def _npu_module_mem(df: Cells, path: Path, rank_of: RankOf, notes: list[str]) -> pd.DataFrame:
     n = len(df)
     reserved = df.floats("Total Reserved(MB)", path)
     cols: dict[str, Column | None] = {
-        "rank": _rank(n, rank),
+        "rank": rank_of(n),
         "component": _strs(df, ("Component",)),
         "source": _const(n, "npu_module_mem"),
         "ts_us": df.floats("Timestamp(us)", path),
@@ -378,10 +469,18 @@ def read_operator_memory(path: Path, rank: int) -> pd.DataFrame:
     An empty Release Time means the block was not released within the capture: release_us and
     dur_us are null then.
     """
-    df = _read(path, required=OPERATOR_MEMORY_REQUIRED)
+    return _operator_memory(_read(path, required=OPERATOR_MEMORY_REQUIRED), path, _rank_of(rank), [])
+
+
+def read_operator_memory_many(paths: list[Path], ranks: list[int]) -> list[pd.DataFrame] | None:
+    """:func:`read_operator_memory` of several files at once (:func:`read_many`)."""
+    return read_many(paths, ranks, _operator_memory, required=OPERATOR_MEMORY_REQUIRED)
+
+
+def _operator_memory(df: Cells, path: Path, rank_of: RankOf, notes: list[str]) -> pd.DataFrame:
     n = len(df)
     cols: dict[str, Column | None] = {
-        "rank": _rank(n, rank),
+        "rank": rank_of(n),
         "name": _strs(df, ("Name",)),
         "kind": _const(n, "dynamic"),
         "size_kb": _floats(df, path, ("Size(KB)",)),

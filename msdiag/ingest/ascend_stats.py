@@ -16,7 +16,8 @@ from pathlib import Path
 import pandas as pd
 
 from msdiag import model
-from msdiag.ingest.ascend_csv import Column, _floats, _ints, _present, _rank, _read, _strs
+from msdiag.ingest._csv import Cells
+from msdiag.ingest.ascend_csv import Column, RankOf, _floats, _ints, _present, _rank_of, _read, _strs, read_many
 
 L2_CACHE_REQUIRED = ("Op Name", "Victim Rate")
 API_STATISTIC_REQUIRED = ("Level", "API Name", "Time(us)", "Count")
@@ -24,9 +25,17 @@ API_STATISTIC_REQUIRED = ("Level", "API Name", "Time(us)", "Count")
 
 def read_l2_cache(path: Path, rank: int) -> pd.DataFrame:
     """l2_cache.csv -> model.L2_CACHE (rates as the file writes them, 0..1; N/A -> null)."""
-    df = _read(path, required=L2_CACHE_REQUIRED)
+    return _l2_cache(_read(path, required=L2_CACHE_REQUIRED), path, _rank_of(rank), [])
+
+
+def read_l2_cache_many(paths: list[Path], ranks: list[int]) -> list[pd.DataFrame] | None:
+    """:func:`read_l2_cache` of several files at once (ascend_csv.read_many)."""
+    return read_many(paths, ranks, _l2_cache, required=L2_CACHE_REQUIRED)
+
+
+def _l2_cache(df: Cells, path: Path, rank_of: RankOf, notes: list[str]) -> pd.DataFrame:
     cols: dict[str, Column | None] = {
-        "rank": _rank(len(df), rank),
+        "rank": rank_of(len(df)),
         "stream": _ints(df, path, ("Stream Id", "Stream ID")),
         "task_id": _ints(df, path, ("Task Id", "Task ID")),
         "name": _strs(df, ("Op Name",)),
@@ -38,9 +47,17 @@ def read_l2_cache(path: Path, rank: int) -> pd.DataFrame:
 
 def read_api_statistic(path: Path, rank: int) -> pd.DataFrame:
     """api_statistic.csv -> model.API_STATS, one row per (level, API)."""
-    df = _read(path, required=API_STATISTIC_REQUIRED)
+    return _api_statistic(_read(path, required=API_STATISTIC_REQUIRED), path, _rank_of(rank), [])
+
+
+def read_api_statistic_many(paths: list[Path], ranks: list[int]) -> list[pd.DataFrame] | None:
+    """:func:`read_api_statistic` of several files at once (ascend_csv.read_many)."""
+    return read_many(paths, ranks, _api_statistic, required=API_STATISTIC_REQUIRED)
+
+
+def _api_statistic(df: Cells, path: Path, rank_of: RankOf, notes: list[str]) -> pd.DataFrame:
     cols: dict[str, Column | None] = {
-        "rank": _rank(len(df), rank),
+        "rank": rank_of(len(df)),
         "level": _strs(df, ("Level",)),
         "api": _strs(df, ("API Name",)),
         "total_us": _floats(df, path, ("Time(us)",)),

@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from contextlib import AbstractContextManager, ExitStack
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any, Callable, Union
+from typing import Any, Callable, Iterator, Union
 
 import pandas as pd
 
@@ -154,6 +154,9 @@ class Src:
     unused: str = ""  # a file msdiag does not read, with why: listed (status unused) only when present
     # a file a shallow read leaves unparsed when this holds of the rank read so far (listed, status skipped)
     deep_only: Callable[[RankData], bool] | None = None
+    # the reader of several ranks' files at once: (paths, ranks) -> what ``rows`` or ``read`` gives for each
+    # file, or None (each is read alone then); used by :func:`prefetch`
+    bulk: Callable[[list[Path], list[int]], list[Result] | None] | None = None
 
 
 @dataclass(frozen=True)
@@ -271,7 +274,58 @@ def _core(spec: Src, ctx: Ctx) -> bool:
     return spec.core if isinstance(spec.core, bool) else spec.core(ctx)
 
 
+#: What prefetch read of a source's file for the rank reading it next, by (id of the source, path): each taken once
+#: by _call, the rest forgotten at the end of the ranks prefetch was given.
+_BULK: dict[tuple[int, str], Result] = {}
+
+
+@contextmanager
+def prefetch(fmt: Format, dirs: list[RankDir]) -> Iterator[None]:
+    """Within the block, the file sources of ``fmt`` that declare ``bulk`` are read for all of ``dirs`` at once
+    (the same file of each rank, as :func:`resolve` finds it and :func:`refusal` admits it), and each rank's read
+    (:func:`read_rank`) takes its file's result from there instead of reading the file alone: the readers'
+    fixed cost per call, per column and per frame paid once for several ranks. A source whose bulk reader gives
+    None is read file by file as before; whatever the block's reads did not take is forgotten at its end."""
+    try:
+        _prefetch(fmt, dirs)
+        yield
+    finally:
+        _BULK.clear()
+
+
+def _prefetch(fmt: Format, dirs: list[RankDir]) -> None:
+    specs = [s for s in fmt.sources if isinstance(s, Src) and s.bulk is not None and s.glob is None and s.db is None]
+    if len(dirs) < 2 or not specs:
+        return
+    ctxs = [Ctx(RankData(rank=d.rank, family=d.family, path=str(d.path)), Path(d.path), {"rank": d.rank, **fmt.vars(d)},
+                roots=real_roots(d.path, d.root)) for d in dirs]  # fmt: skip
+    for spec in specs:
+        assert spec.bulk is not None
+        paths, ranks = [], []
+        for d, ctx in zip(dirs, ctxs):
+            found = resolve(ctx, spec)
+            if len(found) == 1 and refusal(found[0], ctx.roots) is None:
+                paths.append(found[0])
+                ranks.append(d.rank)
+        if len(paths) < 2:
+            continue
+        try:
+            got = spec.bulk(paths, ranks)
+        except Exception:  # noqa: BLE001 - a bulk reader gives up by returning None; read file by file then
+            got = None
+        if got is not None and len(got) == len(paths):
+            for p, result in zip(paths, got):
+                _BULK[(id(spec), str(p))] = result
+
+
 def _call(spec: Src, handle: Any, ctx: Ctx) -> Read:
+    got = _BULK.pop((id(spec), str(handle)), None) if _BULK and spec.bulk is not None else None
+    if got is not None:
+        out: Result = got
+        if isinstance(out, Read):
+            return out
+        assert spec.table is not None, f"source {spec.name} returns rows but declares no table"
+        return Read(tables={spec.table: out})
     if spec.parse is not None:
         value = spec.parse(handle)
         if spec.keep is not None:
@@ -279,7 +333,7 @@ def _call(spec: Src, handle: Any, ctx: Ctx) -> Read:
         assert spec.meta is not None, f"source {spec.name}: parse needs keep= or meta="
         return Read(meta={spec.meta: value}, rows=None)
     if spec.rows is not None:
-        out: Result = spec.rows(handle, ctx.rank)
+        out = spec.rows(handle, ctx.rank)
     elif spec.read is not None:
         out = spec.read(handle, ctx)
     else:

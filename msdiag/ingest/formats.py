@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Callable
+
+import pandas as pd
 
 from msdiag.errors import InputError
 from msdiag.ingest import ascend_csv, ascend_stats, cann_msprof, communication, legacy, metadata, mindspore_cpu, sqlite_export
-from msdiag.ingest.engine import Ctx, Format, Read, Src, Why, why_no_memory
+from msdiag.ingest.engine import Ctx, Format, Read, Result, Src, Why, why_no_memory
 from msdiag.ingest.folders import ASCEND_PT, ascend_rank, is_cpu_rank, is_rank_folder
 from msdiag.ingest.msdiag_markers import MARKERS_FILE, read_markers_source
 from msdiag.ingest.trace_view import read_trace_view
@@ -40,6 +43,31 @@ def _kernel_details(p: Path, ctx: Ctx) -> Read:
     notes: list[str] = []
     kernels = ascend_csv.read_kernel_details(p, ctx.rank, notes)
     return Read(tables={"kernels": kernels}, info={"kernels_from": p.name}, notes=notes)
+
+
+def _kernel_details_bulk(paths: list[Path], ranks: list[int]) -> list[Result] | None:
+    frames = ascend_csv.read_kernel_details_many(paths, ranks)
+    return None if frames is None else [Read(tables={"kernels": f}, info={"kernels_from": p.name}, notes=[])
+                                        for p, f in zip(paths, frames)]
+
+
+def _step_trace_time_bulk(paths: list[Path], ranks: list[int]) -> list[Result] | None:
+    frames = ascend_csv.read_step_trace_time_many(paths, ranks)
+    return None if frames is None else [Read(replace={"profiler_steps": f}) for f in frames]
+
+
+def _memory_record_bulk(paths: list[Path], ranks: list[int]) -> list[Result] | None:
+    frames = ascend_csv.read_memory_record_many(paths, ranks)
+    return None if frames is None else [Read(tables={"memory": f}, notes=[]) for f in frames]
+
+
+def _frames(read_many: Callable[[list[Path], list[int]], list[pd.DataFrame] | None]) -> Callable[[list[Path], list[int]], list[Result] | None]:
+    """A bulk reader of a ``rows`` source: its frames as they are."""
+    def bulk(paths: list[Path], ranks: list[int]) -> list[Result] | None:
+        frames = read_many(paths, ranks)
+        return None if frames is None else list(frames)
+
+    return bulk
 
 
 def _step_trace_time(p: Path, ctx: Ctx) -> Read:
@@ -151,21 +179,27 @@ def _require_core(rd: RankData, ctx: Ctx) -> None:
 ASCEND_SOURCES: tuple[Src, ...] = (
     *metadata.JSON_SOURCES,
     Src("kernel_details.csv", "kernels", read=_kernel_details, core=True, folder=OUT,
-        absent="no kernel_details.csv: kernels come from trace_view.json only"),
+        absent="no kernel_details.csv: kernels come from trace_view.json only", bulk=_kernel_details_bulk),
     Src("trace_view.json", "timeline", read=_trace_view, core=True, folder=OUT,
         absent="no trace_view.json: no timeline of host, HCCL and overlap lanes", deep_only=_kernels_carry_steps),
     Src("step_trace_time.csv", "profiler_steps", read=_step_trace_time, core=True, folder=OUT,
-        absent="no step_trace_time.csv: the profiler's own step breakdown is not there to cross-check"),
+        absent="no step_trace_time.csv: the profiler's own step breakdown is not there to cross-check",
+        bulk=_step_trace_time_bulk),
     Src("communication.json", "comm_ops", read=_communication, folder=OUT, absent=_why_comm),
     Src("communication_matrix.json", "comm_links", rows=communication.read_communication_matrix, folder=OUT,
         absent=_why_comm),
-    Src("op_statistic.csv", "op_stats", rows=ascend_csv.read_op_statistic, folder=OUT, absent=_why_statistic),
+    Src("op_statistic.csv", "op_stats", rows=ascend_csv.read_op_statistic, folder=OUT, absent=_why_statistic,
+        bulk=_frames(ascend_csv.read_op_statistic_many)),
     Src("l2_cache.csv", "l2_cache", rows=ascend_stats.read_l2_cache, folder=OUT,
-        absent="not written by this capture (the profiler writes it only with l2_cache=True)"),
-    Src("api_statistic.csv", "api_stats", rows=ascend_stats.read_api_statistic, folder=OUT, absent=_why_api),
-    Src("memory_record.csv", "memory", read=_memory_record, folder=OUT, absent=why_no_memory),
-    Src("operator_memory.csv", "memory_allocs", rows=ascend_csv.read_operator_memory, folder=OUT, absent=why_no_memory),
-    Src("npu_module_mem.csv", "memory", rows=ascend_csv.read_npu_module_mem, folder=OUT, absent=why_no_memory),
+        absent="not written by this capture (the profiler writes it only with l2_cache=True)",
+        bulk=_frames(ascend_stats.read_l2_cache_many)),
+    Src("api_statistic.csv", "api_stats", rows=ascend_stats.read_api_statistic, folder=OUT, absent=_why_api,
+        bulk=_frames(ascend_stats.read_api_statistic_many)),
+    Src("memory_record.csv", "memory", read=_memory_record, folder=OUT, absent=why_no_memory, bulk=_memory_record_bulk),
+    Src("operator_memory.csv", "memory_allocs", rows=ascend_csv.read_operator_memory, folder=OUT, absent=why_no_memory,
+        bulk=_frames(ascend_csv.read_operator_memory_many)),
+    Src("npu_module_mem.csv", "memory", rows=ascend_csv.read_npu_module_mem, folder=OUT, absent=why_no_memory,
+        bulk=_frames(ascend_csv.read_npu_module_mem_many)),
     Src("static_op_mem.csv", "memory_allocs", rows=ascend_csv.read_static_op_mem, folder=OUT,
         absent="written only for static graphs compiled by GE (graph mode with memory profiling)"),
     Src("dataset.csv", "dataset_stages", read=_dataset_csv, folder=OUT, absent=_why_dataset),

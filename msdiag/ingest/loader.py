@@ -9,17 +9,29 @@ single rank is read in-process.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from msdiag.errors import InputError
 from msdiag.ingest.discover import MINDSPORE_CPU, MINDSPORE_LEGACY, Discovery, discover
 from msdiag.ingest.engine import RankDir, read_rank, skips_when_shallow
+from msdiag.ingest.engine import prefetch as engine_prefetch
 from msdiag.ingest.formats import BY_NAME
 from msdiag.ingest.paths import within
 from msdiag.model import FAILED, SKIPPED, Capture, RankData
+
+
+@contextlib.contextmanager
+def prefetch(dirs: list[RankDir]) -> Iterator[None]:
+    """Within the block, the ranks of ``dirs`` read one by one share their formats' bulk reads
+    (``engine.prefetch``: the same file of every rank read at once)."""
+    with contextlib.ExitStack() as stack:
+        for name in dict.fromkeys(d.format for d in dirs):
+            stack.enter_context(engine_prefetch(BY_NAME[name], [d for d in dirs if d.format == name]))
+        yield
 
 
 def load_rank(rd_dir: RankDir) -> RankData:
@@ -78,8 +90,9 @@ def load(
     def read(dirs: list[RankDir], shallow: bool = False) -> tuple[list[RankData], dict[str, Any]]:
         if shallow and tiered is not None:
             return parallel.read_ranks(dirs, shallow_reader, jobs=jobs, cache=scache, scheduler=scheduler, reduce=tiered.reduce,
-                                       workers=workers)
-        return parallel.read_ranks(dirs, reader, jobs=jobs, cache=rcache, scheduler=scheduler, reduce=reduce, workers=workers)
+                                       workers=workers, prepare=prefetch)
+        return parallel.read_ranks(dirs, reader, jobs=jobs, cache=rcache, scheduler=scheduler, reduce=reduce, workers=workers,
+                                   prepare=prefetch)
 
     with workers:
         ranks, info = read(disc.ranks) if tiered is None else _read_tiered(disc.ranks, tiered, read)

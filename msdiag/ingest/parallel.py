@@ -43,6 +43,9 @@ from msdiag.model import SCHEMA_VERSION, RankData, joinable
 
 LoadRank = Callable[[RankDir], RankData]
 Reduce = Callable[[RankData], RankData]
+#: Given the ranks a pool task is about to read one by one, a context within which those reads may share work
+#: (the loader's: ``engine.prefetch``, each file kind of the ranks read at once).
+Prepare = Callable[[list[RankDir]], contextlib.AbstractContextManager[None]]
 
 #: A pool is replaced once one of its workers' peak memory grew by more than this since it started (KiB).
 WORKER_GROWTH_KB = 256 * 1024
@@ -117,9 +120,11 @@ def read_ranks(
     scheduler: str | None = None,
     reduce: Reduce | None = None,
     workers: Workers | None = None,
+    prepare: Prepare | None = None,
 ) -> tuple[list[RankData], dict[str, Any]]:
     """Every rank of ``dirs`` in order, and how they were read (``Capture.ingest``). ``workers``: the local
-    pool to read on (kept by the caller across calls); None: one for this call."""
+    pool to read on (kept by the caller across calls); None: one for this call. ``prepare``: what a pool task
+    of several ranks reads them within (:data:`Prepare`)."""
     stats = CacheStats()
     out: list[RankData | None] = [None] * len(dirs)
     keys: list[dict[str, Any] | None] = [None] * len(dirs)
@@ -139,7 +144,7 @@ def read_ranks(
         todo = list(range(len(dirs)))
 
     n = jobs if jobs is not None else (os.cpu_count() or 1)
-    batch = Batch(dirs, todo, load_rank, reduce, cache, keys, stats, out, by)
+    batch = Batch(dirs, todo, load_rank, reduce, cache, keys, stats, out, by, prepare)
     if scheduler:
         executor = "dask"
         _on_dask(scheduler, batch)
@@ -187,6 +192,7 @@ class Batch:
     stats: CacheStats
     out: list[RankData | None]
     by: dict[int, str]
+    prepare: Prepare | None = None
 
     def done(self, i: int, rd: RankData, at: str, unstored: str | None) -> None:
         """Rank ``i`` read by ``at``; ``unstored``: why its cache entry was not written (None: written)."""
@@ -213,15 +219,18 @@ def _worker_start() -> None:
 
 
 def _read_in_worker(
-    dirs: list[RankDir], load_rank: LoadRank, reduce: Reduce | None, cache: RankCache | None, keys: list[dict[str, Any] | None]
+    dirs: list[RankDir], load_rank: LoadRank, reduce: Reduce | None, cache: RankCache | None,
+    keys: list[dict[str, Any] | None], prepare: Prepare | None = None,
 ) -> tuple[Packed, str, list[str | None], int | None]:
-    """read_one of each rank of a task in a pool worker: (the ranks packed, this worker, why each was not stored
-    in the cache or None, how much the worker's peak memory has grown since it started: KiB, None: unknown)."""
+    """read_one of each rank of a task in a pool worker (within ``prepare(dirs)``): (the ranks packed, this worker,
+    why each was not stored in the cache or None, how much the worker's peak memory has grown since it started:
+    KiB, None: unknown)."""
     ranks, unstored, at = [], [], where()
-    for d, key in zip(dirs, keys):
-        rd, at, why = read_one(d, load_rank, reduce, cache, key)
-        ranks.append(rd)
-        unstored.append(why)
+    with prepare(dirs) if prepare is not None and len(dirs) > 1 else contextlib.nullcontext():
+        for d, key in zip(dirs, keys):
+            rd, at, why = read_one(d, load_rank, reduce, cache, key)
+            ranks.append(rd)
+            unstored.append(why)
     peak = _peak_kb()
     return pack(ranks), at, unstored, None if peak is None or _start_kb is None else peak - _start_kb
 
@@ -344,7 +353,7 @@ class Workers:
                         while queue and len(pending) < IN_FLIGHT * self._workers and not retire:
                             task = queue.popleft()
                             pending[pool.submit(_read_in_worker, [b.dirs[i] for i in task], b.load_rank, b.reduce, b.cache,
-                                                [b.keys[i] for i in task])] = task
+                                                [b.keys[i] for i in task], b.prepare)] = task
                             self._tasks += len(task)
                             retire = by_count and self._tasks >= self._workers * TASKS_PER_WORKER
                 _run_meanwhile()  # the workers have their first tasks

@@ -1,0 +1,232 @@
+"""Several ranks' files of one kind read at once (ascend_csv.read_many, _csv.read_cells_many, engine.prefetch).
+
+A pool task prefetches the Ascend CSV files of its ranks: each kind's files laid end to end after one header, split
+by one pyarrow call, converted and framed once, then cut back into a frame per file. Each file's frame must be the
+one its reader gives it alone (values, dtypes, index, columns), and any file that reader would not read plainly
+(an error, a note, a header of its own, a row pyarrow would carry into the next file) sends the whole kind back to
+the readers file by file: a rank read within a prefetch is the rank read alone, sources, notes and errors included.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Callable
+
+import pandas as pd
+import pytest
+
+from msdiag.errors import ParseError
+from msdiag.ingest import _csv, ascend_stats, discover, engine, loader
+from msdiag.ingest import ascend_csv as ac
+
+# (file name, the reader of one file, the reader of several)
+READERS: list[tuple[str, Callable[[Path, int], pd.DataFrame], Callable[[list[Path], list[int]], list[pd.DataFrame] | None]]] = [
+    ("kernel_details.csv", ac.read_kernel_details, ac.read_kernel_details_many),
+    ("step_trace_time.csv", ac.read_step_trace_time, ac.read_step_trace_time_many),
+    ("op_statistic.csv", ac.read_op_statistic, ac.read_op_statistic_many),
+    ("memory_record.csv", lambda p, r: ac.read_memory_record(p, r)[0], ac.read_memory_record_many),
+    ("npu_module_mem.csv", ac.read_npu_module_mem, ac.read_npu_module_mem_many),
+    ("operator_memory.csv", ac.read_operator_memory, ac.read_operator_memory_many),
+    ("l2_cache.csv", ascend_stats.read_l2_cache, ascend_stats.read_l2_cache_many),
+    ("api_statistic.csv", ascend_stats.read_api_statistic, ascend_stats.read_api_statistic_many),
+]
+
+
+def _same(got: pd.DataFrame, want: pd.DataFrame) -> None:
+    pd.testing.assert_frame_equal(got, want, check_exact=True, check_index_type=True, check_column_type=True)
+    assert isinstance(got.index, pd.RangeIndex) and got.index.start == 0 and list(got.columns) == list(want.columns)
+
+
+def _alone(read: Callable[[Path, int], pd.DataFrame], paths: list[Path], ranks: list[int]) -> list[pd.DataFrame] | None:
+    """Each file read alone, or None when one of them fails."""
+    try:
+        return [read(p, r) for p, r in zip(paths, ranks)]
+    except ParseError:
+        return None
+
+
+@pytest.mark.parametrize(("name", "read", "many"), READERS, ids=[r[0] for r in READERS])
+def test_every_corpus_file_read_with_others_as_alone(corpus: Path, name: str, read: Callable[[Path, int], pd.DataFrame],
+                                                     many: Callable[[list[Path], list[int]], list[pd.DataFrame] | None]) -> None:
+    files = sorted(corpus.rglob(name))
+    assert files, f"no {name} in the corpus"
+    batched = 0
+    for f in files:
+        # the file three times over (each with its own rank): the rows of one file do not run into the next
+        got, want = many([f, f, f], [3, 0, 7]), _alone(read, [f, f, f], [3, 0, 7])
+        if got is not None:
+            assert want is not None, f"{f}: read together, though alone it fails"
+            batched += 1
+            for g, w in zip(got, want):
+                _same(g, w)
+    # files of one header line from different captures, read together
+    by_header: dict[bytes, list[Path]] = {}
+    for f in files:
+        by_header.setdefault(f.read_bytes().split(b"\n", 1)[0], []).append(f)
+    for group in (g for g in by_header.values() if len(g) > 1):
+        ranks = list(range(len(group)))
+        got, want = many(group, ranks), _alone(read, group, ranks)
+        if got is not None:
+            assert want is not None
+            for g, w in zip(got, want):
+                _same(g, w)
+    assert batched, f"no corpus {name} was read with others"
+
+
+def _kernel_file(corpus: Path) -> Path:
+    return corpus / "ascend/torchnpu-2rank-level1/rank0_ascend_pt/ASCEND_PROFILER_OUTPUT/kernel_details.csv"
+
+
+def _variant(tmp_path: Path, name: str, data: bytes) -> Path:
+    p = tmp_path / name
+    p.mkdir()
+    p = p / "kernel_details.csv"
+    p.write_bytes(data)
+    return p
+
+
+def test_file_boundaries_by_hand(corpus: Path, tmp_path: Path) -> None:
+    data = _kernel_file(corpus).read_bytes().replace(b"\r\n", b"\n")  # (the file is written with CRLF)
+    head, body = data.split(b"\n", 1)
+    lines = body.rstrip(b"\n").split(b"\n")
+    files = [
+        _variant(tmp_path, "no_newline_at_end", head + b"\n" + b"\n".join(lines[:5])),  # its last row ends the file
+        _variant(tmp_path, "crlf", (head + b"\r\n" + b"\r\n".join(lines[5:9]) + b"\r\n")),
+        _variant(tmp_path, "header_only", head + b"\n"),
+        _variant(tmp_path, "plain", head + b"\n" + b"\n".join(lines[9:12]) + b"\n"),
+    ]
+    # the CRLF file's header line differs (its \r): it is read alone, so the others, without it
+    assert ac.read_kernel_details_many(files, [0, 1, 2, 3]) is None
+    lf = [files[0], files[2], files[3]]
+    got = ac.read_kernel_details_many(lf, [0, 2, 3])
+    assert got is not None
+    # 5, 0 and 3 rows (by hand: the lines after each header), each as the file read alone
+    assert [len(g) for g in got] == [5, 0, 3]
+    for g, f, r in zip(got, lf, [0, 2, 3]):
+        _same(g, ac.read_kernel_details(f, r))
+    assert got[2]["rank"].tolist() == [3, 3, 3]
+
+
+def _mutants(corpus: Path) -> dict[str, bytes]:
+    data = _kernel_file(corpus).read_bytes().replace(b"\r\n", b"\n")
+    head, body = data.split(b"\n", 1)
+    lines = body.rstrip(b"\n").split(b"\n")
+    cols = head.decode().split(",")
+    dur = cols.index("Duration(us)")
+    step = cols.index("Step Id")
+
+    def cell(line: bytes, i: int, value: str) -> bytes:
+        parts = line.decode().split(",")
+        parts[i] = value
+        return ",".join(parts).encode()
+
+    return {
+        "not_a_number": head + b"\n" + cell(lines[0], dur, "abc") + b"\n" + b"\n".join(lines[1:4]) + b"\n",
+        "blank_line": head + b"\n" + lines[0] + b"\n\n" + b"\n".join(lines[1:4]) + b"\n",
+        "other_header": head + b",Extra\n" + b"\n".join(x + b",1" for x in lines[:4]) + b"\n",
+        "step_beyond_int64": head + b"\n" + cell(lines[0], step, "1e300") + b"\n" + b"\n".join(lines[1:4]) + b"\n",
+        "field_over_lines": head + b"\n" + cell(lines[0], dur, '"1\n2"') + b"\n" + b"\n".join(lines[1:4]) + b"\n",
+        "open_quote_at_end": head + b"\n" + b"\n".join(lines[:3]) + b"\n" + cell(lines[3], dur, '"12'),
+        "short_row": head + b"\n" + b"\n".join(lines[:3]) + b"\n" + b",".join(lines[3].split(b",")[:3]) + b"\n",
+    }
+
+
+@pytest.mark.parametrize("mutant", ["not_a_number", "blank_line", "other_header", "step_beyond_int64", "field_over_lines",
+                                    "open_quote_at_end", "short_row"])
+def test_a_file_read_alone_otherwise_sends_all_back(corpus: Path, tmp_path: Path, mutant: str) -> None:
+    plain = _variant(tmp_path, "plain", _kernel_file(corpus).read_bytes().replace(b"\r\n", b"\n"))
+    assert ac.read_kernel_details_many([plain, plain], [0, 2]) is not None  # (the plain file is taken with others)
+    odd = _variant(tmp_path, mutant, _mutants(corpus)[mutant])
+    # read together with plain files, before or after them: never taken together
+    assert ac.read_kernel_details_many([plain, odd, plain], [0, 1, 2]) is None
+    assert ac.read_kernel_details_many([odd, plain], [1, 0]) is None
+
+
+def test_notes_and_dropped_rows_send_all_back(corpus: Path, tmp_path: Path) -> None:
+    # memory_record: a spreadsheet's timestamps (a note naming the file)
+    mem = corpus / "ascend/torchnpu-2rank-level1/rank0_ascend_pt/ASCEND_PROFILER_OUTPUT/memory_record.csv"
+    head, body = mem.read_bytes().split(b"\n", 1)
+    first, rest = body.split(b"\n", 1)
+    parts = first.decode().split(",")
+    ts = head.decode().split(",").index("Timestamp(us)")
+    parts[ts] = "1.69512E+15"
+    (tmp_path / "m").mkdir()
+    odd = tmp_path / "m" / "memory_record.csv"
+    odd.write_bytes(head + b"\n" + ",".join(parts).encode() + b"\n" + rest)
+    assert ac.read_memory_record(odd, 1)[1]  # alone: a note
+    assert ac.read_memory_record_many([mem, mem], [0, 1]) is not None
+    assert ac.read_memory_record_many([mem, odd], [0, 1]) is None
+    # step_trace_time: a summary row (Step written as text) is dropped: the rows no longer line up
+    st = corpus / "ascend/torchnpu-2rank-level1/rank0_ascend_pt/ASCEND_PROFILER_OUTPUT/step_trace_time.csv"
+    head, body = st.read_bytes().split(b"\n", 1)
+    row = body.split(b"\n", 1)[0].split(b",")
+    (tmp_path / "s").mkdir()
+    summary = tmp_path / "s" / "step_trace_time.csv"
+    summary.write_bytes(head + b"\n" + body.rstrip(b"\n") + b"\n" + b",".join([b"Total", *row[1:]]) + b"\n")
+    assert len(ac.read_step_trace_time(summary, 1)) == len(ac.read_step_trace_time(st, 0))  # alone: the row dropped
+    assert ac.read_step_trace_time_many([st, st], [0, 1]) is not None
+    assert ac.read_step_trace_time_many([st, summary], [0, 1]) is None
+
+
+def test_large_files_are_read_alone(corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    plain = _kernel_file(corpus)
+    monkeypatch.setattr(_csv, "FAST_BYTES", plain.stat().st_size - 1)  # (read_cells gives such a file to pandas)
+    assert _csv.read_cells_many([plain, plain]) is None
+
+
+def _rank_state(rd: object) -> tuple[object, ...]:
+    from msdiag.model import RankData
+
+    assert isinstance(rd, RankData)
+    return (rd.rank, rd.info, rd.meta, rd.sources, rd.notes, list(rd.tables))
+
+
+def test_ranks_read_within_a_prefetch_are_the_ranks_read_alone(job8: Path, corpus: Path, tmp_path: Path) -> None:
+    # four ranks of the bench job, one with a damaged kernel_details.csv (a non-number: the core file fails, the
+    # rank is marked unreadable) and one with a memory_record.csv of spreadsheet timestamps (a note), read within
+    # loader.prefetch and alone: the same ranks, sources, notes and tables
+    dirs = discover.discover(job8).ranks[:4]
+    copies = []
+    for d in dirs:
+        dst = tmp_path / d.path.name
+        shutil.copytree(d.path, dst, ignore=shutil.ignore_patterns("trace_view.json"))
+        copies.append(dst)
+    out = "ASCEND_PROFILER_OUTPUT"
+    kd = copies[1] / out / "kernel_details.csv"
+    head, body = kd.read_bytes().split(b"\n", 1)
+    dur = head.decode().split(",").index("Duration(us)")
+    first, rest = body.split(b"\n", 1)
+    parts = first.decode().split(",")
+    parts[dur] = "abc"
+    kd.write_bytes(head + b"\n" + ",".join(parts).encode() + b"\n" + rest)
+    mem = copies[2] / out / "memory_record.csv"
+    head, body = mem.read_bytes().split(b"\n", 1)
+    first, rest = body.split(b"\n", 1)
+    parts = first.decode().split(",")
+    parts[head.decode().split(",").index("Timestamp(us)")] = "1.69512E+15"
+    mem.write_bytes(head + b"\n" + ",".join(parts).encode() + b"\n" + rest)
+    ranks = discover.discover(tmp_path).ranks
+    assert len(ranks) == 4
+    alone = [loader._load_rank_or_mark(d) for d in ranks]
+    taken: list[int] = []
+    real = engine._call
+
+    def counting(spec: engine.Src, handle: object, ctx: engine.Ctx) -> engine.Read:
+        taken.append(int((id(spec), str(handle)) in engine._BULK))
+        return real(spec, handle, ctx)
+
+    engine._call = counting  # type: ignore[assignment]
+    try:
+        with loader.prefetch(ranks):
+            together = [loader._load_rank_or_mark(d) for d in ranks]
+        assert not engine._BULK  # nothing left over after the block
+    finally:
+        engine._call = real  # type: ignore[assignment]
+    assert sum(taken) >= 6 * 3  # six kinds read together for the three ranks whose files are plain, at least
+    assert loader.UNREADABLE in alone[1].meta and loader.UNREADABLE in together[1].meta
+    assert any("spreadsheet" in n for n in together[2].notes)
+    for a, t in zip(alone, together):
+        assert _rank_state(t) == _rank_state(a)
+        for name, df in a.tables.items():
+            _same(t.tables[name], df)
