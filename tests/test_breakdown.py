@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -68,3 +69,31 @@ def test_data_wait_from_torch_dataloader_events(analysed: Analysed) -> None:
     assert (s.loc[0, "rank"], s.loc[0, "step"]) == (0, 50)
     # absolute times near 1.7e15 us resolve to 0.25 us in float64
     assert s.loc[0, "data_wait_us"] == pytest.approx(3332.40, abs=0.5)
+
+
+@pytest.mark.parametrize("capture", ["ascend/torchnpu-2rank-level1", "ascend/torchnpu-2rank-level0", "ascend/torchnpu-2rank-p2p-2024",
+                                     "mindspore-cpu/msrun_dp2_pynative", "mindspore-cpu/legacy_Profiler_graph_mem"])
+def test_step_rows_built_from_arrays_as_from_a_frame_of_them(corpus: Path, capture: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # breakdown._steps_frame builds the rank's step rows column by column: the frame STEPS.frame(pd.DataFrame(rows))
+    # gave, on every rank of real captures (steps from markers, from repeating iterations, with bubbles and waits)
+    from msdiag.ingest import discover, loader
+    from msdiag.metrics import breakdown
+    from msdiag.model import STEPS
+
+    seen: list[int] = []
+    fast = breakdown._steps_frame
+
+    def both(rows: list[dict[str, object]]) -> pd.DataFrame:
+        got = fast(rows)
+        pd.testing.assert_frame_equal(got, STEPS.frame(pd.DataFrame(rows)), check_exact=True)
+        seen.append(len(rows))
+        return got
+
+    monkeypatch.setattr(breakdown, "_steps_frame", both)
+    for d in discover.discover(corpus / capture).ranks:
+        breakdown.step_breakdown(loader.load_rank(d))
+    assert seen and sum(seen) > 0
+    # a value of another kind (a numpy int rank) is left to pandas: the same frame
+    rows: list[dict[str, object]] = [{"rank": np.int64(1), "step": None, "total_us": 2.0, "source": "timeline"}]
+    pd.testing.assert_frame_equal(fast(rows), STEPS.frame(pd.DataFrame(rows)), check_exact=True)
+    assert fast([]).equals(STEPS.frame(pd.DataFrame([])))

@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 
 from msdiag import intervals as iv
 from msdiag.metrics.registry import Reads, declare_reads
-from msdiag.model import STEPS, RankData
+from msdiag.model import FLOAT, INT, STEPS, STR, RankData
 
 _RECEIVE = ("receive", "recv")
 
@@ -280,4 +280,25 @@ def step_breakdown(rd: RankData) -> pd.DataFrame:
             r["data_wait_us"] = iv.total(iv.clip(wait_iv, host_lo, host_hi))
         r["source"] = f"timeline ({src})"
         rows.append(r)
-    return STEPS.frame(pd.DataFrame(rows))
+    return _steps_frame(rows)
+
+
+def _steps_frame(rows: list[dict[str, object]]) -> pd.DataFrame:
+    """``STEPS.frame(pd.DataFrame(rows))``, each column built from the rows' values as an array of its dtype (a
+    frame of the dicts, then each column converted, cost a rank's breakdown more than its intervals); a value of
+    another kind than its column's (floats; ints or None; str) leaves it to pandas as before."""
+    names = dict.fromkeys(k for r in rows for k in r)
+    cols: dict[str, object] = {}
+    for c in names:
+        dtype = STEPS.columns.get(c)
+        values = [r.get(c) for r in rows]
+        kinds = set(map(type, values))
+        if dtype == FLOAT and kinds <= {float, np.float64, type(None)}:
+            cols[c] = np.array([np.nan if v is None else v for v in values], dtype=np.float64)
+        elif dtype == INT and kinds <= {int, type(None)}:
+            cols[c] = pd.array(values, dtype=INT)
+        elif dtype == STR and kinds == {str}:
+            cols[c] = pd.array(np.array(values, dtype=object), dtype=STR)
+        else:
+            return STEPS.frame(pd.DataFrame(rows))
+    return STEPS.frame(cols) if rows else STEPS.frame(pd.DataFrame(rows))
