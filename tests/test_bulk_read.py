@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 from msdiag.errors import ParseError
-from msdiag.ingest import _csv, ascend_stats, discover, engine, loader
+from msdiag.ingest import _csv, ascend_stats, communication, discover, engine, loader
 from msdiag.ingest import ascend_csv as ac
 
 # (file name, the reader of one file, the reader of several)
@@ -72,6 +72,40 @@ def test_every_corpus_file_read_with_others_as_alone(corpus: Path, name: str, re
             for g, w in zip(got, want):
                 _same(g, w)
     assert batched, f"no corpus {name} was read with others"
+
+
+def _comm_alone(p: Path, r: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    return communication.read_communication(p, r)
+
+
+@pytest.mark.parametrize("name", ["communication.json", "communication_matrix.json"])
+def test_every_corpus_communication_file_read_with_others_as_alone(corpus: Path, tmp_path: Path, name: str) -> None:
+    # the JSON files are parsed one by one; their tables are built once over all their rows and cut back per file
+    files = sorted(corpus.rglob(name))
+    assert files
+    many = communication.read_communication_many if name == "communication.json" else communication.read_communication_matrix_many
+    alone = _comm_alone if name == "communication.json" else communication.read_communication_matrix
+    batched = 0
+    for group in [[f, f, f] for f in files] + [files]:
+        ranks = list(range(len(group)))
+        got = many(group, ranks)
+        try:
+            want = [alone(p, r) for p, r in zip(group, ranks)]
+        except ParseError:
+            assert got is None
+            continue
+        if got is None:
+            continue
+        batched += 1
+        for g, w in zip(got, want):
+            for gf, wf in zip(g, w) if isinstance(w, tuple) else [(g, w)]:
+                _same(gf, wf)  # type: ignore[arg-type]
+    assert batched
+    # a file that is not JSON, among good ones: each read alone
+    (tmp_path / "bad").mkdir()
+    bad = tmp_path / "bad" / name
+    bad.write_text("{not json")
+    assert many([files[0], bad], [0, 1]) is None
 
 
 def _kernel_file(corpus: Path) -> Path:

@@ -119,6 +119,29 @@ def read_communication(path: Path, rank: int) -> tuple[pd.DataFrame, pd.DataFram
     bandwidth_gbps = size_mb / time_ms, packets = sum of the Size Distribution counts (null when the
     file gives no distribution, as for SDMA).
     """
+    ops_rows, tr_rows = _communication_rows(path)
+    return _frame(model.COMM_OPS, _OPS_COLS, ops_rows, rank), _frame(model.COMM_TRANSPORT, _TR_COLS, tr_rows, rank)
+
+
+def read_communication_many(paths: list[Path], ranks: list[int]) -> list[tuple[pd.DataFrame, pd.DataFrame]] | None:
+    """:func:`read_communication` of several files at once: each file's rows, then each table's frame built once
+    over them all and cut back per file (:func:`_frames_many`); None where a file fails or a frame cannot be so."""
+    try:
+        rows = [_communication_rows(p) for p in paths]
+    except ParseError:
+        return None
+    ops = _frames_many(model.COMM_OPS, _OPS_COLS, [r[0] for r in rows], ranks)
+    tr = _frames_many(model.COMM_TRANSPORT, _TR_COLS, [r[1] for r in rows], ranks)
+    return None if ops is None or tr is None else list(zip(ops, tr))
+
+
+_OPS_COLS = ["step", "category", "op_name", "op_type", "group", "start_us", "elapse_us", "transit_us", "wait_us", "sync_us",
+             "idle_us"]
+_TR_COLS = ["step", "op_name", "group", "transport", "size_mb", "time_us", "bandwidth_gbps", "large_packet_ratio", "packets"]
+
+
+def _communication_rows(path: Path) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    """communication.json's COMM_OPS and COMM_TRANSPORT rows (without the rank)."""
     doc = load_json(path)
     ops_rows: list[tuple[Any, ...]] = []
     tr_rows: list[tuple[Any, ...]] = []
@@ -178,11 +201,7 @@ def read_communication(path: Path, rank: int) -> tuple[pd.DataFrame, pd.DataFram
                         _packets(path, bwhere, b.get(_DIST)),
                     )
                 )
-    ops_cols = ["step", "category", "op_name", "op_type", "group", "start_us", "elapse_us", "transit_us",
-                "wait_us", "sync_us", "idle_us"]
-    tr_cols = ["step", "op_name", "group", "transport", "size_mb", "time_us", "bandwidth_gbps",
-               "large_packet_ratio", "packets"]
-    return _frame(model.COMM_OPS, ops_cols, ops_rows, rank), _frame(model.COMM_TRANSPORT, tr_cols, tr_rows, rank)
+    return ops_rows, tr_rows
 
 
 def _packets(path: Path, where: str, dist: Any) -> int | None:
@@ -210,6 +229,32 @@ def _frame(table: model.Table, cols: list[str], rows: list[tuple[Any, ...]], ran
     df = pd.DataFrame.from_records(rows, columns=cols)
     # the rank beside the columns (not inserted into df: the frame takes the columns as they are)
     return table.frame({"rank": pd.Series(rank, index=df.index, dtype=model.INT), **{c: df[c] for c in df.columns}})
+
+
+def _frames_many(table: model.Table, cols: list[str], rows: list[list[tuple[Any, ...]]], ranks: list[int]) -> list[pd.DataFrame] | None:
+    """What :func:`_frame` gives for each file's ``rows`` (of the rank beside it), its columns built once over the
+    files' rows laid end to end (``_arrays``) and cut back into a row slice per file (index 0..n-1; a file of no
+    rows the table's empty frame, as _frame gives); None when _arrays cannot build them (some file's frame is
+    then DataFrame.from_records'), or no file has rows."""
+    every = [r for part in rows for r in part]
+    if not every:
+        return None
+    arrays = _arrays(table, cols, every)
+    if arrays is None:
+        return None
+    counts = [len(part) for part in rows]
+    rank = pd.array(np.repeat(np.asarray(ranks, dtype=np.int64), counts), dtype=model.INT)
+    whole = table.frame({"rank": rank, **arrays})
+    out, lo = [], 0
+    for n in counts:
+        if not n:
+            out.append(table.empty())
+            continue
+        part = whole.iloc[lo : lo + n]
+        part.index = pd.RangeIndex(n)  # as reset_index(drop=True), without its copy of the blocks
+        out.append(part)
+        lo += n
+    return out
 
 
 _EXACT_INT = 2**53  # every int up to this is exact as a float: from_records' float64 column of ints and nulls
@@ -249,6 +294,23 @@ def read_communication_matrix(path: Path, rank: int) -> pd.DataFrame:
     and kept as written when the file has none. src and dst are group-local rank numbers; times in us;
     bandwidth_gbps = size_mb / time_ms (null when the time is 0).
     """
+    return _frame(model.COMM_LINKS, _LINK_COLS, _matrix_rows(path), rank)
+
+
+def read_communication_matrix_many(paths: list[Path], ranks: list[int]) -> list[pd.DataFrame] | None:
+    """:func:`read_communication_matrix` of several files at once (:func:`_frames_many`); None where a file fails."""
+    try:
+        rows = [_matrix_rows(p) for p in paths]
+    except ParseError:
+        return None
+    return _frames_many(model.COMM_LINKS, _LINK_COLS, rows, ranks)
+
+
+_LINK_COLS = ["step", "category", "op_type", "variant", "group", "src", "dst", "transport", "size_mb", "time_us", "bandwidth_gbps"]
+
+
+def _matrix_rows(path: Path) -> list[tuple[Any, ...]]:
+    """communication_matrix.json's COMM_LINKS rows (without the rank)."""
     doc = load_json(path)
     spelled = _op_type_spellings(doc)
     rows: list[tuple[Any, ...]] = []
@@ -290,9 +352,7 @@ def read_communication_matrix(path: Path, rank: int) -> pd.DataFrame:
                         bw,
                     )
                 )
-    cols = ["step", "category", "op_type", "variant", "group", "src", "dst", "transport", "size_mb", "time_us",
-            "bandwidth_gbps"]
-    return _frame(model.COMM_LINKS, cols, rows, rank)
+    return rows
 
 
 def _op_type_spellings(doc: Any) -> dict[str, str]:

@@ -61,6 +61,11 @@ def _memory_record_bulk(paths: list[Path], ranks: list[int]) -> list[Result] | N
     return None if frames is None else [Read(tables={"memory": f}, notes=[]) for f in frames]
 
 
+def _communication_bulk(paths: list[Path], ranks: list[int]) -> list[Result] | None:
+    frames = communication.read_communication_many(paths, ranks)
+    return None if frames is None else [Read(tables={"comm_ops": ops, "comm_transport": tr}) for ops, tr in frames]
+
+
 def _frames(read_many: Callable[[list[Path], list[int]], list[pd.DataFrame] | None]) -> Callable[[list[Path], list[int]], list[Result] | None]:
     """A bulk reader of a ``rows`` source: its frames as they are."""
     def bulk(paths: list[Path], ranks: list[int]) -> list[Result] | None:
@@ -185,9 +190,9 @@ ASCEND_SOURCES: tuple[Src, ...] = (
     Src("step_trace_time.csv", "profiler_steps", read=_step_trace_time, core=True, folder=OUT,
         absent="no step_trace_time.csv: the profiler's own step breakdown is not there to cross-check",
         bulk=_step_trace_time_bulk),
-    Src("communication.json", "comm_ops", read=_communication, folder=OUT, absent=_why_comm),
+    Src("communication.json", "comm_ops", read=_communication, folder=OUT, absent=_why_comm, bulk=_communication_bulk),
     Src("communication_matrix.json", "comm_links", rows=communication.read_communication_matrix, folder=OUT,
-        absent=_why_comm),
+        absent=_why_comm, bulk=_frames(communication.read_communication_matrix_many)),
     Src("op_statistic.csv", "op_stats", rows=ascend_csv.read_op_statistic, folder=OUT, absent=_why_statistic,
         bulk=_frames(ascend_csv.read_op_statistic_many)),
     Src("l2_cache.csv", "l2_cache", rows=ascend_stats.read_l2_cache, folder=OUT,
