@@ -260,12 +260,14 @@ def _write_tables(path: Path, tables: dict[str, Any]) -> None:
     import pyarrow as pa
 
     options = pa.ipc.IpcWriteOptions(compression="lz4", use_threads=False)
-    with pa.OSFile(str(path), "wb") as sink:
-        for name, df in tables.items():
-            t = _arrow_table(df)
-            t = t.replace_schema_metadata({**(t.schema.metadata or {}), _TABLE_KEY: name.encode()})
-            with pa.ipc.new_stream(sink, t.schema, options=options) as w:
-                w.write_table(t)
+    sink = pa.BufferOutputStream()  # the file written in one call (a file sink takes a write per message and buffer)
+    for name, df in tables.items():
+        t = _arrow_table(df)
+        t = t.replace_schema_metadata({**(t.schema.metadata or {}), _TABLE_KEY: name.encode()})
+        with pa.ipc.new_stream(sink, t.schema, options=options) as w:
+            w.write_table(t)
+    with open(path, "wb") as f:
+        f.write(memoryview(sink.getvalue()))
 
 
 #: The schema (with pyarrow's pandas metadata) ``Table.from_pandas`` gave a frame, by what it depends on:
