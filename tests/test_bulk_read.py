@@ -264,3 +264,36 @@ def test_ranks_read_within_a_prefetch_are_the_ranks_read_alone(job8: Path, corpu
         assert _rank_state(t) == _rank_state(a)
         for name, df in a.tables.items():
             _same(t.tables[name], df)
+
+
+def test_refused_files_are_never_opened_by_a_prefetch(job8: Path, tmp_path: Path) -> None:
+    # one rank's op_statistic.csv is a named pipe (opening it would block), another's a link to a file outside the
+    # capture: the prefetch admits neither (paths.refusal, as the rank's own read does), the others' files are read
+    # together, and every rank is the rank read alone (the refused files failed with their reason)
+    import os
+
+    cap = tmp_path / "cap"
+    for d in discover.discover(job8).ranks[:3]:
+        shutil.copytree(d.path, cap / d.path.name, ignore=shutil.ignore_patterns("trace_view.json"))
+    ranks = discover.discover(cap).ranks
+    out = "ASCEND_PROFILER_OUTPUT"
+    pipe = ranks[0].path / out / "op_statistic.csv"
+    pipe.unlink()
+    os.mkfifo(pipe)
+    secret = tmp_path / "secret.csv"
+    secret.write_bytes((ranks[2].path / out / "op_statistic.csv").read_bytes())
+    linked = ranks[1].path / out / "op_statistic.csv"
+    linked.unlink()
+    linked.symlink_to(secret)
+    alone = [loader._load_rank_or_mark(d) for d in ranks]
+    with loader.prefetch(ranks):
+        assert not any("op_statistic" in p for _, p in engine._BULK)  # only ranks[2]'s was admitted: none read at once
+        assert any("kernel_details" in p for _, p in engine._BULK)
+        together = [loader._load_rank_or_mark(d) for d in ranks]
+    for a, t in zip(alone, together):
+        assert _rank_state(t) == _rank_state(a)
+        for name, df in a.tables.items():
+            _same(t.tables[name], df)
+    failed = [(r.rank, s.name, s.reason) for r in together for s in r.sources if s.status == "failed"]
+    assert [(rank, name) for rank, name, _ in failed] == [(ranks[0].rank, "op_statistic.csv"), (ranks[1].rank, "op_statistic.csv")]
+    assert "named pipe" in str(failed[0][2]) and "outside the capture" in str(failed[1][2])
