@@ -356,6 +356,29 @@ def test_dask_equals_local_and_runs_on_workers(job8: Path, job8_report: dict[str
 
 @pytest.mark.slow
 @pytest.mark.dask
+def test_dask_tasks_of_several_ranks(job8: Path, job8_report: dict[str, Any], dask_cluster: Any, tmp_path: Path,
+                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    # tasks of four ranks on the cluster's two workers (as the local pool's, packed): the same report, every rank's
+    # cache entry written here, and the frames the tasks sent back concatenated handed to the join
+    address, client = dask_cluster
+    monkeypatch.setattr(parallel, "TASKS_PER_WORKER_MIN", 1)
+    tasks: list[int] = []
+    real = parallel.unpack
+
+    def counting(p: parallel.Packed) -> Any:
+        tasks.append(len(p.ranks))
+        return real(p)
+
+    monkeypatch.setattr(parallel, "unpack", counting)
+    a = analyze(job8, Options(jobs=1, scheduler=address, cache=str(tmp_path / "cache")))
+    assert tasks == [4, 4] and a.capture.ingest["executor"] == "dask" and a.capture.ingest["cache"]["written"] == 8
+    rep = build(a)
+    rep["options"]["scheduler"] = None
+    assert rep == job8_report
+
+
+@pytest.mark.slow
+@pytest.mark.dask
 def test_dask_unreachable_scheduler(corpus: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("distributed", reason="Dask is not installed: pip install 'msdiag[cluster]'")
     monkeypatch.setattr(parallel, "DASK_TIMEOUT_S", 2)

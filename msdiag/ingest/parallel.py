@@ -14,9 +14,9 @@ what the analysis needs, not with the traces' size.
   memory grew by more than ``WORKER_GROWTH_KB`` since it started, so a worker that parsed a huge trace
   does not keep its memory for the rest of the run; otherwise it reads every rank, and the caller may
   keep it for another call (a tiered load's deep pass). One rank, or ``jobs=1``: read in this process.
-- Dask (``scheduler="tcp://HOST:PORT"``): the ranks are mapped on the cluster's workers, which must
-  see the capture at the same path and have the same msdiag installed; results are gathered one
-  by one as they complete. Dask is optional (``pip install 'msdiag[cluster]'``).
+- Dask (``scheduler="tcp://HOST:PORT"``): the ranks are mapped on the cluster's workers in tasks of
+  several ranks as the pool's; the workers must see the capture at the same path and have the same
+  msdiag installed; results are gathered one by one as they complete. Dask is optional (``pip install 'msdiag[cluster]'``).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import uuid
 from collections import deque
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator
 
 import pandas as pd
@@ -148,6 +148,8 @@ def read_ranks(
     if scheduler:
         executor = "dask"
         _on_dask(scheduler, batch)
+        if workers is not None:
+            workers.keep_cut(batch.cut)
     elif len(todo) <= 1 or n <= 1:
         executor = "in-process"
         for i in todo:
@@ -193,6 +195,8 @@ class Batch:
     out: list[RankData | None]
     by: dict[int, str]
     prepare: Prepare | None = None
+    # the tables Dask tasks sent back concatenated (unpack), for the caller's join (Workers.take_cut)
+    cut: list[tuple[str, Any, list[Any]]] = field(default_factory=list)
 
     def done(self, i: int, rd: RankData, at: str, unstored: str | None) -> None:
         """Rank ``i`` read by ``at``; ``unstored``: why its cache entry was not written (None: written)."""
@@ -310,6 +314,10 @@ class Workers:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def keep_cut(self, cut: list[tuple[str, Any, list[Any]]]) -> None:
+        """Keep ``cut`` (tables tasks elsewhere sent back concatenated: Dask's) for :meth:`take_cut`."""
+        self._cut.extend(cut)
 
     def take_cut(self) -> list[tuple[str, Any, list[Any]]]:
         """The tables the tasks read so far sent back concatenated, for ``Capture.join_tables``: (table, the
@@ -430,25 +438,34 @@ def _on_dask(scheduler: str, b: Batch) -> None:
         if not todo:
             return
         run = uuid.uuid4().hex[:8]
+        # tasks of several ranks, as the local pool's (task_size over the cluster's workers), sent back packed
+        size = task_size(len(todo), len(ids))
+        tasks = [todo[k : k + size] for k in range(0, len(todo), size)]
         futures = [
-            client.submit(read_one, dirs[i], b.load_rank, b.reduce, None, None, key=f"msdiag-rank-{dirs[i].rank}-{run}", pure=False)
-            for i in todo
+            client.submit(_read_in_worker, [dirs[i] for i in task], b.load_rank, b.reduce, None, [None] * len(task), b.prepare,
+                          key=f"msdiag-ranks-{dirs[task[0]].rank}-{run}", pure=False)
+            for task in tasks
         ]
-        index = {f.key: i for f, i in zip(futures, todo)}
-        i = todo[0]
+        index = {f.key: task for f, task in zip(futures, tasks)}
+        task = tasks[0]
         try:
             # the client's own loop: this process has no default client when the cluster runs elsewhere
             for f in as_completed(futures, loop=client.loop):
-                i = index[f.key]
-                rd, at, _ = f.result()
+                task = index[f.key]
+                packed, at, _, _ = f.result()
                 f.release()
-                # entries of ranks read on Dask are written here (the parent owns the cache folder)
-                b.done(i, rd, at, cache.put(keys[i], rd) if cache is not None and keys[i] is not None else None)  # type: ignore[arg-type]
+                ranks, cut = unpack(packed)
+                b.cut.extend(cut)
+                for i, rd in zip(task, ranks):
+                    # entries of ranks read on Dask are written here (the parent owns the cache folder)
+                    b.done(i, rd, at, cache.put(keys[i], rd) if cache is not None and keys[i] is not None else None)  # type: ignore[arg-type]
         except MsdiagError:
             client.cancel(futures)
             raise
         except Exception as e:  # a worker lost, a task killed: name the rank, keep the cause (--debug)
             client.cancel(futures)
-            raise InputError(dirs[i].path, f"reading this rank on the Dask cluster failed ({type(e).__name__}: {e})") from e
+            others = "" if len(task) == 1 else f" (or ranks {', '.join(str(dirs[i].rank) for i in task[1:])}, read by the same task)"
+            raise InputError(dirs[task[0]].path,
+                             f"reading this rank{others} on the Dask cluster failed ({type(e).__name__}: {e})") from e
     finally:
         client.close()
