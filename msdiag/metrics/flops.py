@@ -524,54 +524,54 @@ for _types, _fn in (
         _FORMULAS[_t] = _fn
 
 
-def _str_column(df: pd.DataFrame, col: str) -> pd.Series:
-    if col not in df.columns:
-        return pd.Series(_NA, index=df.index, dtype=object)
-    return df[col].astype(object).where(df[col].notna(), _NA)
-
-
 def kernel_flops(kernels: pd.DataFrame) -> pd.Series:
     """FLOPs of every kernel of a KERNELS table (float; NaN where no formula or shapes apply).
 
     Reads ``type``, ``name`` (to recover the type when it is null, see :func:`op_type_from_name`),
     ``input_shapes``, ``input_formats`` and ``output_shapes``. Each distinct (type, shapes,
     formats) combination is computed once and each shape string parsed once, so a capture with
-    millions of launches of a few hundred distinct kernels costs a few hundred evaluations.
+    millions of launches of a few hundred distinct kernels costs a few hundred evaluations. The
+    combinations are found on the columns' codes (``pd.factorize`` of each column: a null is its own
+    value, as the text :data:`_NA`), not on the texts of every row.
     """
     out = np.full(len(kernels), np.nan)
     if len(kernels) == 0:
         return pd.Series(out, index=kernels.index, dtype="float64", name="flops")
     if "type" in kernels.columns:
-        types = kernels["type"].astype(object)
+        types = kernels["type"]
     else:
         types = pd.Series(None, index=kernels.index, dtype=object)
     null_type = types.isna()
     if null_type.any() and "name" in kernels.columns:
         names = kernels.loc[null_type, "name"].astype(object)
         recovered = {n: op_type_from_name(n) for n in names.dropna().unique()}
-        types = types.copy()
+        types = types.astype(object)
         types[null_type] = names.map(recovered)
-    sel = types.isin(list(_FORMULAS)).to_numpy()
+    t_codes, t_uniq = pd.factorize(types)
+    t_texts = [str(t) for t in t_uniq]
+    known = np.array([t in _FORMULAS for t in t_texts] + [False])  # (code -1, a null type: the last, False)
+    sel = known[t_codes]
     if not sel.any():
         return pd.Series(out, index=kernels.index, dtype="float64", name="flops")
-    cols = ["type", "input_shapes", "input_formats", "output_shapes"]
-    key = pd.DataFrame(
-        {
-            "type": types[sel].to_numpy(),
-            "input_shapes": _str_column(kernels, "input_shapes")[sel].to_numpy(),
-            "input_formats": _str_column(kernels, "input_formats")[sel].to_numpy(),
-            "output_shapes": _str_column(kernels, "output_shapes")[sel].to_numpy(),
-        }
-    )
-    uniq = key.drop_duplicates(ignore_index=True)
+    rows = np.flatnonzero(sel)
+    parts = [t_codes[rows]]
+    texts: list[list[str]] = [t_texts]
+    for col in ("input_shapes", "input_formats", "output_shapes"):
+        if col in kernels.columns:
+            codes, uniq = pd.factorize(kernels[col])
+            parts.append(codes[rows])
+            texts.append([str(u) for u in uniq] + [_NA])  # (code -1, a null: _NA)
+        else:
+            parts.append(np.full(len(rows), -1, dtype=np.intp))
+            texts.append([_NA])
+    combos, inverse = np.unique(np.stack(parts, axis=1), axis=0, return_inverse=True)
     cache: dict[str, Shapes] = {}
-    values = []
-    for t, ins_s, fmt_s, outs_s in uniq.itertuples(index=False, name=None):
-        ins = _parse_shapes(ins_s, cache)
-        f = _FORMULAS[t](ins, _parse_formats(fmt_s), _parse_shapes(outs_s, cache)) if ins else None
-        values.append(np.nan if f is None else float(f))
-    uniq = uniq.assign(flops=values)  # (a new frame: pandas 2 warns on a column set on drop_duplicates' result)
-    out[sel] = key.merge(uniq, on=cols, how="left")["flops"].to_numpy()
+    values = np.empty(len(combos))
+    for j, (tc, ic, fc, oc) in enumerate(combos.tolist()):
+        ins = _parse_shapes(texts[1][ic], cache)
+        f = _FORMULAS[t_texts[tc]](ins, _parse_formats(texts[2][fc]), _parse_shapes(texts[3][oc], cache)) if ins else None
+        values[j] = np.nan if f is None else float(f)
+    out[rows] = values[inverse.reshape(-1)]
     return pd.Series(out, index=kernels.index, dtype="float64", name="flops")
 
 
