@@ -222,7 +222,10 @@ class _Host:
         self.index = tl.index[rows]
         self.start = tl["start_us"].to_numpy(float, na_value=np.nan)[rows]
         self.dur = tl["dur_us"].to_numpy(float, na_value=np.nan)[rows]
-        self.codes, names = pd.factorize(tl["name"].array.take(rows))  # a missing name: -1, never matches
+        taken = tl["name"].array.take(rows)
+        if isinstance(taken, pd.arrays.NumpyExtensionArray):  # (an object column: pandas 2.2 warns on the wrapper)
+            taken = taken.to_numpy()
+        self.codes, names = pd.factorize(taken)  # a missing name: -1, never matches
         self._names = np.asarray(names, dtype=object)
         self.ids = memo.ids_of(self._names)  # the analysis' id of each distinct name
         self._tracks = tl["track"]
