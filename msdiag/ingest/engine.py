@@ -297,16 +297,25 @@ def _prefetch(fmt: Format, dirs: list[RankDir]) -> None:
     specs = [s for s in fmt.sources if isinstance(s, Src) and s.bulk is not None and s.glob is None and s.db is None]
     if len(dirs) < 2 or not specs:
         return
-    ctxs = [Ctx(RankData(rank=d.rank, family=d.family, path=str(d.path)), Path(d.path), {"rank": d.rank, **fmt.vars(d)},
-                roots=real_roots(d.path, d.root)) for d in dirs]  # fmt: skip
+    ctxs: list[tuple[RankDir, Ctx]] = []
+    for d in dirs:
+        try:
+            ctxs.append((d, Ctx(RankData(rank=d.rank, family=d.family, path=str(d.path)), Path(d.path),
+                                {"rank": d.rank, **fmt.vars(d)}, roots=real_roots(d.path, d.root))))
+        except Exception:  # noqa: BLE001 - that rank's own read meets it (and says what it is)
+            continue
     for spec in specs:
         assert spec.bulk is not None
         paths, ranks = [], []
-        for d, ctx in zip(dirs, ctxs):
-            found = resolve(ctx, spec)
-            if len(found) == 1 and refusal(found[0], ctx.roots) is None:
-                paths.append(found[0])
-                ranks.append(d.rank)
+        for d, ctx in ctxs:
+            try:
+                found = resolve(ctx, spec)
+                if len(found) != 1 or refusal(found[0], ctx.roots) is not None:
+                    continue
+            except OSError:  # (a folder that cannot be listed: the rank's own read meets it)
+                continue
+            paths.append(found[0])
+            ranks.append(d.rank)
         if len(paths) < 2:
             continue
         try:
