@@ -122,7 +122,7 @@ def _module_series(m: pd.DataFrame) -> tuple[dict[int, pd.DataFrame], dict[int, 
     if not len(g):
         return {}, {}
     # each distinct component classed once (the same group as _group_of on every row)
-    codes, names = pd.factorize(g["component"].fillna("").astype(str).to_numpy(object), use_na_sentinel=False)
+    codes, names = pd.factorize(g["component"].fillna(""), use_na_sentinel=False)  # (on the column: no text per row)
     grp = np.array([_group_of(str(n)) for n in names], dtype=object)[codes]
     wide = g.assign(group=grp, rank=g["rank"].astype(int).to_numpy()).pivot_table(
         index=["rank", "ts_us"], columns="group", values="reserved_mb", aggfunc="sum", fill_value=0.0
