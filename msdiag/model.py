@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 import pandas as pd
@@ -717,6 +717,24 @@ def _dtypes(df: pd.DataFrame) -> list[Any]:
     return list(get()) if get is not None else list(df.dtypes)
 
 
+def rank_column(ranks: Iterable[int], counts: Iterable[int]) -> Any:
+    """The rank column (Int64) of several ranks' rows laid end to end: each rank repeated on its count of rows."""
+    return pd.array(np.repeat(np.asarray(list(ranks), dtype=np.int64), list(counts)), dtype=INT)
+
+
+def row_slices(whole: pd.DataFrame, counts: Iterable[int]) -> list[pd.DataFrame]:
+    """``whole`` cut into consecutive row slices of ``counts`` rows: each a view of it with the index 0..n-1 (as
+    ``reset_index(drop=True)`` gives, without its copy of the blocks). How a frame of several ranks' rows (a joined
+    table, a cache hit converted whole, a pool task's tables, a bulk read) gives each rank its frame."""
+    out, lo = [], 0
+    for n in counts:
+        part = whole.iloc[lo : lo + n]
+        part.index = pd.RangeIndex(n)
+        out.append(part)
+        lo += n
+    return out
+
+
 def joinable(frames: list[pd.DataFrame]) -> bool:
     """Whether the frames are alike enough to be row slices of their concatenation (Capture.join_tables)."""
     first = frames[0]
@@ -830,14 +848,9 @@ class Capture:
             if not joinable([first for _, first in pieces]):  # a run's frames: its frame's columns and dtypes
                 continue
             whole = pd.concat([f for f, _ in pieces], ignore_index=True)
-            parts, lo = [], 0
-            for r in holders:
-                n = len(r.tables[name])
-                part = whole.iloc[lo : lo + n]
-                part.index = pd.RangeIndex(n)  # as reset_index(drop=True), without its copy of the blocks
+            parts = row_slices(whole, [len(r.tables[name]) for r in holders])
+            for r, part in zip(holders, parts):
                 r.tables[name] = part  # the rank's own frame is freed
-                parts.append(part)
-                lo += n
             self._tables[name] = (tuple(id(p) for p in parts), whole, parts)
 
     @property

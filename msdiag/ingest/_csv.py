@@ -268,6 +268,7 @@ def read_cells_many(
     :func:`_arrow_rows` splits (:func:`_arrow_plain`); the rows pyarrow finds must be the files' lines less their
     headers, so that no row runs from one file into the next."""
     header: bytes | None = None
+    fields: tuple[list[str], int] | None = None  # the header's names and width (_arrow_header), judged once
     bodies: list[bytes] = []
     counts: list[int] = []
     shapes: list[tuple[Path, int, int]] = []
@@ -285,7 +286,8 @@ def read_cells_many(
         end = data.find(b"\n")
         first = data if end < 0 else data[:end]
         if header is None:
-            if _arrow_header(first) is None:
+            fields = _arrow_header(first)
+            if fields is None:
                 return None
             header = first
         if first != header or not _arrow_plain(data):
@@ -294,10 +296,8 @@ def read_cells_many(
         bodies.append(body if not body or body.endswith(b"\n") else body + b"\n")
         counts.append(lines - 1)
         shapes.append((path, lines, size))
-    if header is None:
+    if header is None or fields is None:
         return None
-    fields = _arrow_header(header)
-    assert fields is not None
     names, width = fields
     split = header.decode("utf-8").removesuffix("\r").split(",")
     try:

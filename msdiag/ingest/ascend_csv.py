@@ -198,7 +198,7 @@ def read_many(paths: list[Path], ranks: list[int], build: Build, required: Itera
     if got is None:
         return None
     cells, counts = got
-    column = pd.array(np.repeat(np.asarray(ranks, dtype=np.int64), counts), dtype=model.INT)
+    column = model.rank_column(ranks, counts)
 
     def rank_of(n: int) -> Column:
         if n != len(column):
@@ -210,15 +210,7 @@ def read_many(paths: list[Path], ranks: list[int], build: Build, required: Itera
         frame = build(cells, paths[0], rank_of, notes)
     except Exception:  # noqa: BLE001 - each file is read alone then, with its own error
         return None
-    if notes or len(frame) != cells.n:
-        return None
-    out, lo = [], 0
-    for n in counts:
-        part = frame.iloc[lo : lo + n]
-        part.index = pd.RangeIndex(n)  # as reset_index(drop=True), without its copy of the blocks
-        out.append(part)
-        lo += n
-    return out
+    return None if notes or len(frame) != cells.n else model.row_slices(frame, counts)
 
 
 def _const(n: int, value: str) -> Column:

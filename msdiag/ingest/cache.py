@@ -57,7 +57,7 @@ from msdiag.ingest.cachedir import PRIVATE as _PRIVATE
 from msdiag.ingest.cachedir import code_fingerprint, untrusted
 from msdiag.ingest.cachedir import owner_problem as _owner_problem
 from msdiag.ingest.paths import Seen
-from msdiag.model import ABSENT, FAILED, PRESENT, SCHEMA_VERSION, SKIPPED, TABLES, UNUSED, RankData, RankInfo, Source
+from msdiag.model import ABSENT, FAILED, PRESENT, SCHEMA_VERSION, SKIPPED, TABLES, UNUSED, RankData, RankInfo, Source, row_slices
 
 __all__ = ["CACHE_FORMAT", "CacheStats", "RankCache", "files_of"]
 
@@ -548,14 +548,10 @@ def _to_pandas(arrow: list[dict[str, Any]]) -> tuple[
             continue
         if not (isinstance(whole.index, pd.RangeIndex) and whole.index.start == 0 and whole.index.step == 1):
             whole.index = pd.RangeIndex(len(whole))  # the index each slice is given below, as one
-        lo, shared, sliced = 0, _dtypes(whole), []
-        for i, t in zip(idx, parts):
-            part = whole.iloc[lo : lo + t.num_rows]
-            part.index = pd.RangeIndex(t.num_rows)  # as reset_index(drop=True), without its shallow copy
+        shared, sliced = _dtypes(whole), row_slices(whole, [t.num_rows for t in parts])
+        for i, part in zip(idx, sliced):
             frames[i][name] = part
-            sliced.append(part)
             dtypes[i][name] = shared
-            lo += t.num_rows
         cut.append((name, whole, sliced))
     return frames, broken, dtypes, cut
 

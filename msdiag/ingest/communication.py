@@ -243,18 +243,8 @@ def _frames_many(table: model.Table, cols: list[str], rows: list[list[tuple[Any,
     if arrays is None:
         return None
     counts = [len(part) for part in rows]
-    rank = pd.array(np.repeat(np.asarray(ranks, dtype=np.int64), counts), dtype=model.INT)
-    whole = table.frame({"rank": rank, **arrays})
-    out, lo = [], 0
-    for n in counts:
-        if not n:
-            out.append(table.empty())
-            continue
-        part = whole.iloc[lo : lo + n]
-        part.index = pd.RangeIndex(n)  # as reset_index(drop=True), without its copy of the blocks
-        out.append(part)
-        lo += n
-    return out
+    whole = table.frame({"rank": model.rank_column(ranks, counts), **arrays})
+    return [part if n else table.empty() for part, n in zip(model.row_slices(whole, counts), counts)]
 
 
 _EXACT_INT = 2**53  # every int up to this is exact as a float: from_records' float64 column of ints and nulls

@@ -39,7 +39,7 @@ from msdiag.forking import frozen
 from msdiag.forking import peak_kb as _peak_kb  # (a module name here: the tests replace it)
 from msdiag.ingest.cache import CacheStats, RankCache
 from msdiag.ingest.discover import RankDir
-from msdiag.model import SCHEMA_VERSION, RankData, joinable
+from msdiag.model import SCHEMA_VERSION, RankData, joinable, row_slices
 
 LoadRank = Callable[[RankDir], RankData]
 Reduce = Callable[[RankData], RankData]
@@ -272,15 +272,10 @@ def unpack(p: Packed) -> tuple[list[RankData], list[tuple[str, Any, list[Any]]]]
     sliced: list[dict[str, pd.DataFrame]] = [{} for _ in p.ranks]
     cut: list[tuple[str, Any, list[Any]]] = []
     for name, whole in p.wholes.items():
-        lo, parts = 0, []
-        for k, rows in enumerate(p.rows):
-            if name in rows:
-                n = rows[name]
-                part = whole.iloc[lo : lo + n]
-                part.index = pd.RangeIndex(n)  # as reset_index(drop=True), without its copy of the blocks
-                sliced[k][name] = part
-                parts.append(part)
-                lo += n
+        holders = [k for k, rows in enumerate(p.rows) if name in rows]
+        parts = row_slices(whole, [p.rows[k][name] for k in holders])
+        for k, part in zip(holders, parts):
+            sliced[k][name] = part
         cut.append((name, whole, parts))
     for r, own, order in zip(p.ranks, sliced, p.order):
         own.update(r.tables)

@@ -287,6 +287,8 @@ def _steps_frame(rows: list[dict[str, object]]) -> pd.DataFrame:
     """``STEPS.frame(pd.DataFrame(rows))``, each column built from the rows' values as an array of its dtype (a
     frame of the dicts, then each column converted, cost a rank's breakdown more than its intervals); a value of
     another kind than its column's (floats; ints or None; str) leaves it to pandas as before."""
+    if not rows:
+        return STEPS.frame(pd.DataFrame(rows))
     names = dict.fromkeys(k for r in rows for k in r)
     cols: dict[str, object] = {}
     for c in names:
@@ -301,4 +303,4 @@ def _steps_frame(rows: list[dict[str, object]]) -> pd.DataFrame:
             cols[c] = pd.array(np.array(values, dtype=object), dtype=STR)
         else:
             return STEPS.frame(pd.DataFrame(rows))
-    return STEPS.frame(cols) if rows else STEPS.frame(pd.DataFrame(rows))
+    return STEPS.frame(cols)
