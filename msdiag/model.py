@@ -748,6 +748,18 @@ def joinable(frames: list[pd.DataFrame]) -> bool:
     return True
 
 
+def concat_alike(ranks: list[RankData]) -> dict[str, pd.DataFrame]:
+    """Each table whose frames in ``ranks`` are alike (:func:`joinable`, held by more than one rank) concatenated in
+    rank order (index 0..n-1): how the ranks of a pool task travel and are stored together (``parallel.Packed``,
+    ``RankCache.put_many``). The ranks are not changed."""
+    out: dict[str, pd.DataFrame] = {}
+    for name in dict.fromkeys(n for r in ranks for n in r.tables):
+        frames = [r.tables[name] for r in ranks if name in r.tables]
+        if len(frames) > 1 and joinable(frames):
+            out[name] = pd.concat(frames, ignore_index=True)
+    return out
+
+
 def _runs(name: str, frames: list[pd.DataFrame], cut: list[tuple[str, Any, list[Any]]],
           where: dict[int, tuple[int, int, int]]) -> tuple[Any, list[tuple[pd.DataFrame, pd.DataFrame]]]:
     """``frames`` (the ranks' frames of table ``name``) as pieces to concatenate (Capture.join_tables):

@@ -51,7 +51,7 @@ def _copy(src: Path, dst: Path) -> Path:
 
 
 def _entries(cache: Path) -> list[Path]:
-    return sorted(p.parent for p in cache.glob(f"msdiag-ranks-v{CACHE_FORMAT}/*/*/key.json"))
+    return sorted(p for p in cache.glob(f"msdiag-ranks-v{CACHE_FORMAT}/*/*") if not p.name.startswith("."))
 
 
 # ---- the synthetic cluster ------------------------------------------------------------------------
@@ -221,30 +221,36 @@ def test_cache_invalidated_by_size_or_mtime(corpus: Path, tmp_path: Path) -> Non
     assert load(cap, jobs=1, cache=cache, reduce=reduce_rank, reduce_id=reduce_id()).ingest["cache"]["hits"] == 2
 
 
-@pytest.mark.parametrize("damage", ["tables file", "rank.json", "key.json", "missing table", "stream after the tables"])
+@pytest.mark.parametrize("damage", ["truncated", "header", "not utf-8", "missing table", "stream after the tables",
+                                    "rows miscounted", "a rank's head"])
 def test_corrupt_entry_is_rebuilt(corpus: Path, cold_cache: tuple[Path, Analysis], tmp_path: Path, damage: str) -> None:
     path = corpus.joinpath(*LEVEL1)
     cache = _cache_copy(cold_cache, tmp_path / "cache")
     entry = _entries(cache)[0]
-    if damage == "tables file":
-        p = entry / "tables.arrow"
-        p.write_bytes(p.read_bytes()[:100])  # truncated
-    elif damage == "rank.json":
-        (entry / "rank.json").write_text("{not json")
-    elif damage == "key.json":
-        (entry / "key.json").write_bytes(b"\x00\xff garbage")
+    data = entry.read_bytes()
+    line = data.index(b"\n")
+    if damage == "truncated":
+        entry.write_bytes(data[: line + 100])  # the header whole, the first stream cut
+    elif damage == "header":
+        entry.write_bytes(b"{not json" + data[line:])
+    elif damage == "not utf-8":
+        entry.write_bytes(b"\x00\xff garbage\n" + data[line + 1 :])
     elif damage == "missing table":
         m.edit_cache_tables(entry, lambda tables: tables.pop("comm_ops"))
-    else:  # every table stored twice: the entry holds more than rank.json says
-        p = entry / "tables.arrow"
-        p.write_bytes(p.read_bytes() * 2)
+    elif damage == "stream after the tables":  # every stream stored twice: the file holds more than its header says
+        entry.write_bytes(data + data[line + 1 :])
+    elif damage == "rows miscounted":
+        header = json.loads(data[:line])
+        header["streams"][0]["rows"][0] += 1
+        entry.write_bytes(json.dumps(header).encode() + data[line:])
+    else:
+        m.edit_rank_json(entry, lambda head: head.update(rank=head["rank"] + 1))
     # the ranks as an analysis reads them (analyze reads them so: the reduction, its id, the cache): the
     # damaged entry's rank parsed again, the other read back, both the cold analysis' ranks
     cap = load(path, jobs=1, cache=cache, reduce=reduce_rank, reduce_id=reduce_id())
     st = cap.ingest["cache"]
     assert st["hits"] == 1 and st["misses"] == 1 and st["written"] == 1
-    if damage != "key.json":  # an unreadable key is simply not a match
-        assert len(st["ignored"]) == 1
+    assert len(st["ignored"]) == 1
     _assert_same_ranks(cold_cache[1].capture, cap)
     assert load(path, jobs=1, cache=cache, reduce=reduce_rank, reduce_id=reduce_id()).ingest["cache"]["hits"] == 2
 

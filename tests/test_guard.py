@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from msdiag.cli import EXIT_INTERNAL, main
 from msdiag.errors import ParseError, RuleError
 from msdiag.ingest._sqlite import DbDamaged, open_db
-from msdiag.ingest.cache import RankCache
+from msdiag.ingest.cache import RankCache, read_entry_file, write_entry_file
 from msdiag.ingest.cachedir import untrusted
 from msdiag.ingest.discover import discover
 from msdiag.ingest.loader import load_rank
@@ -132,7 +132,8 @@ def test_cache_paths_do_not_depend_on_the_working_folder(corpus: Path, tmp_path:
     cache = RankCache.open(tmp_path / "cache", "test")
     key = cache.key(d.rank, d.family, d.path, d.rank_from, d.captured_ns)
     assert cache.put(key, rd) is None
-    stored = json.loads((cache.entry(key) / "rank.json").read_text(encoding="utf-8"))
+    header, _ = read_entry_file(cache.entry(key).read_bytes())
+    stored = header["ranks"][0]["head"]
     assert "path" not in stored and all(s["path"] is None or not s["path"].startswith("cap") for s in stored["sources"])
     monkeypatch.chdir(elsewhere)
     d2 = discover("../work/cap").ranks[0]
@@ -148,7 +149,8 @@ def test_cache_entry_validated_whole(corpus: Path, tmp_path: Path, edit: str) ->
     key = cache.key(d.rank, d.family, d.path, d.rank_from, d.captured_ns)
     assert cache.put(key, load_rank(d)) is None
     entry = cache.entry(key)
-    head = json.loads((entry / "rank.json").read_text(encoding="utf-8"))
+    header, tables = read_entry_file(entry.read_bytes())
+    head = header["ranks"][0]["head"]
     if edit == "bool rank":
         head["rank"] = False  # == 0 in Python, still not a rank id
     elif edit == "float in a source's rows":
@@ -157,7 +159,7 @@ def test_cache_entry_validated_whole(corpus: Path, tmp_path: Path, edit: str) ->
         head["tables"]["memory"], head["tables"]["kernels"] = head["tables"]["kernels"], head["tables"]["memory"]
     else:
         head["sources"][0]["path"] = "../../outside"
-    (entry / "rank.json").write_text(json.dumps(head), encoding="utf-8")
+    write_entry_file(entry, header, tables)
     from msdiag.ingest.cache import CacheStats
 
     stats = CacheStats()

@@ -1,46 +1,59 @@
 """The rank cache: each rank's canonical tables kept as Arrow, so that a capture is parsed once.
 
 Re-analysing a capture (another report, other rule parameters, a diff) then reads one Arrow file
-per rank instead of parsing its traces. Layout under the cache folder::
+per pool task instead of parsing its ranks' traces. Layout under the cache folder::
 
-    msdiag-ranks-v<CACHE_FORMAT>/<id[:2]>/<id>/
-        key.json          what the entry was built from (below)
-        rank.json         RankData's rank, family, info (RankInfo), meta, sources, notes, and its tables'
-                          columns and dtypes; paths relative to the rank folder (rooted again at the rank
-                          folder as the reading run names it: nothing depends on the working folder)
-        tables.arrow      every table, in rank.json's order, each an Arrow IPC stream (LZ4) written
-                          one after the other; each stream's schema names its table (metadata
-                          ``msdiag.table``); dtypes restored from the pandas metadata. One file per
-                          rank, not one per table: creating, writing and renaming a dozen small
-                          files cost a cold run more than encoding them
+    msdiag-ranks-v<CACHE_FORMAT>/<id[:2]>/<id>     a rank's entry: a name of the file of the ranks stored with it
+
+An entry file holds the ranks one pool task read (one rank where a rank is read alone), and is linked under each
+of their entry names (hard links: one file, not one per rank, to create; a copy where the file system has no
+hard links). It is one line of JSON, then Arrow IPC streams (LZ4) one after the other:
+
+    {"ranks": [{"key": .., "head": ..}, ...],      per rank of the file: its key (below) and its head: rank,
+                                                   family, info (RankInfo), meta, sources, notes and its
+                                                   tables' [[column, dtype], ...]; paths relative to the rank
+                                                   folder (rooted again at the rank folder as the reading run
+                                                   names it: nothing depends on the working folder); both
+                                                   null for a rank that could not be stored
+     "streams": [{"table": .., "ranks": [k, ...], "rows": [n, ...]}, ...]}
+                                                   per stream: the table, the ranks (indexes above) whose rows
+                                                   it holds, in order, and how many of each
+
+Each table whose frames are alike in the ranks of the file is one stream of their rows laid end to end (a rank's
+table is a row slice of it), any other a stream per rank; each stream's schema names its table (metadata
+``msdiag.table``); dtypes are restored from the pandas metadata. Creating, writing and renaming many small files
+cost a cold run more than encoding them: a file per table (CACHE_FORMAT 3), then per rank (4), now per task (5).
 
 ``id`` hashes the rank folder's absolute path, rank id, format family and the reduction applied,
-so one rank folder has one entry (a re-capture in the same place replaces it). ``key.json`` holds
+so one rank folder has one entry (a re-capture in the same place replaces it). The key holds
 every file under the rank folder (relative path, size, mtime in ns), msdiag's version, the schema
 version (model.SCHEMA_VERSION), CACHE_FORMAT and a hash of msdiag's own source files: an entry is
-used only when all of it is unchanged, otherwise the rank is parsed again and the entry rewritten.
-An entry is validated whole before it is used (every rank.json field against the model's types and
-its key, each table's columns and dtypes against those stored, canonical tables against the model):
-one that does not validate (truncated, edited, another version) is ignored and rebuilt, never an
-error; a rank whose tables or metadata would not come back identical is not cached.
+used only when its file holds a rank of exactly that key, otherwise the rank is parsed again and the entry
+rewritten (its name linked to a new file; the old file is freed with its last name).
+An entry is validated whole before it is used (the file's header and every stream against it, the rank's head
+field by field against the model's types and its key, each table's columns and dtypes against those stored,
+canonical tables against the model): one that does not validate (truncated, edited, another version) is
+ignored and rebuilt, never an error; a rank whose tables or metadata would not come back identical is not cached.
 
 A cache folder is trusted like code, as ssh trusts ~/.ssh (``untrusted``): one owned by another user
 or writable by others is not used. pyarrow>=14.0.1 (14.0.0 unpickles Parquet extension types:
 CVE-2023-47248).
 
-The cache is never written inside a capture (checked by the loader). Entries are written to a
-temporary folder and renamed into place, so a reader never sees half an entry. pyarrow is imported
-only when a cache is used.
+The cache is never written inside a capture (checked by the loader). An entry file is written under a
+temporary name, linked under a temporary name beside each entry and renamed into place, so a reader never sees
+half an entry. pyarrow is imported only when a cache is used.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
 import json
 import math
 import os
+import secrets
 import shutil
 import tempfile
 import types
@@ -57,16 +70,29 @@ from msdiag.ingest.cachedir import PRIVATE as _PRIVATE
 from msdiag.ingest.cachedir import code_fingerprint, untrusted
 from msdiag.ingest.cachedir import owner_problem as _owner_problem
 from msdiag.ingest.paths import Seen
-from msdiag.model import ABSENT, FAILED, PRESENT, SCHEMA_VERSION, SKIPPED, TABLES, UNUSED, RankData, RankInfo, Source, row_slices
+from msdiag.model import (
+    ABSENT,
+    FAILED,
+    PRESENT,
+    SCHEMA_VERSION,
+    SKIPPED,
+    TABLES,
+    UNUSED,
+    RankData,
+    RankInfo,
+    Source,
+    concat_alike,
+    row_slices,
+)
 
 __all__ = ["CACHE_FORMAT", "CacheStats", "RankCache", "files_of"]
 
 #: Bumped whenever the layout or the encoding of an entry changes.
-CACHE_FORMAT = 4  # 2: rank.json holds the rank's RankInfo; 3: paths relative to the rank folder, tables' dtypes;
-#                    4: the tables in one file of Arrow IPC streams (tables.arrow), not a Parquet file each
+CACHE_FORMAT = 5  # 2: rank.json holds the rank's RankInfo; 3: paths relative to the rank folder, tables' dtypes;
+#                    4: the tables in one file of Arrow IPC streams (tables.arrow), not a Parquet file each;
+#                    5: one file (a header line, then the streams) for the ranks of a pool task, linked per rank
 _ROOT = f"msdiag-ranks-v{CACHE_FORMAT}"
 _MAX_DEPTH = 8  # folders walked under a rank folder for its fingerprint
-_TABLES_FILE = "tables.arrow"
 _TABLE_KEY = b"msdiag.table"  # the schema metadata naming a stream's table
 
 
@@ -163,9 +189,8 @@ class RankCache:
         }
 
     def entry(self, key: dict[str, Any]) -> Path:
-        ident = hashlib.sha256(
-            json.dumps([key["path"], key["rank"], key["family"], key["reduce"]]).encode()
-        ).hexdigest()[:40]
+        """The entry file's name of ``key``'s rank."""
+        ident = entry_name(key)
         return self.root / _ROOT / ident[:2] / ident
 
     # ---- reading ---------------------------------------------------------------------------
@@ -178,15 +203,31 @@ class RankCache:
 
     def get_many(self, keys: list[dict[str, Any]], stats: CacheStats | None = None,
                  paths: Sequence[str | Path] | None = None) -> list[RankData | None]:
-        """``get`` for many ranks at once: each table's files of every rank are read as Arrow, joined
-        and turned into pandas in one go, then cut back into ranks (a conversion per table, not per
-        rank and table: the cost of a warm run of a thousand ranks). Every entry is validated whole
-        (its rank.json field by field, each table's columns and dtypes as stored) before it is used:
-        anything else is ignored, noted in ``stats`` and the rank parsed again."""
+        """``get`` for many ranks at once: each entry file is read once however many of the ranks asked for share it
+        (the ranks of one pool task), each table of every rank is turned into pandas in one go, then cut back into
+        ranks (a conversion per table, not per rank and table: the cost of a warm run of a thousand ranks). Every
+        entry is validated whole (its rank's head field by field, each table's columns and dtypes as stored) before
+        it is used: anything else is ignored, noted in ``stats`` and the rank parsed again."""
         given = [str(p) for p in paths] if paths is not None else [str(k["path"]) for k in keys]
+        files: dict[tuple[int, int], Any] = {}  # (device, inode) -> the file read and checked, or why not
         # reading and LZ4 decoding release the GIL: a few threads read the entries faster
         with ThreadPoolExecutor(max(1, min(4, os.cpu_count() or 1))) as pool:
-            got = list(pool.map(lambda k: self._read_entry(k, stats), keys))
+            opened = list(pool.map(self._open_entry, keys))
+            todo = {ident: data for ident, data in opened if ident is not None}
+            for file_id, read in zip(todo, pool.map(_pack_read, todo.values())):
+                files[file_id] = read
+        got: list[tuple[dict[str, Any] | None, dict[str, Any]]] = []
+        for key, (ident, data) in zip(keys, opened):
+            found: tuple[dict[str, Any] | None, dict[str, Any]] = (None, {})
+            try:
+                if isinstance(data, str):  # not trusted, or unreadable
+                    raise _Invalid(data)
+                if ident is not None:
+                    found = _rank_of(files[ident], key)
+            except _Invalid as e:
+                _note(stats, "ignored", f"{self.entry(key)}: {e}")
+            got.append(found)
+        files.clear()
         heads = [h for h, _ in got]
         frames, broken, dtypes, cut = _to_pandas([t for _, t in got])
         self._cut.extend(cut)
@@ -204,70 +245,136 @@ class RankCache:
             out.append(rd)
         return out
 
-    def _read_entry(self, key: dict[str, Any], stats: CacheStats | None) -> tuple[dict[str, Any] | None, dict[str, Any]]:
-        """(rank.json checked against ``key``, its tables as Arrow) of the entry, or (None, {})."""
+    def _open_entry(self, key: dict[str, Any]) -> tuple[tuple[int, int] | None, bytes | str | None]:
+        """(the entry file's device and inode, its bytes) of ``key``'s entry; (None, None) when there is none, (None,
+        why) when it is not trusted or cannot be read."""
         d = self.entry(key)
         try:
             why = _untrusted_entry(d)
             if why is not None:
-                raise _Invalid(why)
-            stored = json.loads((d / "key.json").read_text(encoding="utf-8"))
-            if stored != key:
-                return None, {}  # stale: a source file, msdiag or the reduction changed
-            head = _checked_head(json.loads((d / "rank.json").read_text(encoding="utf-8")), key)
-            return head, _read_tables(d / _TABLES_FILE, head["tables"])
-        except FileNotFoundError as e:
-            if (d / "key.json").exists():
-                _note(stats, "ignored", f"{d}: {type(e).__name__}: {e}")
-        except Exception as e:  # noqa: BLE001 - any damage to an entry means: parse the rank again
-            _note(stats, "ignored", f"{d}: {type(e).__name__}: {e}")
-        return None, {}
+                return None, why
+            with open(d, "rb") as f:
+                st = os.fstat(f.fileno())
+                return (st.st_dev, st.st_ino), f.read()
+        except FileNotFoundError:
+            return None, None
+        except OSError as e:
+            return None, f"{type(e).__name__}: {e}"
 
     # ---- writing ---------------------------------------------------------------------------
 
     def put(self, key: dict[str, Any], rd: RankData) -> str | None:
         """Store ``rd`` under ``key``: None when stored, else why it could not be stored exactly."""
-        d = self.entry(key)
-        head = _rank_json(rd)  # its text
-        if head is None:
-            return f"rank {rd.rank}: its metadata does not survive JSON unchanged"
+        return self.put_many([key], [rd])[0]
+
+    def put_many(self, keys: Sequence[dict[str, Any] | None], ranks: list[RankData],
+                 wholes: dict[str, Any] | None = None) -> list[str | None]:
+        """Store each rank of ``ranks`` under its key (None: not stored) in one file, linked under each rank's entry
+        name (a hard link; a copy where the file system has none): per rank, None when stored, else why it could not
+        be stored exactly. ``wholes``: ``model.concat_alike(ranks)`` where already made."""
+        heads = [_rank_json(rd) if key is not None else None for key, rd in zip(keys, ranks)]
+        out: list[str | None] = [
+            None if key is None or h is not None else f"rank {rd.rank}: its metadata does not survive JSON unchanged"
+            for key, rd, h in zip(keys, ranks, heads)
+        ]
+        stored = [k for k, h in enumerate(heads) if h is not None]
+        if not stored:
+            return out
+        top = self.root / _ROOT
         try:
-            self.root.mkdir(mode=_PRIVATE, parents=True, exist_ok=True)
-            for folder in (d.parent.parent, d.parent):
-                folder.mkdir(mode=_PRIVATE, exist_ok=True)
-            tmp = Path(tempfile.mkdtemp(prefix=f".{d.name}.", dir=d.parent))
+            top.mkdir(mode=_PRIVATE, parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=".pack.", dir=top)
         except OSError as e:
-            return f"rank {rd.rank}: cannot write in {self.root} ({e.strerror or e})"
+            for k in stored:
+                out[k] = f"rank {ranks[k].rank}: cannot write in {self.root} ({e.strerror or e})"
+            return out
         try:
-            _write_tables(tmp / _TABLES_FILE, rd.tables)
-            (tmp / "rank.json").write_text(head, encoding="utf-8")
-            # key.json last: an entry without it is never used
-            (tmp / "key.json").write_text(json.dumps(key, ensure_ascii=False), encoding="utf-8")
-            if d.exists():
-                shutil.rmtree(d, ignore_errors=True)
-            os.rename(tmp, d)
-        except Exception as e:  # noqa: BLE001 - a rank that cannot be stored is parsed next time
-            shutil.rmtree(tmp, ignore_errors=True)
-            if (d / "key.json").exists():
-                return None  # another msdiag stored it at the same moment
-            return f"rank {rd.rank}: {type(e).__name__}: {e}"
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(memoryview(_pack_bytes(keys, ranks, heads, wholes)))
+            except Exception as e:  # noqa: BLE001 - ranks that cannot be stored are parsed next time
+                for k in stored:
+                    out[k] = f"rank {ranks[k].rank}: {type(e).__name__}: {e}"
+                return out
+            for k in stored:
+                out[k] = self._link(tmp, keys[k], ranks[k].rank)  # type: ignore[arg-type]
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        return out
+
+    def _link(self, tmp: str, key: dict[str, Any], rank: int) -> str | None:
+        """``tmp`` put in place as ``key``'s entry (replacing any): None, or why not."""
+        d = self.entry(key)
+        try:
+            d.parent.mkdir(mode=_PRIVATE, exist_ok=True)
+            named = d.parent / f".{d.name}.{os.getpid()}.{secrets.token_hex(4)}"
+            try:
+                os.link(tmp, named)
+            except OSError:  # no hard links here (some file systems): a copy
+                shutil.copyfile(tmp, named)
+            os.replace(named, d)  # a reader sees the old entry or the new one, whole
+        except OSError as e:
+            with contextlib.suppress(OSError, UnboundLocalError):
+                os.unlink(named)
+            return f"rank {rank}: cannot write in {self.root} ({e.strerror or e})"
         return None
 
 
+def entry_name(key: dict[str, Any]) -> str:
+    """The name of a rank's entry: a hash of its folder's absolute path, rank, family and reduction (one entry per rank
+    folder and reduction, whatever its files hold)."""
+    return hashlib.sha256(json.dumps([key["path"], key["rank"], key["family"], key["reduce"]]).encode()).hexdigest()[:40]
+
+
+def entry_rank(header: Any, name: str) -> int | None:
+    """Which rank of an entry file's header (read_entry_file) the entry ``name`` stands for, or None."""
+    return next((k for k, r in enumerate(header["ranks"]) if r["key"] is not None and entry_name(r["key"]) == name), None)
+
+
+def _pack_bytes(keys: Sequence[dict[str, Any] | None], ranks: list[RankData], heads: list[str | None],
+                wholes: dict[str, Any] | None) -> Any:
+    """The entry file of ``ranks`` (see the module's docstring): its header line, then each table's Arrow stream."""
+    joined = concat_alike(ranks) if wholes is None else wholes
+    streams: list[tuple[dict[str, Any], Any]] = []
+    for name, whole in joined.items():
+        of = [k for k, r in enumerate(ranks) if name in r.tables]
+        streams.append(({"table": name, "ranks": of, "rows": [len(ranks[k].tables[name]) for k in of]}, whole))
+    for k, r in enumerate(ranks):
+        if heads[k] is not None:
+            streams.extend(({"table": n, "ranks": [k], "rows": [len(df)]}, df) for n, df in r.tables.items() if n not in joined)
+    entries = ",".join('{"key":null,"head":null}' if h is None else
+                       '{"key":' + json.dumps(key, ensure_ascii=False) + ',"head":' + h + "}" for key, h in zip(keys, heads))
+    header = '{"ranks":[' + entries + '],"streams":' + json.dumps([m for m, _ in streams], ensure_ascii=False) + "}\n"
+    import pyarrow as pa
+
+    sink = pa.BufferOutputStream()  # the file written in one call (a file sink takes a write per message and buffer)
+    sink.write(header.encode("utf-8"))
+    _write_streams(sink, [(m["table"], df) for m, df in streams])
+    return sink.getvalue()
+
+
 def _write_tables(path: Path, tables: dict[str, Any]) -> None:
-    """``tables`` (name -> DataFrame) into one file: an Arrow IPC stream per table, in order, each
-    schema naming its table (LZ4-compressed buffers: a fraction of the cost of Parquet's encoding)."""
+    """``tables`` (name -> DataFrame) into a file of Arrow IPC streams, in order (the streams of an entry file)."""
+    import pyarrow as pa
+
+    sink = pa.BufferOutputStream()
+    _write_streams(sink, list(tables.items()))
+    with open(path, "wb") as f:
+        f.write(memoryview(sink.getvalue()))
+
+
+def _write_streams(sink: Any, tables: list[tuple[str, Any]]) -> None:
+    """An Arrow IPC stream per (table name, DataFrame), one after the other, each schema naming its table
+    (LZ4-compressed buffers: a fraction of the cost of Parquet's encoding)."""
     import pyarrow as pa
 
     options = pa.ipc.IpcWriteOptions(compression="lz4", use_threads=False)
-    sink = pa.BufferOutputStream()  # the file written in one call (a file sink takes a write per message and buffer)
-    for name, df in tables.items():
+    for name, df in tables:
         t = _arrow_table(df)
         t = t.replace_schema_metadata({**(t.schema.metadata or {}), _TABLE_KEY: name.encode()})
         with pa.ipc.new_stream(sink, t.schema, options=options) as w:
             w.write_table(t)
-    with open(path, "wb") as f:
-        f.write(memoryview(sink.getvalue()))
 
 
 #: The schema (with pyarrow's pandas metadata) ``Table.from_pandas`` gave a frame, by what it depends on:
@@ -322,26 +429,101 @@ def _column_arrays(df: Any) -> tuple[list[Any], list[Any]] | None:
     return values, [pa.array(v, from_pandas=True) for v in values]
 
 
-def _read_tables(path: Path, stored: dict[str, list[list[str]]]) -> dict[str, Any]:
-    """The Arrow tables of an entry's tables file, checked against rank.json's ``stored`` tables: a
-    stream per table in its order, each naming that table and holding exactly its columns, and
-    nothing after the last one (else _Invalid)."""
+def read_entry_file(data: bytes) -> tuple[Any, list[Any]]:
+    """An entry file's header (parsed JSON, unchecked) and its Arrow streams' tables in order; _Invalid when it is
+    not an entry file."""
     import pyarrow as pa
 
-    data = pa.py_buffer(path.read_bytes())
-    src = pa.BufferReader(data)
+    line = data.find(b"\n")
+    if line < 0:
+        raise _Invalid("no header line")
+    try:
+        header = json.loads(data[:line].decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise _Invalid(f"header: {type(e).__name__}: {e}") from None
+    buf = pa.py_buffer(data)
+    src = pa.BufferReader(buf)
+    src.seek(line + 1)
+    tables = []
+    try:
+        while src.tell() < buf.size:
+            tables.append(pa.ipc.open_stream(src).read_all())
+    except (pa.ArrowInvalid, OSError) as e:
+        raise _Invalid(f"stream {len(tables) + 1}: {type(e).__name__}: {e}") from None
+    return header, tables
+
+
+def write_entry_file(path: Path, header: Any, tables: list[Any]) -> None:
+    """An entry file at ``path`` from a header and Arrow tables (each schema naming its table): what tests and
+    hostile inputs edit an entry with. ``put_many`` writes them from frames."""
+    import pyarrow as pa
+
+    sink = pa.BufferOutputStream()
+    sink.write((json.dumps(header, ensure_ascii=False) + "\n").encode("utf-8"))
+    for t in tables:
+        with pa.ipc.new_stream(sink, t.schema) as w:
+            w.write_table(t)
+    path.write_bytes(sink.getvalue().to_pybytes())
+
+
+def _pack_read(data: bytes) -> tuple[list[Any], list[tuple[str, list[int], list[int], Any]]] | str:
+    """An entry file read and checked whole (its header's shape, each stream naming its table and holding the rows the
+    header says, nothing after the last): (the ranks' {key, head}, [(table, ranks, rows, Arrow table), ...]), or why it
+    is not usable."""
+    try:
+        header, tables = read_entry_file(data)
+        if not isinstance(header, dict) or set(header) != {"ranks", "streams"}:
+            raise _Invalid("the header is not {ranks, streams}")
+        ranks, metas = header["ranks"], header["streams"]
+        if not isinstance(ranks, list) or not all(isinstance(r, dict) and set(r) == {"key", "head"} for r in ranks):
+            raise _Invalid("the header's ranks are malformed")
+        if not isinstance(metas, list) or len(metas) != len(tables):
+            raise _Invalid(f"{len(tables)} streams where the header lists {len(metas) if isinstance(metas, list) else 'none'}")
+        streams = []
+        for m, t in zip(metas, tables):
+            if not (isinstance(m, dict) and set(m) == {"table", "ranks", "rows"} and isinstance(m["table"], str)
+                    and _conforms(m["ranks"], list[int]) and _conforms(m["rows"], list[int])
+                    and len(m["ranks"]) == len(m["rows"]) and all(0 <= k < len(ranks) for k in m["ranks"])
+                    and m["ranks"] == sorted(set(m["ranks"])) and all(n >= 0 for n in m["rows"])):
+                raise _Invalid("a stream of the header is malformed")
+            named = (t.schema.metadata or {}).get(_TABLE_KEY)
+            if named != m["table"].encode():
+                raise _Invalid(f"the stream where {m['table']} is stored holds {named!r}")
+            if sum(m["rows"]) != t.num_rows:
+                raise _Invalid(f"{m['table']}: {t.num_rows} rows where the header says {sum(m['rows'])}")
+            streams.append((m["table"], m["ranks"], m["rows"], t))
+        return ranks, streams
+    except _Invalid as e:
+        return str(e)
+    except Exception as e:  # noqa: BLE001 - any damage to an entry means: parse the rank again
+        return f"{type(e).__name__}: {e}"
+
+
+def _rank_of(got: Any, key: dict[str, Any]) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    """(the head of ``key``'s rank checked against it, its tables as Arrow) in an entry file as _pack_read gave it;
+    (None, {}) when the file holds no rank of that key (stale: a source file, msdiag or the reduction changed);
+    _Invalid when the file or that rank's part of it does not validate."""
+    if isinstance(got, str):
+        raise _Invalid(got)
+    ranks, streams = got
+    k = next((k for k, r in enumerate(ranks) if r["key"] == key), None)
+    if k is None:
+        return None, {}
+    head = _checked_head(ranks[k]["head"], key)
     tables = {}
-    for name, columns in stored.items():
-        reader = pa.ipc.open_stream(src)
-        named = (reader.schema.metadata or {}).get(_TABLE_KEY)
-        if named != name.encode():
-            raise _Invalid(f"{path.name}: the stream where {name} is stored holds {named!r}")
-        if reader.schema.names != [c for c, _ in columns]:
-            raise _Invalid(f"{path.name}: {name} holds columns {reader.schema.names[:8]}, not the ones stored")
-        tables[name] = reader.read_all()
-    if src.tell() != data.size:
-        raise _Invalid(f"{path.name}: {data.size - src.tell()} bytes after the tables stored")
-    return tables
+    for name, of, rows, t in streams:
+        if k not in of:
+            continue
+        if name in tables or name not in head["tables"]:
+            raise _Invalid(f"{name} is stored {'twice' if name in tables else 'but not in the rank head'}")
+        if t.schema.names != [c for c, _ in head["tables"][name]]:
+            raise _Invalid(f"{name} holds columns {t.schema.names[:8]}, not the ones stored")
+        j = of.index(k)
+        tables[name] = t if len(of) == 1 else t.slice(sum(rows[:j]), rows[j])
+    missing = [n for n in head["tables"] if n not in tables]
+    if missing:
+        raise _Invalid(f"{', '.join(missing)} not stored")
+    return head, tables
 
 
 def _note(stats: CacheStats | None, which: str, text: str) -> None:
@@ -350,7 +532,7 @@ def _note(stats: CacheStats | None, which: str, text: str) -> None:
 
 
 def _untrusted_entry(d: Path) -> str | None:
-    """Why an entry (or one of the two folders above it, inside the cache) is not trusted, or None."""
+    """Why an entry file (or one of the two folders above it, inside the cache) is not trusted, or None."""
     for folder in (d.parent.parent, d.parent, d):
         try:
             why = _owner_problem(os.stat(folder))
@@ -361,7 +543,7 @@ def _untrusted_entry(d: Path) -> str | None:
     return None
 
 
-# ---- rank.json: written with paths relative to the rank folder, read back validated ---------------
+# ---- a rank's head: written with paths relative to the rank folder, read back validated ---------------
 
 
 class _Invalid(ValueError):
@@ -389,7 +571,7 @@ def _rooted(path: str | None, rank_path: str) -> str | None:
 
 
 def _rank_json(rd: RankData) -> str | None:
-    """rank.json of ``rd`` (its text), or None when its metadata would not come back from JSON unchanged."""
+    """The head of ``rd`` in an entry file (its JSON text), or None when its metadata would not come back from JSON unchanged."""
     info = rd.info.to_json()
     info["info_json"] = _relative(info.get("info_json"), rd.path)
     # a Source's fields as they are (asdict would copy them deeply, only for them to be written)
@@ -414,23 +596,23 @@ def _rank_json(rd: RankData) -> str | None:
 
 
 def _checked_head(head: Any, key: dict[str, Any]) -> dict[str, Any]:
-    """rank.json as read, checked field by field against what ``put`` writes and against ``key``."""
+    """A rank's head as read, checked field by field against what ``put`` writes and against ``key``."""
     if not isinstance(head, dict) or set(head) != _HEAD_KEYS:
-        raise _Invalid(f"rank.json keys are {sorted(head) if isinstance(head, dict) else type(head).__name__}")
+        raise _Invalid(f"the rank head's keys are {sorted(head) if isinstance(head, dict) else type(head).__name__}")
     if type(head["rank"]) is not int or head["rank"] != key["rank"] or head["family"] != key["family"]:
-        raise _Invalid("rank.json names another rank or family than its key")
+        raise _Invalid("the rank head names another rank or family than its key")
     if not _conforms(head["info"], RankInfo):
-        raise _Invalid("rank.json info is not a RankInfo")
+        raise _Invalid("the rank head's info is not a RankInfo")
     if not isinstance(head["meta"], dict) or not _conforms(head["notes"], list[str]):
-        raise _Invalid("rank.json meta / notes are malformed")
+        raise _Invalid("the rank head's meta / notes are malformed")
     srcs = head["sources"]
     if not isinstance(srcs, list) or not all(_conforms(x, Source) and x["status"] in _STATUSES for x in srcs):
-        raise _Invalid("rank.json sources are malformed")
+        raise _Invalid("the rank head's sources are malformed")
     if any(x["path"] is not None and not _safe_relative(x["path"]) for x in srcs):
-        raise _Invalid("rank.json has a source path outside the rank folder")
+        raise _Invalid("the rank head has a source path outside the rank folder")
     tables = head["tables"]
     if not isinstance(tables, dict) or not all(_columns_ok(n, c) for n, c in tables.items()):
-        raise _Invalid("rank.json tables are malformed or differ from the canonical tables")
+        raise _Invalid("the rank head's tables are malformed or differ from the canonical tables")
     return head
 
 
@@ -473,7 +655,7 @@ def _hints(cls: type) -> dict[str, Any]:
 
 
 def _dtypes(df: Any) -> list[list[str]]:
-    """A frame's [[column, dtype], ...] as rank.json stores them (each distinct dtype named once per process: a
+    """A frame's [[column, dtype], ...] as a rank's head stores them (each distinct dtype named once per process: a
     numpy dtype's name costs more than the rest)."""
     get = getattr(getattr(df, "_mgr", None), "get_dtypes", None)  # no Series of the dtypes built
     types = get() if get is not None else df.dtypes.tolist()
@@ -487,7 +669,7 @@ _DTYPE_NAMES: dict[Any, str] = {}
 
 def _restore(head: dict[str, Any], tables: dict[str, Any], rank_path: str,
              dtypes: dict[str, list[list[str]]] | None = None) -> RankData:
-    """The RankData of a checked rank.json and its tables (each with the dtypes stored), its paths
+    """The RankData of a checked head and its tables (each with the dtypes stored), its paths
     rooted at ``rank_path``; ``dtypes``: the tables' [[column, dtype], ...] where already known (the
     ranks' slices of one converted table share its dtypes: computed once, not per rank and table)."""
     known = dtypes or {}
@@ -500,7 +682,7 @@ def _restore(head: dict[str, Any], tables: dict[str, Any], rank_path: str,
     try:
         rank_info = RankInfo.from_json(info)
     except (TypeError, ValueError) as e:
-        raise _Invalid(f"rank.json info: {e}") from None
+        raise _Invalid(f"the rank head's info: {e}") from None
     return RankData(
         rank=head["rank"],
         family=head["family"],

@@ -39,7 +39,7 @@ from msdiag.forking import frozen
 from msdiag.forking import peak_kb as _peak_kb  # (a module name here: the tests replace it)
 from msdiag.ingest.cache import CacheStats, RankCache
 from msdiag.ingest.discover import RankDir
-from msdiag.model import SCHEMA_VERSION, RankData, joinable, row_slices
+from msdiag.model import SCHEMA_VERSION, RankData, concat_alike, row_slices
 
 LoadRank = Callable[[RankDir], RankData]
 Reduce = Callable[[RankData], RankData]
@@ -99,16 +99,20 @@ def read_one(
     d: RankDir, load_rank: LoadRank, reduce: Reduce | None, cache: RankCache | None, key: dict[str, Any] | None
 ) -> tuple[RankData, str, str | None]:
     """One task: (reduced RankData, host:pid that read it, why it was not stored in the cache or None)."""
+    rd = _read(d, load_rank, reduce)
+    unstored = cache.put(key, rd) if cache is not None and key is not None else None
+    return rd, where(), unstored
+
+
+def _read(d: RankDir, load_rank: LoadRank, reduce: Reduce | None) -> RankData:
+    """Rank ``d`` read and reduced."""
     if not d.path.is_dir():
         raise InputError(
             d.path,
             f"is not visible on {socket.gethostname()}: every worker must see the capture at the same path",
         )
     rd = load_rank(d)
-    if reduce is not None:
-        rd = reduce(rd)
-    unstored = cache.put(key, rd) if cache is not None and key is not None else None
-    return rd, where(), unstored
+    return reduce(rd) if reduce is not None else rd
 
 
 def read_ranks(
@@ -226,17 +230,15 @@ def _read_in_worker(
     dirs: list[RankDir], load_rank: LoadRank, reduce: Reduce | None, cache: RankCache | None,
     keys: list[dict[str, Any] | None], prepare: Prepare | None = None,
 ) -> tuple[Packed, str, list[str | None], int | None]:
-    """read_one of each rank of a task in a pool worker (within ``prepare(dirs)``): (the ranks packed, this worker,
-    why each was not stored in the cache or None, how much the worker's peak memory has grown since it started:
-    KiB, None: unknown)."""
-    ranks, unstored, at = [], [], where()
+    """Each rank of a task read and reduced in a pool worker (within ``prepare(dirs)``), their cache entries written
+    together (``RankCache.put_many``: one file for the task): (the ranks packed, this worker, why each was not stored
+    in the cache or None, how much the worker's peak memory has grown since it started: KiB, None: unknown)."""
     with prepare(dirs) if prepare is not None and len(dirs) > 1 else contextlib.nullcontext():
-        for d, key in zip(dirs, keys):
-            rd, at, why = read_one(d, load_rank, reduce, cache, key)
-            ranks.append(rd)
-            unstored.append(why)
+        ranks = [_read(d, load_rank, reduce) for d in dirs]
+    wholes = concat_alike(ranks)  # stored and sent back alike
+    unstored: list[str | None] = cache.put_many(keys, ranks, wholes) if cache is not None else [None] * len(ranks)
     peak = _peak_kb()
-    return pack(ranks), at, unstored, None if peak is None or _start_kb is None else peak - _start_kb
+    return pack(ranks, wholes), where(), unstored, None if peak is None or _start_kb is None else peak - _start_kb
 
 
 @dataclass
@@ -251,13 +253,11 @@ class Packed:
     order: list[list[str]]  # per rank: its tables' names in their order
 
 
-def pack(ranks: list[RankData]) -> Packed:
-    """``ranks`` as one :class:`Packed` (the ranks are not changed)."""
-    wholes: dict[str, pd.DataFrame] = {}
-    for name in dict.fromkeys(n for r in ranks for n in r.tables):
-        frames = [r.tables[name] for r in ranks if name in r.tables]
-        if len(frames) > 1 and joinable(frames):
-            wholes[name] = pd.concat(frames, ignore_index=True)
+def pack(ranks: list[RankData], wholes: dict[str, pd.DataFrame] | None = None) -> Packed:
+    """``ranks`` as one :class:`Packed` (the ranks are not changed); ``wholes``: ``model.concat_alike(ranks)`` where
+    already made."""
+    if wholes is None:
+        wholes = concat_alike(ranks)
     return Packed(
         ranks=[replace(r, tables={n: df for n, df in r.tables.items() if n not in wholes}) for r in ranks],
         wholes=wholes,
@@ -451,9 +451,11 @@ def _on_dask(scheduler: str, b: Batch) -> None:
                 f.release()
                 ranks, cut = unpack(packed)
                 b.cut.extend(cut)
-                for i, rd in zip(task, ranks):
-                    # entries of ranks read on Dask are written here (the parent owns the cache folder)
-                    b.done(i, rd, at, cache.put(keys[i], rd) if cache is not None and keys[i] is not None else None)  # type: ignore[arg-type]
+                # entries of ranks read on Dask are written here (the parent owns the cache folder), a file per task
+                unstored: list[str | None] = (cache.put_many([keys[i] for i in task], ranks, {name: whole for name, whole, _ in cut})
+                                              if cache is not None else [None] * len(task))
+                for i, rd, why in zip(task, ranks, unstored):
+                    b.done(i, rd, at, why)
         except MsdiagError:
             client.cancel(futures)
             raise

@@ -234,32 +234,45 @@ def sqlite_drop_table(db: Path, table: str) -> None:
 # ---- the rank cache ------------------------------------------------------------------------------------------
 
 def cache_entries(cache: Path) -> list[Path]:
-    """The rank entries of a cache folder (the folders holding a rank.json)."""
-    return sorted(p.parent for p in cache.rglob("rank.json"))
+    """The rank entries of a cache folder (msdiag-ranks-v*/<id[:2]>/<id>: each a name of its entry file)."""
+    return sorted(p for p in cache.glob("msdiag-ranks-v*/*/*") if p.is_file() and not p.name.startswith("."))
+
+
+def _edit_entry(entry: Path, edit: Callable[[Any, int, list[Any]], list[Any]]) -> None:
+    """Let ``edit`` change an entry file (its header, the index of the entry's own rank in it, its Arrow tables; it
+    returns the tables) and put the result in place of this entry only (the file's other names keep it as it was)."""
+    from msdiag.ingest import cache as C
+
+    header, tables = C.read_entry_file(entry.read_bytes())
+    k = C.entry_rank(header, entry.name)
+    assert k is not None, f"{entry} names no rank of its file"
+    tables = edit(header, k, tables)
+    tmp = entry.with_name(entry.name + ".edit")
+    C.write_entry_file(tmp, header, tables)
+    os.replace(tmp, entry)
 
 
 def edit_rank_json(entry: Path, edit: Callable[[dict[str, Any]], None]) -> None:
-    """Let ``edit`` change an entry's rank.json in place."""
-    path = entry / "rank.json"
-    data = json.loads(path.read_text(encoding="utf-8"))
-    edit(data)
-    path.write_text(json.dumps(data), encoding="utf-8")
+    """Let ``edit`` change the head of an entry's rank (what was rank.json) in place."""
+    def change(header: Any, k: int, tables: list[Any]) -> list[Any]:
+        edit(header["ranks"][k]["head"])
+        return tables
+
+    _edit_entry(entry, change)
 
 
 def edit_cache_tables(entry: Path, edit: Callable[[dict[str, Any]], None]) -> None:
-    """Let ``edit`` change an entry's tables (name -> Arrow table, as stored in tables.arrow: one Arrow
-    IPC stream per table, its schema metadata ``msdiag.table`` naming it) and write them back."""
-    import pyarrow as pa
+    """Let ``edit`` change an entry's tables (name -> Arrow table of the entry's rank: its stream's rows) and write them
+    back, the rank alone in its file."""
+    def change(header: Any, k: int, tables: list[Any]) -> list[Any]:
+        mine: dict[str, Any] = {}
+        for m, t in zip(header["streams"], tables):
+            if k in m["ranks"]:
+                j = m["ranks"].index(k)
+                mine[m["table"]] = t.slice(sum(m["rows"][:j]), m["rows"][j])
+        edit(mine)
+        header["ranks"] = [header["ranks"][k]]
+        header["streams"] = [{"table": n, "ranks": [0], "rows": [t.num_rows]} for n, t in mine.items()]
+        return [t.replace_schema_metadata({**(t.schema.metadata or {}), b"msdiag.table": n.encode()}) for n, t in mine.items()]
 
-    path = entry / "tables.arrow"
-    src = pa.BufferReader(pa.py_buffer(path.read_bytes()))
-    tables: dict[str, Any] = {}
-    while src.tell() < src.size():
-        t = pa.ipc.open_stream(src).read_all()
-        tables[t.schema.metadata[b"msdiag.table"].decode()] = t
-    edit(tables)
-    with pa.OSFile(str(path), "wb") as sink:
-        for name, t in tables.items():
-            t = t.replace_schema_metadata({**t.schema.metadata, b"msdiag.table": name.encode()})
-            with pa.ipc.new_stream(sink, t.schema) as w:
-                w.write_table(t)
+    _edit_entry(entry, change)

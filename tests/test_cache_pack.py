@@ -1,0 +1,144 @@
+"""The rank cache keeps the ranks of a pool task in one file (ingest/cache.py, CACHE_FORMAT 5): ``put_many`` writes
+the file once and links it under each rank's entry name; a warm read reads each file once and gives every rank back
+as it was read; a stale rank is rewritten alone; without hard links each rank gets a copy; a rank that cannot be
+stored leaves the others stored. On bench/cluster.py's 8-rank job built from the corpus (conftest ``job8``)."""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+pytest.importorskip("pyarrow")
+
+from msdiag.ingest import cache as C  # noqa: E402
+from msdiag.ingest import parallel  # noqa: E402
+from msdiag.ingest.cache import CacheStats, RankCache  # noqa: E402
+from msdiag.ingest.discover import RankDir, discover  # noqa: E402
+from msdiag.ingest.loader import load, load_rank  # noqa: E402
+from msdiag.metrics.reduce import reduce_id, reduce_rank  # noqa: E402
+from msdiag.model import RankData  # noqa: E402
+
+
+def _read(job: Path) -> tuple[list[RankDir], list[RankData]]:
+    dirs = discover(job).ranks
+    return dirs, [reduce_rank(load_rank(d)) for d in dirs]
+
+
+def _keys(cache: RankCache, dirs: list[RankDir]) -> list[dict[str, Any]]:
+    return [cache.key(d.rank, d.family, d.path, d.rank_from, d.captured_ns) for d in dirs]
+
+
+def _same_rank(got: RankData | None, want: RankData) -> None:
+    assert got is not None
+    assert (got.rank, got.family, got.path, got.info, got.meta, got.sources, got.notes) == (
+        want.rank, want.family, want.path, want.info, want.meta, want.sources, want.notes)  # fmt: skip
+    assert list(got.tables) == list(want.tables)
+    for name, df in want.tables.items():
+        pd.testing.assert_frame_equal(got.tables[name], df, check_exact=True, check_index_type=True, check_column_type=True)
+
+
+def _files(cache: Path) -> list[Path]:
+    return sorted(p for p in cache.rglob("*") if p.is_file())
+
+
+def test_a_task_s_ranks_share_one_file_and_each_comes_back_as_read(job8: Path, tmp_path: Path) -> None:
+    dirs, ranks = _read(job8)
+    cache = RankCache.open(tmp_path / "c", "test")
+    keys = _keys(cache, dirs)
+    assert cache.put_many(keys, ranks) == [None] * len(ranks)
+    entries = [cache.entry(k) for k in keys]
+    assert len({os.stat(e).st_ino for e in entries}) == 1 and os.stat(entries[0]).st_nlink == len(ranks)
+    assert _files(tmp_path / "c") == sorted(entries)  # no temporary file left behind
+    # the header by hand: every rank's key in order; the kernels, alike in every rank, one stream of all their rows
+    header, tables = C.read_entry_file(entries[0].read_bytes())
+    assert [r["key"] for r in header["ranks"]] == keys
+    kernels = [m for m in header["streams"] if m["table"] == "kernels"]
+    assert kernels == [{"table": "kernels", "ranks": list(range(len(ranks))), "rows": [len(r.tables["kernels"]) for r in ranks]}]
+    assert len(tables) == len(header["streams"])
+    stats = CacheStats()
+    got = cache.get_many(keys, stats, [d.path for d in dirs])
+    assert stats.ignored == []
+    for g, want in zip(got, ranks):
+        _same_rank(g, want)
+    _same_rank(cache.get(keys[3], path=dirs[3].path), ranks[3])  # one rank asked alone
+
+
+def test_a_stale_rank_is_rewritten_alone(job8: Path, tmp_path: Path) -> None:
+    job = tmp_path / "job"
+    shutil.copytree(job8, job)
+    dirs, ranks = _read(job)
+    cache = RankCache.open(tmp_path / "c", "test")
+    assert cache.put_many(_keys(cache, dirs), ranks) == [None] * len(ranks)
+    info = next(dirs[2].path.glob("profiler_info_*.json"))
+    st = info.stat()
+    info.write_text(info.read_text() + "\n")  # one byte more, mtime put back: the size tells
+    os.utime(info, ns=(st.st_atime_ns, st.st_mtime_ns))
+    keys = _keys(cache, dirs)
+    stats = CacheStats()
+    got = cache.get_many(keys, stats, [d.path for d in dirs])
+    assert [g is None for g in got] == [k == 2 for k in range(len(dirs))] and stats.ignored == []  # a miss, no doubt
+    fresh = reduce_rank(load_rank(dirs[2]))
+    assert cache.put(keys[2], fresh) is None
+    old = os.stat(cache.entry(keys[0]))
+    assert os.stat(cache.entry(keys[2])).st_ino != old.st_ino and old.st_nlink == len(dirs) - 1
+    got = cache.get_many(keys, stats, [d.path for d in dirs])
+    for k, (g, want) in enumerate(zip(got, ranks)):
+        _same_rank(g, fresh if k == 2 else want)
+
+
+def test_without_hard_links_each_rank_gets_a_copy(job8: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    dirs, ranks = _read(job8)
+    cache = RankCache.open(tmp_path / "c", "test")
+    keys = _keys(cache, dirs)
+
+    def no_link(src: Any, dst: Any) -> None:
+        raise OSError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(os, "link", no_link)
+    assert cache.put_many(keys, ranks) == [None] * len(ranks)
+    stat = [os.stat(cache.entry(k)) for k in keys]
+    assert len({s.st_ino for s in stat}) == len(ranks) and {s.st_nlink for s in stat} == {1}
+    assert _files(tmp_path / "c") == sorted(cache.entry(k) for k in keys)
+    for g, want in zip(cache.get_many(keys, None, [d.path for d in dirs]), ranks):
+        _same_rank(g, want)
+
+
+def test_a_rank_that_cannot_be_stored_leaves_the_others_stored(job8: Path, tmp_path: Path) -> None:
+    dirs, ranks = _read(job8)
+    ranks[1].meta["where"] = ("a", "tuple")  # JSON gives a list back: not the same metadata
+    cache = RankCache.open(tmp_path / "c", "test")
+    keys = _keys(cache, dirs)
+    why = cache.put_many(keys, ranks)
+    assert why[1] == f"rank {ranks[1].rank}: its metadata does not survive JSON unchanged"
+    assert why[:1] + why[2:] == [None] * (len(ranks) - 1)
+    assert not cache.entry(keys[1]).exists()
+    header, _ = C.read_entry_file(cache.entry(keys[0]).read_bytes())
+    assert header["ranks"][1] == {"key": None, "head": None}
+    stats = CacheStats()
+    got = cache.get_many(keys, stats, [d.path for d in dirs])
+    assert got[1] is None and stats.ignored == []
+    for k in (0, 2, 7):
+        _same_rank(got[k], ranks[k])
+
+
+@pytest.mark.skipif(parallel._pool_context() is None, reason="pool tasks are measured on fork platforms")
+def test_the_pool_writes_a_file_per_task(job8: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(parallel, "TASKS_PER_WORKER_MIN", 1)  # 8 ranks on 2 workers: 2 tasks of 4
+    assert parallel.task_size(8, 2) == 4
+    cold = load(job8, jobs=2, cache=tmp_path / "c", reduce=reduce_rank, reduce_id=reduce_id())
+    assert cold.ingest["executor"] == "process-pool" and cold.ingest["cache"]["written"] == 8
+    entries = [p for p in _files(tmp_path / "c") if "msdiag-ranks-" in str(p)]
+    by_file: dict[int, int] = {}
+    for p in entries:
+        by_file[os.stat(p).st_ino] = by_file.get(os.stat(p).st_ino, 0) + 1
+    assert len(entries) == 8 and sorted(by_file.values()) == [4, 4]
+    warm = load(job8, jobs=2, cache=tmp_path / "c", reduce=reduce_rank, reduce_id=reduce_id())
+    assert warm.ingest["cache"]["hits"] == 8
+    for g, want in zip(warm.ranks, cold.ranks):
+        _same_rank(g, want)
