@@ -104,17 +104,19 @@ def fingerprint(path: str | Path) -> str:
     return h.hexdigest()
 
 
-def _as_stored(live: Any, back: Any) -> bool:
-    """Whether ``back`` (``live`` through JSON) is what the renderers would read in ``live``: the same values,
-    dict keys already strings, a float subclass (numpy's float64) as its float and a tuple as its list."""
-    if isinstance(live, float) and type(back) is float:
-        return float(live) == back
+def _as_stored(live: Any) -> bool:
+    """Whether ``live``, once through JSON (``json.dumps`` with ``allow_nan=False`` took it), comes back as what the
+    renderers would read in it: dict keys already strings, every value of JSON's own types, a float subclass (numpy's
+    float64) read as its float and a tuple as its list; not an int or str subclass (an enum), which comes back as
+    another type. One walk over the value, not a parse of the text and a comparison (a 512-rank report: 8 MB)."""
+    kind = type(live)
+    if kind is str or kind is int or kind is bool or live is None or isinstance(live, float):
+        return True  # (a float that JSON cannot write, NaN or infinity, stopped json.dumps before)
     if isinstance(live, dict):
-        return (type(back) is dict and list(live) == list(back) and all(type(k) is str for k in live)
-                and all(_as_stored(live[k], back[k]) for k in live))
+        return all(type(k) is str for k in live) and all(_as_stored(v) for v in live.values())
     if isinstance(live, (list, tuple)):
-        return type(back) is list and len(live) == len(back) and all(_as_stored(x, y) for x, y in zip(live, back))
-    return type(live) is type(back) and live == back
+        return all(_as_stored(v) for v in live)
+    return False
 
 
 def digest(value: Any) -> str:
@@ -199,7 +201,7 @@ class ResultCache:
             text = json.dumps({"key": self.key, "report": report}, ensure_ascii=False, allow_nan=False)
         except (TypeError, ValueError):
             return False
-        if not _as_stored(report, json.loads(text)["report"]):
+        if not _as_stored(report):
             return False  # an int key, a str subclass, ...: a hit might not render the same
         try:
             self.file.parent.parent.parent.mkdir(mode=PRIVATE, parents=True, exist_ok=True)

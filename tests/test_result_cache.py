@@ -164,3 +164,45 @@ def test_fingerprint_follows_every_file(tmp_path: Path) -> None:
     second = result_cache.fingerprint(tmp_path)
     f.rename(tmp_path / "a" / "b" / "y.csv")
     assert result_cache.fingerprint(tmp_path) not in (first, second)
+
+
+def _reads_back_alike(live: Any, back: Any) -> bool:
+    """The comparison the stored report must pass, by its definition: ``back`` (``live`` through JSON) holds the same
+    values, dict keys that were strings already, a float subclass as its float and a tuple as its list."""
+    if isinstance(live, float) and type(back) is float:
+        return float(live) == back
+    if isinstance(live, dict):
+        return (type(back) is dict and list(live) == list(back) and all(type(k) is str for k in live)
+                and all(_reads_back_alike(live[k], back[k]) for k in live))
+    if isinstance(live, (list, tuple)):
+        return type(back) is list and len(live) == len(back) and all(_reads_back_alike(x, y) for x, y in zip(live, back))
+    return type(live) is type(back) and live == back
+
+
+def test_stored_only_what_comes_back_from_json_alike(cap: Path) -> None:
+    """result_cache._as_stored walks the report once; it must say what the JSON round trip it replaces says."""
+    import enum
+
+    import numpy as np
+
+    from msdiag.analysis import analyze
+    from msdiag.contract import build
+
+    class Level(enum.IntEnum):
+        HIGH = 2
+
+    class Name(str):
+        pass
+
+    report = build(analyze(cap, Options(jobs=1)))
+    cases: list[Any] = [
+        report, {"a": [1, 2.5, True, None, "x", (3, 4)]}, {"f": np.float64(0.1)}, {"t": (1, (2, [3]))},
+        {1: "int key"}, {"k": Level.HIGH}, {"k": Name("a str subclass")}, {"k": [{"deep": {2.5: 1}}]},
+        {"surrogate": "\ud800"}, [], {}, "text", 10**30,
+    ]  # fmt: skip
+    verdicts = []
+    for value in cases:
+        back = json.loads(json.dumps(value, ensure_ascii=False, allow_nan=False))
+        assert result_cache._as_stored(value) == _reads_back_alike(value, back), value if value is not report else "report"
+        verdicts.append(result_cache._as_stored(value))
+    assert verdicts == [True, True, True, True, False, False, False, False, True, True, True, True, True]

@@ -85,7 +85,8 @@ def _step_time_imbalance(ctx: Context) -> Value:
     s = _timed(ctx)
     if not len(s):
         return Value(None, reason=_NO_STEPS)
-    per = {int(r): float(g["total_us"].median()) for r, g in s.groupby("rank")}
+    total = s["total_us"].to_numpy(float, na_value=np.nan)
+    per = {r: float(np.median(total[rows])) for r, rows in rank_rows(s)}  # Series.median per rank (no NaN here), on arrays
     if len(per) < 2:
         return Value(None, _as_per_rank(per), _ONE_RANK)
     return Value(spread(list(per.values())), _as_per_rank(per))

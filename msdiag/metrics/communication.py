@@ -276,7 +276,7 @@ def _utilization_rows(ctx: Context) -> tuple[pd.DataFrame | None, str | None]:
     given=_utilization_value,
 )
 def _utilization_min(ctx: Context, u: pd.DataFrame) -> Value:
-    per = {int(r): float(g["utilization"].min()) for r, g in u.groupby("rank")}
+    per = {int(r): float(v) for r, v in u.groupby("rank")["utilization"].min().items()}  # each rank's Series.min
     return Value(float(u["utilization"].iloc[0]), per)
 
 
@@ -649,7 +649,7 @@ def _link_name(row: pd.Series) -> str:
     given=_slowest_link,
 )
 def _slow_link(ctx: Context, lb: pd.DataFrame) -> Value:
-    per = {int(r): float(g["ratio"].min()) for r, g in lb.groupby("rank")}
+    per = {int(r): float(v) for r, v in lb.groupby("rank")["ratio"].min().items()}  # each rank's Series.min
     worst = lb.iloc[0]
     cut = ctx.options.param(SLOW_LINK_PARAM)
     if worst["ratio"] < cut:
@@ -675,7 +675,8 @@ def _slow_link(ctx: Context, lb: pd.DataFrame) -> Value:
     given=_slowest_link,
 )
 def _slow_link_bw(ctx: Context, lb: pd.DataFrame) -> Value:
-    per = {int(r): float(g["bandwidth_gbps"].iloc[0]) for r, g in lb.groupby("rank", sort=True)}
+    bw = lb["bandwidth_gbps"].to_numpy(float, na_value=np.nan)
+    per = {r: float(bw[rows[0]]) for r, rows in rank_rows(lb)}  # each rank's first row (groupby's .iloc[0]), on arrays
     return Value(float(lb["bandwidth_gbps"].iloc[0]), per)
 
 
@@ -773,7 +774,7 @@ def _tp_spans(ctx: Context, linked: pd.DataFrame) -> Value:
     given=_linked_groups,
 )
 def _groups_spanning(ctx: Context, linked: pd.DataFrame) -> Value:
-    per = {int(r): float(g["spans"].sum()) for r, g in linked.groupby("rank")}
+    per = {int(r): float(n) for r, n in linked.groupby("rank")["spans"].sum().items()}  # booleans counted per rank
     names = sorted(set(linked.loc[linked["spans"], "name"]))
     if not names:
         rpn = _ranks_per_node(ctx)

@@ -63,6 +63,7 @@ import pandas as pd
 from msdiag.metrics.flops import kernel_flops
 from msdiag.metrics.memory import KB_PER_MB, MB_PER_GB, _capacity, column_max, framework_column, framework_rows
 from msdiag.metrics.registry import Context, Reads, Value, key_rows, metric, rank_rows
+from msdiag.model import row_slices
 from msdiag.units import FLOPS_PER_TFLOPS
 
 DEVICE_SOURCE = "npu_module_mem"
@@ -133,14 +134,14 @@ def _module_series(m: pd.DataFrame) -> tuple[dict[int, pd.DataFrame], dict[int, 
         out[key] = wide[col].to_numpy(float) if col in wide.columns else 0.0
     out["total_mb"] = out[list(COMPOSITION_KEYS)].sum(axis=1)
     out["basis"] = DEVICE_SOURCE
-    # each rank's rows are one run (the pivot's index is sorted by rank): its frame from slices of the columns,
-    # the frames groupby("rank") gave less the rank, without a grouping and a drop per rank
+    # each rank's rows are one run (the pivot's index is sorted by rank): its frame a row slice of the whole (a view,
+    # index 0..n-1: model.row_slices), the frames groupby("rank") gave less the rank, without a grouping, a drop or
+    # a frame built per rank
     rank = out.pop("rank").to_numpy()
-    cols = {c: out[c].array for c in out.columns}
     cuts = np.r_[0, np.flatnonzero(np.diff(rank)) + 1, len(rank)]
     ts, total = out["ts_us"].to_numpy(float), out["total_mb"].to_numpy(float)
     spans = [(int(rank[a]), a, b) for a, b in zip(cuts[:-1], cuts[1:])]
-    frames = {r: pd.DataFrame({c: v[a:b] for c, v in cols.items()}) for r, a, b in spans}
+    frames = dict(zip([r for r, _, _ in spans], row_slices(out, [b - a for _, a, b in spans])))
     return frames, {r: (ts[a:b], total[a:b]) for r, a, b in spans}
 
 

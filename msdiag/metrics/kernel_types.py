@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from msdiag.metrics import phases as ph
-from msdiag.metrics.registry import Context, Reads, Value, metric
+from msdiag.metrics.registry import Context, Reads, Value, metric, rank_rows
 from msdiag.model import Capture, RankData
 from msdiag.units import FLOPS_PER_TFLOPS
 
@@ -426,9 +426,10 @@ def _api_top(ctx: Context) -> Value:
         why = _source_reason(ctx.capture, "api_statistic.csv") or "no api_statistic.csv in the capture"
         return Value(None, reason=why)
     per: dict[int, float | str | None] = {}
-    for r, g in a.groupby("rank"):
-        top = g.loc[g["total_us"].idxmax()]
-        per[int(r)] = f"{top['api']} ({top['level']})"
+    total, api, level = a["total_us"].to_numpy(float), a["api"], a["level"]
+    for r, rows in rank_rows(a):  # each rank's row of its largest time (idxmax: the first such), on arrays
+        at = int(rows[int(np.argmax(total[rows]))])
+        per[r] = f"{api.iloc[at]} ({level.iloc[at]})"
     top = a.loc[a["total_us"].idxmax()]
     calls = "" if pd.isna(top["count"]) else f", {int(top['count'])} calls"
     return Value(f"{top['api']} ({top['level']}): {top['total_us'] / 1e3:.1f} ms{calls} (rank {int(top['rank'])})", per)

@@ -68,7 +68,8 @@ def _short(ctx: Context) -> Value:
     if not len(c):
         return _no_kernels()
     short = c["dur_us"] < SHORT_KERNEL_US
-    per = {int(r): float(g.mean()) for r, g in short.groupby(c["rank"])}
+    flags = short.to_numpy(bool)  # each rank's mean of its booleans: its count of True / its rows, as Series.mean
+    per = {r: float(flags[rows].sum(dtype=np.float64) / float(len(rows))) for r, rows in rank_rows(c)}
     return Value(float(short.mean()), per)
 
 
@@ -140,7 +141,7 @@ def _dynamic(ctx: Context) -> Value:
         u = k[["rank", "name", "step", "input_shapes"]].drop_duplicates()
         by = u.groupby(["rank", "name"])
         varying = by.size() < by["step"].nunique() * by["input_shapes"].nunique()
-        per = {int(r): float(g.sum()) for r, g in varying.groupby(level=0)}
+        per = {int(r): float(n) for r, n in varying.groupby(level=0).sum().items()}  # booleans counted per rank
         return Value(int(max(per.values())), per)
     if len(ctx.capture.table("host_shapes")):
         # PyNative reuses op names (BiasAddGrad-op0) across different small graphs, so a name
@@ -162,15 +163,12 @@ def _per_step(ctx: Context) -> Value:
     start = c["start_us"].to_numpy(float, na_value=np.nan)
     by_rank = {r: start[rows] for r, rows in rank_rows(c)}  # one pass, not a filter over every rank's kernels per rank
     empty = start[:0]
-    for r, g in s.groupby("rank"):
-        kr = by_rank.get(int(r), empty)
-        vals = []
-        for lo, hi in zip(g["start_us"], g["end_us"]):
-            if pd.isna(lo) or pd.isna(hi):
-                continue
-            vals.append(int(((kr >= lo) & (kr < hi)).sum()))
+    lows, highs = s["start_us"].to_numpy(float, na_value=np.nan), s["end_us"].to_numpy(float, na_value=np.nan)
+    for r, rows in rank_rows(s):  # each rank's steps in their order (groupby("rank")), on arrays
+        kr = by_rank.get(r, empty)
+        vals = [int(((kr >= lo) & (kr < hi)).sum()) for lo, hi in zip(lows[rows], highs[rows]) if not (np.isnan(lo) or np.isnan(hi))]
         if vals:
-            per[int(r)] = float(pd.Series(vals).median())
+            per[r] = float(np.median(np.asarray(vals, dtype=np.float64)))  # Series.median of the counts
             counts.extend(vals)
     if not counts:
         return Value(None, reason="steps carry no start/end times")

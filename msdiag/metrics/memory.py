@@ -30,6 +30,7 @@ import pandas as pd
 from msdiag.metrics import chip
 from msdiag.metrics.devices import device_memory_gb
 from msdiag.metrics.registry import Context, Reads, Value, metric, rank_rows
+from msdiag.model import row_slices
 
 MEMORY_SOURCES = ("memory_record", "cpu_ms_memory_record")
 # In order of preference, per rank (see the module doc).
@@ -47,7 +48,8 @@ _NO_MEMORY = "no framework memory samples (memory_record.csv / cpu_ms_memory_rec
 
 
 def framework_rows(ctx: Context) -> dict[int, pd.DataFrame]:
-    """Per rank, the memory rows of the framework's allocator (see the module doc), in time order.
+    """Per rank, the memory rows of the framework's allocator (see the module doc), in time order (each a row
+    slice of those rows of every rank, taken at once: the index is 0..n-1, not the memory table's).
 
     Computed once per analysis (ctx.cache): every memory metric starts from it.
     """
@@ -92,8 +94,10 @@ def _framework_rows(ctx: Context) -> tuple[dict[int, pd.DataFrame], pd.DataFrame
                 # stable: rows with equal (or spreadsheet-rounded) timestamps keep the file's order; the rows taken
                 # once in time order (numpy's stable argsort, NaN last in their order: sort_values' order)
                 positions[rank] = sel[np.argsort(ts[sel], kind="stable")]
-                out[rank] = m.iloc[positions[rank]]
                 break
+    if positions:  # every rank's rows taken at once, each rank's frame a row slice of them (index 0..n-1)
+        taken = m.iloc[np.concatenate(list(positions.values()))]
+        out = dict(zip(positions, row_slices(taken, [len(at) for at in positions.values()])))
     return out, m, positions
 
 

@@ -75,14 +75,15 @@ def _step_time_p90(ctx: Context) -> Value:
     s = _timed_steps(ctx)
     if not len(s):
         return _no_steps(ctx)
-    per = {int(r): float(np.percentile(g["total_us"], 90)) for r, g in s.groupby("rank")}
+    total = s["total_us"].to_numpy(float, na_value=np.nan)
+    per = {r: float(np.percentile(total[rows], 90)) for r, rows in rank_rows(s)}  # each rank's rows, on arrays
     return Value(float(np.percentile(s["total_us"], 90)), per)
 
 
 @metric("step_count", "steps", "Number of step rows (rank x step) with a measured duration", "steps")
 def _step_count(ctx: Context) -> Value:
     s = _timed_steps(ctx)
-    return Value(int(len(s)), {int(r): float(len(g)) for r, g in s.groupby("rank")})
+    return Value(int(len(s)), {r: float(len(rows)) for r, rows in rank_rows(s)})
 
 
 for _col, _id, _doc in (
