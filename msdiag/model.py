@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 import numpy as np
 import pandas as pd
@@ -725,14 +726,34 @@ def rank_column(ranks: Iterable[int], counts: Iterable[int]) -> Any:
 def row_slices(whole: pd.DataFrame, counts: Iterable[int]) -> list[pd.DataFrame]:
     """``whole`` cut into consecutive row slices of ``counts`` rows: each a view of it with the index 0..n-1 (as
     ``reset_index(drop=True)`` gives, without its copy of the blocks). How a frame of several ranks' rows (a joined
-    table, a cache hit converted whole, a pool task's tables, a bulk read) gives each rank its frame."""
+    table, a cache hit converted whole, a pool task's tables, a bulk read) gives each rank its frame. Within
+    :func:`noting_cuts`, each cut is noted there: (whole, its slices)."""
     out, lo = [], 0
     for n in counts:
         part = whole.iloc[lo : lo + n]
         part.index = pd.RangeIndex(n)
         out.append(part)
         lo += n
+    if _NOTED:
+        _NOTED[-1].append((whole, out))
     return out
+
+
+#: The lists :func:`noting_cuts` gives, innermost last.
+_NOTED: list[list[tuple[pd.DataFrame, list[pd.DataFrame]]]] = []
+
+
+@contextmanager
+def noting_cuts() -> Iterator[list[tuple[pd.DataFrame, list[pd.DataFrame]]]]:
+    """Within the block, every :func:`row_slices` cut is noted in the list given: (the whole, its slices in order),
+    each slice held (so that its ``id`` stays its own while the list lives). How a pool task learns which of its
+    ranks' frames are still the slices of one bulk read (:func:`concat_alike`)."""
+    got: list[tuple[pd.DataFrame, list[pd.DataFrame]]] = []
+    _NOTED.append(got)
+    try:
+        yield got
+    finally:
+        _NOTED.remove(got)
 
 
 def joinable(frames: list[pd.DataFrame]) -> bool:
@@ -748,16 +769,50 @@ def joinable(frames: list[pd.DataFrame]) -> bool:
     return True
 
 
-def concat_alike(ranks: list[RankData]) -> dict[str, pd.DataFrame]:
+def concat_alike(ranks: list[RankData], cuts: Iterable[tuple[pd.DataFrame, list[pd.DataFrame]]] = ()) -> dict[str, pd.DataFrame]:
     """Each table whose frames in ``ranks`` are alike (:func:`joinable`, held by more than one rank) concatenated in
     rank order (index 0..n-1): how the ranks of a pool task travel and are stored together (``parallel.Packed``,
-    ``RankCache.put_many``). The ranks are not changed."""
+    ``RankCache.put_many``). The ranks are not changed. ``cuts``: frames whose row slices some of the ranks' frames
+    may be (:func:`noting_cuts`: a bulk read of their files): where a table's frames are all the slices of one of
+    them, in order, that frame is their concatenation as it is (the same rows, columns and dtypes; nothing copied)."""
+    where: dict[int, tuple[int, int, int]] = {}  # id(slice) -> (its whole in cuts, first row, end row)
+    wholes = []
+    for k, (whole, parts) in enumerate(cuts):
+        wholes.append(whole)
+        lo = 0
+        for part in parts:
+            where[id(part)] = (k, lo, lo + len(part))
+            lo += len(part)
     out: dict[str, pd.DataFrame] = {}
     for name in dict.fromkeys(n for r in ranks for n in r.tables):
         frames = [r.tables[name] for r in ranks if name in r.tables]
-        if len(frames) > 1 and joinable(frames):
+        if len(frames) < 2:
+            continue
+        whole = _cut_whole(frames, wholes, where) if where else None
+        if whole is not None:
+            out[name] = whole
+        elif joinable(frames):
             out[name] = pd.concat(frames, ignore_index=True)
     return out
+
+
+def _cut_whole(frames: list[pd.DataFrame], wholes: list[pd.DataFrame], where: dict[int, tuple[int, int, int]]) -> pd.DataFrame | None:
+    """The frame of ``wholes`` whose row slices ``frames`` are, all of it in order, when it is one with the index
+    0..n-1 and no ``attrs`` (as pd.concat(frames, ignore_index=True) would give it); else None."""
+    got = where.get(id(frames[0]))
+    if got is None or got[1] != 0:
+        return None
+    k, end = got[0], 0
+    for f in frames:
+        at = where.get(id(f))
+        if at is None or at[0] != k or at[1] != end:
+            return None
+        end = at[2]
+    whole = wholes[k]
+    index = whole.index
+    if end != len(whole) or whole.attrs or not (isinstance(index, pd.RangeIndex) and index.start == 0 and index.step == 1):
+        return None
+    return whole
 
 
 def _runs(name: str, frames: list[pd.DataFrame], cut: list[tuple[str, Any, list[Any]]],

@@ -297,3 +297,33 @@ def test_refused_files_are_never_opened_by_a_prefetch(job8: Path, tmp_path: Path
     failed = [(r.rank, s.name, s.reason) for r in together for s in r.sources if s.status == "failed"]
     assert [(rank, name) for rank, name, _ in failed] == [(ranks[0].rank, "op_statistic.csv"), (ranks[1].rank, "op_statistic.csv")]
     assert "named pipe" in str(failed[0][2]) and "outside the capture" in str(failed[1][2])
+
+
+def test_a_task_s_tables_are_its_bulk_reads_frames_where_the_ranks_kept_their_slices(job8: Path) -> None:
+    """model.concat_alike given the prefetch's cuts: a table whose ranks' frames are still the slices of one bulk read,
+    all of it in order, is that read's frame (nothing concatenated); the others are concatenated; either way what
+    pd.concat of the frames gives (values, dtypes, index, columns)."""
+    from msdiag.metrics.reduce import reduce_rank_shallow
+    from msdiag.model import concat_alike
+
+    dirs = discover.discover(job8).ranks
+    with loader.prefetch(dirs) as cuts:
+        ranks = [reduce_rank_shallow(loader.load_rank_shallow(d)) for d in dirs]
+        taken = concat_alike(ranks, cuts)
+        read = {id(whole) for whole, _ in cuts}
+        # kernel_details.csv, communication.json and communication_matrix.json, read at once, stay as read; memory (two
+        # files' rows per rank) and the step rows (computed per rank) do not
+        as_read = {name for name, whole in taken.items() if id(whole) in read}
+        assert {"kernels", "comm_ops", "comm_transport", "comm_links"} <= as_read and not {"memory", "steps"} & as_read
+        for name, whole in taken.items():
+            _same(whole, pd.concat([r.tables[name] for r in ranks if name in r.tables], ignore_index=True))
+            assert list(whole.dtypes) == list(concat_alike(ranks)[name].dtypes)
+        # one rank's kernels replaced by a copy: not the bulk read's slices any more, concatenated
+        ranks[3].tables["kernels"] = ranks[3].tables["kernels"].copy()
+        again = concat_alike(ranks, cuts)
+        assert id(again["kernels"]) not in read
+        _same(again["kernels"], taken["kernels"])
+        # the ranks in another order: concatenated in that order
+        back = concat_alike(ranks[::-1], cuts)
+        assert id(back["comm_ops"]) not in read
+        _same(back["comm_ops"], pd.concat([r.tables["comm_ops"] for r in ranks[::-1]], ignore_index=True))

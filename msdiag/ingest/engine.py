@@ -32,7 +32,7 @@ from msdiag.errors import ParseError
 from msdiag.ingest import bounds
 from msdiag.ingest._sqlite import Db, DbDamaged, open_db
 from msdiag.ingest.paths import real_roots, refusal
-from msdiag.model import ABSENT, FAILED, PRESENT, SKIPPED, UNUSED, RankData, RankInfo, Source
+from msdiag.model import ABSENT, FAILED, PRESENT, SKIPPED, UNUSED, RankData, RankInfo, Source, noting_cuts
 
 
 @dataclass
@@ -280,15 +280,18 @@ _BULK: dict[tuple[int, str], Result] = {}
 
 
 @contextmanager
-def prefetch(fmt: Format, dirs: list[RankDir]) -> Iterator[None]:
+def prefetch(fmt: Format, dirs: list[RankDir]) -> Iterator[list[tuple[Any, list[Any]]]]:
     """Within the block, the file sources of ``fmt`` that declare ``bulk`` are read for all of ``dirs`` at once
     (the same file of each rank, as :func:`resolve` finds it and :func:`refusal` admits it), and each rank's read
     (:func:`read_rank`) takes its file's result from there instead of reading the file alone: the readers'
     fixed cost per call, per column and per frame paid once for several ranks. A source whose bulk reader gives
-    None is read file by file as before; whatever the block's reads did not take is forgotten at its end."""
+    None is read file by file as before; whatever the block's reads did not take is forgotten at its end. The block
+    is given the frames the bulk reads cut into files' frames (``model.noting_cuts``: (whole, its slices)), for
+    ``model.concat_alike`` to take a table whose ranks' frames are still those slices as it is."""
     try:
-        _prefetch(fmt, dirs)
-        yield
+        with noting_cuts() as cuts:
+            _prefetch(fmt, dirs)
+        yield cuts
     finally:
         _BULK.clear()
 

@@ -25,13 +25,15 @@ from msdiag.model import FAILED, SKIPPED, Capture, RankData
 
 
 @contextlib.contextmanager
-def prefetch(dirs: list[RankDir]) -> Iterator[None]:
+def prefetch(dirs: list[RankDir]) -> Iterator[list[tuple[Any, list[Any]]]]:
     """Within the block, the ranks of ``dirs`` read one by one share their formats' bulk reads
-    (``engine.prefetch``: the same file of every rank read at once)."""
+    (``engine.prefetch``: the same file of every rank read at once); the block is given the frames those reads cut
+    into files' frames (for ``model.concat_alike``)."""
+    cuts: list[tuple[Any, list[Any]]] = []
     with contextlib.ExitStack() as stack:
         for name in dict.fromkeys(d.format for d in dirs):
-            stack.enter_context(engine_prefetch(BY_NAME[name], [d for d in dirs if d.format == name]))
-        yield
+            cuts.extend(stack.enter_context(engine_prefetch(BY_NAME[name], [d for d in dirs if d.format == name])))
+        yield cuts
 
 
 def load_rank(rd_dir: RankDir) -> RankData:

@@ -44,8 +44,9 @@ from msdiag.model import SCHEMA_VERSION, RankData, concat_alike, row_slices
 LoadRank = Callable[[RankDir], RankData]
 Reduce = Callable[[RankData], RankData]
 #: Given the ranks a pool task is about to read one by one, a context within which those reads may share work
-#: (the loader's: ``engine.prefetch``, each file kind of the ranks read at once).
-Prepare = Callable[[list[RankDir]], contextlib.AbstractContextManager[None]]
+#: (the loader's: ``engine.prefetch``, each file kind of the ranks read at once); it gives the frames it cut into
+#: files' frames, (whole, its slices), or None (``model.concat_alike``).
+Prepare = Callable[[list[RankDir]], contextlib.AbstractContextManager[list[tuple[Any, list[Any]]] | None]]
 
 #: A pool is replaced once one of its workers' peak memory grew by more than this since it started (KiB).
 WORKER_GROWTH_KB = 256 * 1024
@@ -233,9 +234,10 @@ def _read_in_worker(
     """Each rank of a task read and reduced in a pool worker (within ``prepare(dirs)``), their cache entries written
     together (``RankCache.put_many``: one file for the task): (the ranks packed, this worker, why each was not stored
     in the cache or None, how much the worker's peak memory has grown since it started: KiB, None: unknown)."""
-    with prepare(dirs) if prepare is not None and len(dirs) > 1 else contextlib.nullcontext():
+    with prepare(dirs) if prepare is not None and len(dirs) > 1 else contextlib.nullcontext() as cuts:
         ranks = [_read(d, load_rank, reduce) for d in dirs]
-    wholes = concat_alike(ranks)  # stored and sent back alike
+        # stored and sent back alike; a table whose frames are still the slices of one bulk read: that read's frame
+        wholes = concat_alike(ranks, cuts or ())
     unstored: list[str | None] = cache.put_many(keys, ranks, wholes) if cache is not None else [None] * len(ranks)
     peak = _peak_kb()
     return pack(ranks, wholes), where(), unstored, None if peak is None or _start_kb is None else peak - _start_kb
