@@ -47,7 +47,8 @@ def _files(cache: Path) -> list[Path]:
     return sorted(p for p in cache.rglob("*") if p.is_file())
 
 
-def test_a_task_s_ranks_share_one_file_and_each_comes_back_as_read(job8: Path, tmp_path: Path) -> None:
+def test_a_task_s_ranks_share_one_file_and_each_comes_back_as_read(job8: Path, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     dirs, ranks = _read(job8)
     cache = RankCache.open(tmp_path / "c", "test")
     keys = _keys(cache, dirs)
@@ -62,8 +63,16 @@ def test_a_task_s_ranks_share_one_file_and_each_comes_back_as_read(job8: Path, t
     assert kernels == [{"table": "kernels", "ranks": list(range(len(ranks))), "rows": [len(r.tables["kernels"]) for r in ranks]}]
     assert len(tables) == len(header["streams"])
     stats = CacheStats()
+    read: list[Path] = []
+    real = C._pack_file
+
+    def counted(p: Path) -> Any:
+        read.append(p)
+        return real(p)
+
+    monkeypatch.setattr(C, "_pack_file", counted)
     got = cache.get_many(keys, stats, [d.path for d in dirs])
-    assert stats.ignored == []
+    assert stats.ignored == [] and len(read) == 1  # the file read once for its eight names
     for g, want in zip(got, ranks):
         _same_rank(g, want)
     _same_rank(cache.get(keys[3], path=dirs[3].path), ranks[3])  # one rank asked alone
@@ -142,3 +151,61 @@ def test_the_pool_writes_a_file_per_task(job8: Path, tmp_path: Path, monkeypatch
     assert warm.ingest["cache"]["hits"] == 8
     for g, want in zip(warm.ranks, cold.ranks):
         _same_rank(g, want)
+
+
+def _conforms_by_definition(value: Any, hint: Any) -> bool:
+    """What a stored value must be to fit a type hint of the model, written out as cache._conforms defines it."""
+    import dataclasses
+    import types
+    import typing
+
+    if dataclasses.is_dataclass(hint):
+        hints = typing.get_type_hints(hint)  # type: ignore[arg-type]
+        return isinstance(value, dict) and set(value) == set(hints) and all(_conforms_by_definition(value[k], h) for k, h in hints.items())
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_conforms_by_definition(value, a) for a in args)
+    if origin is list:
+        return isinstance(value, list) and all(_conforms_by_definition(v, args[0]) for v in value)
+    if origin is dict:
+        return isinstance(value, dict) and all(_conforms_by_definition(k, args[0]) and _conforms_by_definition(v, args[1])
+                                               for k, v in value.items())
+    if hint is type(None):
+        return value is None
+    if hint is float:
+        return type(value) in (float, int)
+    return hint in (str, int, bool) and type(value) is hint
+
+
+def test_a_head_is_checked_as_the_model_s_types_say(job8: Path, tmp_path: Path) -> None:
+    """cache._conforms (a checker made once per type hint) says of every stored head, and of heads changed field by
+    field, what the definition says."""
+    import copy
+
+    from msdiag.model import RankInfo, Source
+
+    dirs, ranks = _read(job8)
+    cache = RankCache.open(tmp_path / "c", "test")
+    keys = _keys(cache, dirs)
+    cache.put_many(keys, ranks)
+    header, _ = C.read_entry_file(cache.entry(keys[0]).read_bytes())
+    heads = [r["head"] for r in header["ranks"]]
+    cases: list[tuple[Any, Any]] = []
+    for head in heads[:2]:
+        cases += [(head["info"], RankInfo), *((s, Source) for s in head["sources"]), (head["notes"], list[str]),
+                  (head["tables"]["kernels"], list[list[str]])]  # fmt: skip
+    info = heads[0]["info"]
+    assert info["groups"], "the bench job's ranks have parallel groups"
+    for field, bad in (("rank_size", True), ("rank_size", 8.0), ("device_name", 3), ("groups", [{"x": 1}]), ("groups", None)):
+        changed = copy.deepcopy(info)
+        changed[field] = bad
+        cases.append((changed, RankInfo))
+    group = copy.deepcopy(info)
+    group["groups"][0]["global_ranks"] = [0, "1"]
+    cases += [(group, RankInfo), ({**info, "extra": 1}, RankInfo), ({k: v for k, v in info.items() if k != "host"}, RankInfo)]
+    cases += [({"a": 1}, dict[str, int]), ({1: 1}, dict[str, int]), ([1, True], list[int]), ([1.5, 2], list[float]),
+              (None, int | None), (3, float), (True, float), ("x", Any)]  # fmt: skip
+    said = [C._conforms(v, h) for v, h in cases]
+    assert said == [_conforms_by_definition(v, h) for v, h in cases]
+    stored = 2 * (len(heads[0]["sources"]) + 3)
+    assert all(said[:stored]) and said[stored:].count(False) >= 10

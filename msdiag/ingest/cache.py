@@ -55,10 +55,11 @@ import math
 import os
 import secrets
 import shutil
+import stat
 import tempfile
 import types
 import typing
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -212,17 +213,20 @@ class RankCache:
         files: dict[tuple[int, int], Any] = {}  # (device, inode) -> the file read and checked, or why not
         # reading and LZ4 decoding release the GIL: a few threads read the entries faster
         with ThreadPoolExecutor(max(1, min(4, os.cpu_count() or 1))) as pool:
-            opened = list(pool.map(self._open_entry, keys))
-            todo = {ident: data for ident, data in opened if ident is not None}
-            for file_id, read in zip(todo, pool.map(_pack_read, todo.values())):
+            opened = list(pool.map(self._stat_entry, keys))
+            todo: dict[tuple[int, int], Path] = {}  # each file once, by the first of its names asked for
+            for key, (ident, _) in zip(keys, opened):
+                if ident is not None:
+                    todo.setdefault(ident, self.entry(key))
+            for file_id, read in zip(todo, pool.map(_pack_file, todo.values())):
                 files[file_id] = read
         got: list[tuple[dict[str, Any] | None, dict[str, Any]]] = []
-        for key, (ident, data) in zip(keys, opened):
+        for key, (ident, why) in zip(keys, opened):
             found: tuple[dict[str, Any] | None, dict[str, Any]] = (None, {})
             try:
-                if isinstance(data, str):  # not trusted, or unreadable
-                    raise _Invalid(data)
-                if ident is not None:
+                if why is not None:  # not trusted, or not to be read
+                    raise _Invalid(why)
+                if ident is not None:  # (a file replaced since its stat: its ranks' keys still decide)
                     found = _rank_of(files[ident], key)
             except _Invalid as e:
                 _note(stats, "ignored", f"{self.entry(key)}: {e}")
@@ -245,21 +249,23 @@ class RankCache:
             out.append(rd)
         return out
 
-    def _open_entry(self, key: dict[str, Any]) -> tuple[tuple[int, int] | None, bytes | str | None]:
-        """(the entry file's device and inode, its bytes) of ``key``'s entry; (None, None) when there is none, (None,
-        why) when it is not trusted or cannot be read."""
+    def _stat_entry(self, key: dict[str, Any]) -> tuple[tuple[int, int] | None, str | None]:
+        """(the device and inode of ``key``'s entry file, None); (None, None) when there is none; (None, why) when it
+        is not trusted or cannot be stat'ed."""
         d = self.entry(key)
         try:
-            why = _untrusted_entry(d)
-            if why is not None:
-                return None, why
-            with open(d, "rb") as f:
-                st = os.fstat(f.fileno())
-                return (st.st_dev, st.st_ino), f.read()
+            for folder in (d.parent.parent, d.parent, d):
+                st = os.stat(folder)
+                why = _owner_problem(st)
+                if why is not None:
+                    return None, f"{folder} {why}"
         except FileNotFoundError:
-            return None, None
+            return None, None  # absent: a miss, not a doubt
         except OSError as e:
             return None, f"{type(e).__name__}: {e}"
+        if not stat.S_ISREG(st.st_mode):
+            return None, f"{d} is not a file"
+        return (st.st_dev, st.st_ino), None
 
     # ---- writing ---------------------------------------------------------------------------
 
@@ -466,6 +472,15 @@ def write_entry_file(path: Path, header: Any, tables: list[Any]) -> None:
     path.write_bytes(sink.getvalue().to_pybytes())
 
 
+def _pack_file(path: Path) -> tuple[list[Any], list[tuple[str, list[int], list[int], Any]]] | str:
+    """:func:`_pack_read` of the file at ``path``, or why it cannot be read."""
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        return f"{type(e).__name__}: {e}"
+    return _pack_read(data)
+
+
 def _pack_read(data: bytes) -> tuple[list[Any], list[tuple[str, list[int], list[int], Any]]] | str:
     """An entry file read and checked whole (its header's shape, each stream naming its table and holding the rows the
     header says, nothing after the last): (the ranks' {key, head}, [(table, ranks, rows, Arrow table), ...]), or why it
@@ -529,18 +544,6 @@ def _rank_of(got: Any, key: dict[str, Any]) -> tuple[dict[str, Any] | None, dict
 def _note(stats: CacheStats | None, which: str, text: str) -> None:
     if stats is not None:
         getattr(stats, which).append(text)
-
-
-def _untrusted_entry(d: Path) -> str | None:
-    """Why an entry file (or one of the two folders above it, inside the cache) is not trusted, or None."""
-    for folder in (d.parent.parent, d.parent, d):
-        try:
-            why = _owner_problem(os.stat(folder))
-        except FileNotFoundError:
-            return None  # absent: a miss, not a doubt
-        if why is not None:
-            return f"{folder} {why}"
-    return None
 
 
 # ---- a rank's head: written with paths relative to the rank folder, read back validated ---------------
@@ -631,22 +634,38 @@ def _columns_ok(name: Any, columns: Any) -> bool:
 
 def _conforms(value: Any, hint: Any) -> bool:
     """Whether a JSON value fits a type hint of the model (str, int, float, bool, None, lists, dicts, unions,
-    dataclasses as dicts with exactly their fields)."""
+    dataclasses as dicts with exactly their fields): :func:`_checker` of the hint, made once per hint."""
+    return _checker(hint)(value)
+
+
+@functools.lru_cache(maxsize=None)
+def _checker(hint: Any) -> Callable[[Any], bool]:
+    """The test :func:`_conforms` makes of a value against ``hint``, built once (the hint's origin, arguments and
+    fields looked up then, not for every value: a warm read of 512 ranks checks about a million values)."""
     if dataclasses.is_dataclass(hint):
-        hints = _hints(hint)  # type: ignore[arg-type]
-        return isinstance(value, dict) and set(value) == set(hints) and all(_conforms(value[k], h) for k, h in hints.items())
+        fields = [(k, _checker(h)) for k, h in _hints(hint).items()]  # type: ignore[arg-type]
+        names = {k for k, _ in fields}
+        return lambda v: isinstance(v, dict) and set(v) == names and all(check(v[k]) for k, check in fields)
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
-        return any(_conforms(value, a) for a in args)
+        either = [_checker(a) for a in args]
+        return lambda v: any(check(v) for check in either)
     if origin is list:
-        return isinstance(value, list) and all(_conforms(v, args[0]) for v in value)
+        item = args[0]
+        if item in (str, int, bool):  # the common case, without a call per item
+            return lambda v: isinstance(v, list) and all(type(x) is item for x in v)
+        each = _checker(item)
+        return lambda v: isinstance(v, list) and all(each(x) for x in v)
     if origin is dict:
-        return isinstance(value, dict) and all(_conforms(k, args[0]) and _conforms(v, args[1]) for k, v in value.items())
+        key, val = _checker(args[0]), _checker(args[1])
+        return lambda v: isinstance(v, dict) and all(key(k) and val(x) for k, x in v.items())
     if hint is type(None):
-        return value is None
+        return lambda v: v is None
     if hint is float:
-        return type(value) in (float, int)
-    return hint in (str, int, bool) and type(value) is hint
+        return lambda v: type(v) in (float, int)
+    if hint in (str, int, bool):
+        return lambda v: type(v) is hint
+    return lambda v: False
 
 
 @functools.lru_cache(maxsize=None)
