@@ -381,6 +381,11 @@ def test_dask_tasks_of_several_ranks(job8: Path, job8_report: dict[str, Any], da
     rep = build(a)
     rep["options"]["scheduler"] = None
     assert rep == job8_report
+    # the entries of a Dask task: one file here, linked under its four ranks' names; read back whole
+    files = [os.stat(p).st_ino for p in _entries(tmp_path / "cache")]
+    assert len(files) == 8 and sorted(files.count(i) for i in set(files)) == [4, 4]
+    warm = analyze(job8, Options(jobs=1, scheduler=address, cache=str(tmp_path / "cache")))
+    assert warm.capture.ingest["cache"]["hits"] == 8
 
 
 @pytest.mark.slow
