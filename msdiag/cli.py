@@ -904,7 +904,12 @@ def run() -> None:
     handlers are run (``atexit``: what logging, multiprocessing or Dask registered), then the process ends
     with ``os._exit``. Where anything could still be running (a thread besides this one), or the output
     cannot be flushed (a closed pipe), it ends the usual way instead. ``main`` itself (click's tests,
-    callers embedding the CLI) ends as any click command does."""
+    callers embedding the CLI) ends as any click command does.
+
+    The whole command runs with the analysis' rarer collections (GC_THRESHOLDS), not only the analysis
+    (``_lean_gc``): with the default thresholds back, building and printing the report collected the
+    young objects the analysis left (a 512-rank job: one collection of 0.17 s, then 0.05 s more)."""
+    gc.set_threshold(*GC_THRESHOLDS)
     try:
         main()
     except SystemExit as e:
