@@ -271,3 +271,133 @@ def test_cache_slices_are_joined_without_a_copy(tmp_path: Path, corpus: Path) ->
     cache = RankCache.open(tmp_path / "cache", "x")
     cache._cut.append(("kernels", kernels, []))
     assert pickle.loads(pickle.dumps(cache))._cut == [] and cache.take_cut() and cache._cut == []
+
+
+# ---- this session's per-rank figures on arrays, each against the grouping it replaced ---------------------
+
+
+@pytest.fixture(scope="module")
+def job8_analysis(job8: Path) -> Analysis:
+    from msdiag.analysis import analyze
+
+    return analyze(job8, Options(jobs=1))
+
+
+def _old_per_rank(a: Analysis) -> dict[str, dict[int, Any]]:
+    """The per-rank figures as the metrics computed them before, a frame per rank (groupby)."""
+    from msdiag.metrics import communication as comm
+    from msdiag.metrics import kernels
+
+    ctx = _ctx(a)
+    out: dict[str, dict[int, Any]] = {}
+    s = steps._timed_steps(ctx)
+    out["step_time_p90_us"] = {int(r): float(np.percentile(g["total_us"], 90)) for r, g in s.groupby("rank")}
+    out["step_count"] = {int(r): float(len(g)) for r, g in s.groupby("rank")}
+    t = balance._timed(ctx)
+    out["step_time_imbalance"] = {int(r): float(g["total_us"].median()) for r, g in t.groupby("rank")}
+    c = kernels._compute(ctx, ("rank", "dur_us"))
+    short = c["dur_us"] < kernels.SHORT_KERNEL_US
+    out["short_kernel_share"] = {int(r): float(g.mean()) for r, g in short.groupby(c["rank"])}
+    c = kernels._compute(ctx, ("rank", "start_us"))
+    per: dict[int, Any] = {}
+    for r, g in ctx.steps.groupby("rank"):
+        kr = c.loc[c["rank"] == r, "start_us"].to_numpy(float)
+        vals = [int(((kr >= lo) & (kr < hi)).sum()) for lo, hi in zip(g["start_us"], g["end_us"]) if not (pd.isna(lo) or pd.isna(hi))]
+        if vals:
+            per[int(r)] = float(pd.Series(vals).median())
+    out["kernels_per_step"] = per
+    api = ctx.capture.table("api_stats")
+    api = api[api["total_us"].notna()]
+    out["host_api_top"] = {}
+    for r, g in api.groupby("rank"):
+        top = g.loc[g["total_us"].idxmax()]
+        out["host_api_top"][int(r)] = f"{top['api']} ({top['level']})"
+    u, _ = comm._utilization_value(ctx)
+    if u is not None:
+        out["bandwidth_utilization_min"] = {int(r): float(g["utilization"].min()) for r, g in u.groupby("rank")}
+    lb, _ = comm._slowest_link(ctx)
+    if lb is not None:
+        out["slow_link"] = {int(r): float(g["ratio"].min()) for r, g in lb.groupby("rank")}
+        out["slow_link_bandwidth_gbps"] = {int(r): float(g["bandwidth_gbps"].iloc[0]) for r, g in lb.groupby("rank", sort=True)}
+    linked, _ = comm._linked_groups(ctx)
+    if linked is not None:
+        out["groups_spanning_nodes"] = {int(r): float(g["spans"].sum()) for r, g in linked.groupby("rank")}
+    return out
+
+
+@pytest.mark.parametrize("name", ["job8", *REAL])
+def test_per_rank_figures_as_the_groupby(analysed: Callable[[str], Analysis], job8_analysis: Analysis, name: str) -> None:
+    a = job8_analysis if name == "job8" else analysed(name)
+    old = _old_per_rank(a)
+    if name == "job8":  # every figure has ranks to compare on the bench job
+        assert {"host_api_top", "bandwidth_utilization_min", "slow_link", "groups_spanning_nodes"} <= set(old)
+        assert all(len(v) == 8 for k, v in old.items() if k != "groups_spanning_nodes")
+    for mid, want in old.items():
+        got = a.metrics[mid].per_rank
+        assert list(got) == list(want), mid
+        assert all(_same(got[r], want[r]) for r in want), (mid, {r: (got[r], want[r]) for r in want if not _same(got[r], want[r])})
+
+
+def test_kernel_flops_of_the_compute_rows_as_of_their_copy(analysed: Callable[[str], Analysis], job8_analysis: Analysis) -> None:
+    from msdiag.metrics import flops, phases
+
+    for a in (job8_analysis, analysed("level1"), analysed("cpu-dp2")):
+        k = a.capture.table("kernels")
+        comp = k.loc[k["kind"] == "compute", [c for c in phases._FLOP_COLUMNS if c in k.columns]].reset_index(drop=True)
+        if not len(comp):
+            continue
+        want = (flops.host_op_flops(comp, a.capture.table("host_shapes")) if (comp["core"] == "CPU").all()
+                else flops.kernel_flops(comp)).reset_index(drop=True)
+        got = phases.compute_kernel_flops(a.capture)
+        assert got is not None
+        pdt.assert_series_equal(got, want, check_exact=True)
+
+
+def test_pattern_matches_as_the_mapped_texts() -> None:
+    import re
+
+    pat = re.compile(r"Grad|backward", re.IGNORECASE)
+    a = pd.Series(["MatMulGrad", None, "Add", "add_backward", "MatMulGrad", ""], dtype="string")
+    b = pd.Series([None, "x", "y", None, "z_grad", "w"], dtype=object)
+    want = np.zeros(len(a), dtype=bool)
+    for col in (a, b):  # the former: each distinct text matched once, mapped back onto the rows
+        text = col.astype("string").fillna("")
+        want |= text.map({t: bool(pat.search(t)) for t in text.unique()}).to_numpy(bool)
+    got = device_memory._matches(pat, a, b)
+    assert got.tolist() == want.tolist() == [True, False, False, True, True, False]
+    empty = re.compile(r"^$")  # a null is the empty text
+    assert device_memory._matches(empty, a).tolist() == [False, True, False, False, False, True]
+
+
+def test_pipe_ratios_as_the_frame_of_columns(job8_analysis: Analysis) -> None:
+    from msdiag.metrics import kernel_types as kt
+
+    comp = kt._compute(job8_analysis.capture)
+    types = kt._types(comp)
+
+    def old(k: pd.DataFrame, by: Any) -> pd.DataFrame:
+        dur = k["dur_us"].to_numpy(dtype=float, na_value=np.nan)
+        dur = np.where(np.isnan(dur), 0.0, dur)
+        parts: dict[str, np.ndarray] = {}
+        for side in ("aic", "aiv"):
+            ran = kt._side_ran(k, side)
+            for c, (_, s) in kt.RATIO_COLUMNS.items():
+                if s != side or c not in k.columns:
+                    continue
+                r = k[c].to_numpy(dtype=float, na_value=np.nan)
+                known = ~np.isnan(r)
+                w = np.where(ran & known, dur, 0.0)
+                parts[f"num:{c}"], parts[f"den:{c}"] = w * np.where(known, r, 0.0), w
+        sums = pd.DataFrame(parts, index=k.index).groupby(by, sort=False).sum()
+        out = {}
+        for c in kt.RATIO_COLUMNS:
+            if f"den:{c}" not in sums.columns:
+                out[c] = np.full(len(sums), np.nan)
+                continue
+            den = sums[f"den:{c}"].to_numpy(float)
+            out[c] = sums[f"num:{c}"].to_numpy(float) / np.where(den > 0, den, np.nan)
+        return pd.DataFrame(out, index=sums.index)
+
+    assert comp[list(c for c in kt.RATIO_COLUMNS if c in comp.columns)].notna().any().any(), "the bench job has pipe ratios"
+    for by in (types, [comp["rank"].rename("rank"), types]):
+        pdt.assert_frame_equal(kt.pipe_ratios(comp, by), old(comp, by), check_exact=True)

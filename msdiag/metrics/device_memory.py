@@ -609,9 +609,9 @@ def _matches(pat: re.Pattern[str], *cols: pd.Series) -> np.ndarray:
     """Rows where any of ``cols`` matches ``pat``, each distinct text matched once (a trace repeats few names)."""
     hit = np.zeros(len(cols[0]), dtype=bool)
     for col in cols:
-        text = col.astype("string").fillna("")
-        uniq = {t: bool(pat.search(t)) for t in text.unique()}
-        hit |= text.map(uniq).to_numpy(bool)
+        codes, uniq = pd.factorize(col.astype("string"))  # a null: code -1, matched as the empty text (the last)
+        found = np.array([bool(pat.search(str(t))) for t in uniq] + [bool(pat.search(""))], dtype=bool)
+        hit |= found[codes]
     return hit
 
 

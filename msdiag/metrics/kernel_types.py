@@ -108,18 +108,21 @@ def pipe_ratios(k: pd.DataFrame, by: pd.Series | list[pd.Series]) -> pd.DataFram
     dur = k["dur_us"].to_numpy(dtype=float, na_value=np.nan)
     dur = np.where(np.isnan(dur), 0.0, dur)  # fillna(0): infinities stay
     # each column's weighted values and weights (numpy, the same products as on Series), summed per group in
-    # one groupby (the same sums as one per column)
-    parts: dict[str, np.ndarray] = {}
-    for side in ("aic", "aiv"):
-        ran = _side_ran(k, side)
-        for c, (_, s) in RATIO_COLUMNS.items():
-            if s != side or c not in k.columns:
-                continue
-            r = k[c].to_numpy(dtype=float, na_value=np.nan)
-            known = ~np.isnan(r)
-            w = np.where(ran & known, dur, 0.0)
-            parts[f"num:{c}"], parts[f"den:{c}"] = w * np.where(known, r, 0.0), w
-    sums = pd.DataFrame(parts, index=k.index).groupby(by, sort=False).sum()
+    # one groupby (the same sums as one per column); written straight into the one float block pandas would stack
+    # them into (rows of a columns x kernels array: no frame of separate columns copied into it)
+    names = [(side, c) for side in ("aic", "aiv") for c, (_, s) in RATIO_COLUMNS.items() if s == side and c in k.columns]
+    block = np.empty((2 * len(names), len(k)))
+    labels: list[str] = []
+    ran_of: dict[str, np.ndarray] = {}
+    for i, (side, c) in enumerate(names):
+        ran = ran_of[side] if side in ran_of else ran_of.setdefault(side, _side_ran(k, side))
+        r = k[c].to_numpy(dtype=float, na_value=np.nan)
+        known = ~np.isnan(r)
+        w = np.where(ran & known, dur, 0.0)
+        np.multiply(w, np.where(known, r, 0.0), out=block[2 * i])
+        block[2 * i + 1] = w
+        labels += [f"num:{c}", f"den:{c}"]
+    sums = pd.DataFrame(block.T, index=k.index, columns=labels, copy=False).groupby(by, sort=False).sum()
     at = {name: i for i, name in enumerate(sums.columns)}
     table = sums.to_numpy(dtype=float)
     out = {}
@@ -168,15 +171,16 @@ def _l2_rates(capture: Tables, comp: pd.DataFrame, types: pd.Series) -> pd.DataF
     return g.rename(columns={"hit_rate": "l2_hit_rate", "victim_rate": "l2_victim_rate"}).astype(float)
 
 
-def type_table(capture: Tables, with_flops: bool = True, kernel_flops: pd.Series | None = None) -> pd.DataFrame:
+def type_table(capture: Tables, with_flops: bool = True, kernel_flops: pd.Series | None = None,
+               compute: tuple[pd.DataFrame, pd.Series] | None = None) -> pd.DataFrame:
     """One row per compute op type over every rank, largest time first: launches, time_us, share,
     flops (null when no kernel of the type has FLOPs, or ``with_flops`` is off), tflops, the pipe
     ratios per column and per unit, bound, bound_ratio, bound_note, l2_hit_rate, l2_victim_rate.
-    ``kernel_flops``: phases.compute_kernel_flops of ``capture`` when the caller has it."""
-    comp = _compute(capture)
+    ``kernel_flops``: phases.compute_kernel_flops of ``capture`` when the caller has it; ``compute``: (its
+    compute kernels, their types) when the caller has them (:func:`_compute_and_types`)."""
+    comp, types = compute if compute is not None else _compute_and_types(capture)
     if not len(comp):
         return pd.DataFrame()
-    types = _types(comp)
     f = None if not with_flops else kernel_flops if kernel_flops is not None else ph.compute_kernel_flops(capture)  # type: ignore[arg-type]  # reads table() only
     flops = pd.Series(np.nan, index=comp.index) if f is None else pd.Series(f.to_numpy(dtype=float), index=comp.index)
     dur = comp["dur_us"].astype(float)
@@ -190,6 +194,12 @@ def type_table(capture: Tables, with_flops: bool = True, kernel_flops: pd.Series
     agg["tflops"] = (agg["flops"] / (agg["known_us"].where(agg["known_us"] > 0) * 1e-6) / FLOPS_PER_TFLOPS).astype(float)
     out = _none_for_nan(agg.join(_bounds(comp, types)).join(_l2_rates(capture, comp, types)))
     return out.sort_values("time_us", ascending=False, kind="stable").drop(columns=["known_us"])
+
+
+def _compute_and_types(capture: Tables) -> tuple[pd.DataFrame, pd.Series]:
+    """The compute kernels (:func:`_compute`) and each one's op type (:func:`_types`)."""
+    comp = _compute(capture)
+    return comp, _types(comp) if len(comp) else pd.Series(dtype=object)
 
 
 def _types(comp: pd.DataFrame) -> pd.Series:
@@ -240,13 +250,14 @@ def bound_shares_by_rank(capture: Capture) -> dict[int, pd.DataFrame]:
     return out
 
 
-def _by_rank_and_type(capture: Capture) -> tuple[pd.DataFrame, dict[int, np.ndarray]] | None:
+def _by_rank_and_type(capture: Capture, compute: tuple[pd.DataFrame, pd.Series] | None = None
+                      ) -> tuple[pd.DataFrame, dict[int, np.ndarray]] | None:
     """The frame of bound_shares_by_rank over (rank, type) and each rank's rows in it (in its groups' order);
-    None without compute kernels."""
-    comp = _compute(capture)
+    None without compute kernels. ``compute``: as :func:`type_table` takes it."""
+    comp, types = compute if compute is not None else _compute_and_types(capture)
     if not len(comp):
         return None
-    keys = [comp["rank"].rename("rank"), _types(comp)]
+    keys = [comp["rank"].rename("rank"), types]
     time_us = comp["dur_us"].astype(float).groupby(keys, sort=False).sum()
     bounds = _bounds(comp, keys)  # the same groups in the same order as time_us
     ranks_of = time_us.index.get_level_values(0)
@@ -263,9 +274,14 @@ def _by_rank_and_type(capture: Capture) -> tuple[pd.DataFrame, dict[int, np.ndar
 
 
 def cached_table(ctx: Context) -> pd.DataFrame:
-    """:func:`type_table` of the analysis, computed once (metrics, the chart views and the JSON rows share it)."""
+    """:func:`type_table` of the analysis, computed once (metrics, the chart views and the JSON rows share it). Where
+    its op types have a bound, the same grouping per rank and type (mte2_bound_share's) is made then from the same
+    compute kernels, not from a second copy of them."""
     if _KEY not in ctx.cache:
-        ctx.cache[_KEY] = type_table(ctx.capture, kernel_flops=ph.kernel_flops_for(ctx))
+        compute = _compute_and_types(ctx.capture)
+        t = ctx.cache[_KEY] = type_table(ctx.capture, kernel_flops=ph.kernel_flops_for(ctx), compute=compute)
+        if len(t) and t["bound"].notna().any():
+            ctx.once(_KEY + ".by_rank", lambda: _by_rank_and_type(ctx.capture, compute))
     return ctx.cache[_KEY]  # type: ignore[no-any-return]
 
 

@@ -390,15 +390,16 @@ def compute_kernel_flops(cap: Capture) -> pd.Series | None:
     k = cap.table("kernels")
     if not len(k):
         return None
-    # only what the FLOP formulas read: a CPU trace holds millions of kernel rows, a whole copy costs hundreds of MB
-    comp = k.loc[k["kind"] == "compute", [c for c in _FLOP_COLUMNS if c in k.columns]].reset_index(drop=True)
-    if not len(comp):
+    rows = (k["kind"] == "compute").to_numpy(bool, na_value=False)
+    if not rows.any():
         return None
-    if (comp["core"] == "CPU").all():
-        f = flops.host_op_flops(comp, cap.table("host_shapes"))
-    else:
-        f = flops.kernel_flops(comp)
-    return f.reset_index(drop=True)
+    if (k["core"][rows] == "CPU").all():
+        # only what the FLOP formulas read: a CPU trace holds millions of kernel rows, a whole copy costs hundreds of MB
+        comp = k.loc[rows, [c for c in _FLOP_COLUMNS if c in k.columns]].reset_index(drop=True)
+        return flops.host_op_flops(comp, cap.table("host_shapes")).reset_index(drop=True)
+    # a kernel's FLOPs depend on its own row alone: computed on the whole table (no copy of the compute rows' columns),
+    # the compute rows' taken
+    return pd.Series(flops.kernel_flops(k).to_numpy()[rows], dtype="float64", name="flops")
 
 
 def kernel_flops_for(ctx: Context) -> pd.Series | None:
