@@ -118,8 +118,9 @@ def _module_series(m: pd.DataFrame) -> tuple[dict[int, pd.DataFrame], dict[int, 
 
     One pivot over (rank, sample time) for all ranks, not one per rank: each cell sums the same rows in
     the same order as the rank's own pivot would, and a group a rank lacks is 0 either way."""
-    g = m[(m["source"] == DEVICE_SOURCE).fillna(False).to_numpy(bool) & m["reserved_mb"].notna().to_numpy(bool)
-          & m["ts_us"].notna().to_numpy(bool) & m["rank"].notna().to_numpy(bool)]
+    rows = ((m["source"] == DEVICE_SOURCE).fillna(False).to_numpy(bool) & m["reserved_mb"].notna().to_numpy(bool)
+            & m["ts_us"].notna().to_numpy(bool) & m["rank"].notna().to_numpy(bool))
+    g = m.loc[rows, ["rank", "ts_us", "component", "reserved_mb"]]  # the columns the pivot reads: no other text copied
     if not len(g):
         return {}, {}
     # each distinct component classed once (the same group as _group_of on every row)
