@@ -74,8 +74,8 @@ def test_a_table_whose_frames_differ_travels_as_it_was(corpus: Path) -> None:
 
 
 def test_task_size() -> None:
-    # at least TASKS_PER_WORKER_MIN (8) tasks per worker where the ranks allow, at most TASK_RANKS (16) ranks a task
-    assert [parallel.task_size(n, 2) for n in (1, 8, 16, 31, 32, 64, 256, 512, 1024)] == [1, 1, 1, 1, 2, 4, 16, 16, 16]
+    # at least TASKS_PER_WORKER_MIN (8) tasks per worker where the ranks allow, at most TASK_RANKS (32) ranks a task
+    assert [parallel.task_size(n, 2) for n in (1, 8, 16, 31, 32, 64, 256, 512, 1024)] == [1, 1, 1, 1, 2, 4, 16, 32, 32]
     assert parallel.task_size(64, 1) == 8
 
 

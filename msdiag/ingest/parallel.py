@@ -56,7 +56,9 @@ TASKS_PER_WORKER = 16
 IN_FLIGHT = 2
 #: Ranks per pool task, at most: a task reads its ranks one by one and sends them back with each table's frames
 #: concatenated (``Packed``), so the parent unpickles and joins a frame per task and table, not one per rank.
-TASK_RANKS = 16
+#: 512 bench ranks cold, three alternated runs: 8.15-9.67 s with 16, 7.79-9.10 s with 32 (each kind of file read
+#: at once for twice the ranks, half the tasks to send back and store), the peak 714 -> 774 MB.
+TASK_RANKS = 32
 #: A read is cut into at least this many tasks per worker where it can be (a task of fewer ranks on a small
 #: job), so that the workers finish together.
 TASKS_PER_WORKER_MIN = 8
