@@ -83,7 +83,7 @@ def _steps_for(cap: Capture) -> tuple[pd.DataFrame, pd.DataFrame, list[dict[str,
     # one comparison over every rank (rows keep the ranks' order): not a merge per rank
     pairs = [(mine, prof) for _, mine, prof, has_prof in per_rank if has_prof and len(mine)]
     checks = (
-        _agreement(pd.concat([m for m, _ in pairs], ignore_index=True), pd.concat([p for _, p in pairs], ignore_index=True))
+        _agreement(_joined(cap, "steps", [m for m, _ in pairs]), _joined(cap, "profiler_steps", [p for _, p in pairs]))
         if pairs
         else []
     )
@@ -111,10 +111,20 @@ def _steps_for(cap: Capture) -> tuple[pd.DataFrame, pd.DataFrame, list[dict[str,
                 notes.append(f"rank {rd.rank}: no kernel timeline; step rows are step_trace_time.csv's")
         else:
             notes.append(f"rank {rd.rank}: no timeline and no step_trace_time.csv: no step rows")
-    steps = pd.concat(ours, ignore_index=True) if ours else STEPS.empty()
+    steps = _joined(cap, "steps", ours).copy() if ours else STEPS.empty()  # (a frame of its own: warm-up is marked on it)
     notes.extend(_mark_warmup(steps))
-    prof_all = pd.concat(theirs, ignore_index=True) if theirs else STEPS.empty()
+    prof_all = _joined(cap, "profiler_steps", theirs) if theirs else STEPS.empty()
     return steps, prof_all, checks, notes
+
+
+def _joined(cap: Capture, name: str, frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """``pd.concat(frames, ignore_index=True)``: the capture's table ``name`` itself when ``frames`` are every rank's
+    frame of it (Capture.table, kept or joined: a frame of hundreds of ranks' rows concatenated once, not at every
+    call). Callers must not modify it."""
+    holders = [rd.tables[name] for rd in cap.ranks if name in rd.tables and len(rd.tables[name])]
+    if len(holders) > 1 and len(holders) == len(frames) and all(a is b for a, b in zip(holders, frames)):
+        return cap.table(name)
+    return pd.concat(frames, ignore_index=True)
 
 
 def _mark_warmup(steps: pd.DataFrame) -> list[str]:

@@ -401,3 +401,26 @@ def test_pipe_ratios_as_the_frame_of_columns(job8_analysis: Analysis) -> None:
     assert comp[list(c for c in kt.RATIO_COLUMNS if c in comp.columns)].notna().any().any(), "the bench job has pipe ratios"
     for by in (types, [comp["rank"].rename("rank"), types]):
         pdt.assert_frame_equal(kt.pipe_ratios(comp, by), old(comp, by), check_exact=True)
+
+
+def test_steps_taken_from_the_joined_table_as_concatenated(job8_analysis: Analysis) -> None:
+    """analysis._joined: every rank's frame of a table in order is the capture's table itself (no concatenation of
+    hundreds of frames); any other list is concatenated; the step rows analysis marks warm-up on are a frame of
+    their own, never the capture's table."""
+    from msdiag.analysis import _joined, _steps_for
+
+    cap = job8_analysis.capture
+    frames = [rd.tables["steps"] for rd in cap.ranks]
+    whole = _joined(cap, "steps", frames)
+    assert whole is cap.table("steps")
+    pdt.assert_frame_equal(whole, pd.concat(frames, ignore_index=True), check_exact=True)
+    for other in (frames[:5], frames[::-1], [f.copy() for f in frames]):
+        got = _joined(cap, "steps", other)
+        assert got is not cap.table("steps")
+        pdt.assert_frame_equal(got, pd.concat(other, ignore_index=True), check_exact=True)
+    before = cap.table("steps").copy()
+    steps, prof, _, _ = _steps_for(cap)
+    assert steps is not cap.table("steps") and "warmup" in steps.columns
+    pdt.assert_frame_equal(cap.table("steps"), before, check_exact=True)  # the capture's table unchanged
+    pdt.assert_frame_equal(steps.drop(columns=["warmup"]), job8_analysis.steps.drop(columns=["warmup"]), check_exact=True)
+    pdt.assert_frame_equal(prof, pd.concat([rd.tables["profiler_steps"] for rd in cap.ranks], ignore_index=True), check_exact=True)
