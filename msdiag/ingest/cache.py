@@ -312,16 +312,16 @@ class RankCache:
     def _link(self, tmp: str, key: dict[str, Any], rank: int) -> str | None:
         """``tmp`` put in place as ``key``'s entry (replacing any): None, or why not."""
         d = self.entry(key)
+        named = d.parent / f".{d.name}.{os.getpid()}.{secrets.token_hex(4)}"
         try:
             d.parent.mkdir(mode=_PRIVATE, exist_ok=True)
-            named = d.parent / f".{d.name}.{os.getpid()}.{secrets.token_hex(4)}"
             try:
                 os.link(tmp, named)
             except OSError:  # no hard links here (some file systems): a copy
                 shutil.copyfile(tmp, named)
             os.replace(named, d)  # a reader sees the old entry or the new one, whole
         except OSError as e:
-            with contextlib.suppress(OSError, UnboundLocalError):
+            with contextlib.suppress(OSError):
                 os.unlink(named)
             return f"rank {rank}: cannot write in {self.root} ({e.strerror or e})"
         return None
