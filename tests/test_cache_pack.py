@@ -209,3 +209,49 @@ def test_a_head_is_checked_as_the_model_s_types_say(job8: Path, tmp_path: Path) 
     assert said == [_conforms_by_definition(v, h) for v, h in cases]
     stored = 2 * (len(heads[0]["sources"]) + 3)
     assert all(said[:stored]) and said[stored:].count(False) >= 10
+
+
+def _same_through_json(a: Any, b: Any) -> bool:
+    """The comparison a head stored must pass, by its definition: the same values of the same JSON types after a round
+    trip (NaN equals NaN; a tuple is not a list; 1 is not True)."""
+    import math
+
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same_through_json(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_same_through_json(x, y) for x, y in zip(a, b))
+    return bool(a == b)
+
+
+def test_a_head_is_stored_only_when_it_comes_back_from_json_unchanged(job8: Path) -> None:
+    """cache._rank_json (one walk of the head, its tables' dtypes named once per file) says what the JSON round trip
+    it replaced says, and writes the same text."""
+    import enum
+    import json
+
+    import numpy as np
+
+    from msdiag.model import concat_alike
+
+    class Level(enum.IntEnum):
+        HIGH = 2
+
+    _, ranks = _read(job8)
+    joined = concat_alike(ranks)
+    named = {n: C._dtypes(w) for n, w in joined.items()}
+    metas: list[Any] = [{}, {"a": [1, 2.5, None, True, "x"]}, {"nan": float("nan"), "inf": float("inf")}, {"t": (1, 2)},
+                        {"f": np.float64(0.5)}, {"k": Level.HIGH}, {"d": {1: "int key"}}, {"deep": [{"x": [(1,)]}]}]  # fmt: skip
+    for k, meta in enumerate(metas):
+        rd = ranks[k % len(ranks)]
+        rd.meta = meta
+        text = C._rank_json(rd, named)
+        assert text == C._rank_json(rd)  # the dtypes named once per file: the same head
+        head = json.loads(json.dumps({"meta": meta}, ensure_ascii=False))
+        assert (text is not None) == _same_through_json(head, {"meta": meta}), meta
+    # the eight ranks hold the eight metas in turn: stored where JSON gives them back alike (none, lists and texts, NaN
+    # and infinities), not with a tuple, numpy's float, an enum, an int key, a tuple deep inside
+    assert [C._rank_json(r, named) is not None for r in ranks] == [True, True, True, False, False, False, False, False]

@@ -51,7 +51,6 @@ import dataclasses
 import functools
 import hashlib
 import json
-import math
 import os
 import secrets
 import shutil
@@ -278,7 +277,10 @@ class RankCache:
         """Store each rank of ``ranks`` under its key (None: not stored) in one file, linked under each rank's entry
         name (a hard link; a copy where the file system has none): per rank, None when stored, else why it could not
         be stored exactly. ``wholes``: ``model.concat_alike(ranks)`` where already made."""
-        heads = [_rank_json(rd) if key is not None else None for key, rd in zip(keys, ranks)]
+        # the columns and dtypes of a table joined for the file are its ranks' (row slices of it): named once
+        joined = concat_alike(ranks) if wholes is None else wholes
+        named = {name: _dtypes(whole) for name, whole in joined.items()}
+        heads = [_rank_json(rd, named) if key is not None else None for key, rd in zip(keys, ranks)]
         out: list[str | None] = [
             None if key is None or h is not None else f"rank {rd.rank}: its metadata does not survive JSON unchanged"
             for key, rd, h in zip(keys, ranks, heads)
@@ -297,7 +299,7 @@ class RankCache:
         try:
             try:
                 with os.fdopen(fd, "wb") as f:
-                    f.write(memoryview(_pack_bytes(keys, ranks, heads, wholes)))
+                    f.write(memoryview(_pack_bytes(keys, ranks, heads, joined)))
             except Exception as e:  # noqa: BLE001 - ranks that cannot be stored are parsed next time
                 for k in stored:
                     out[k] = f"rank {ranks[k].rank}: {type(e).__name__}: {e}"
@@ -339,9 +341,9 @@ def entry_rank(header: Any, name: str) -> int | None:
 
 
 def _pack_bytes(keys: Sequence[dict[str, Any] | None], ranks: list[RankData], heads: list[str | None],
-                wholes: dict[str, Any] | None) -> Any:
-    """The entry file of ``ranks`` (see the module's docstring): its header line, then each table's Arrow stream."""
-    joined = concat_alike(ranks) if wholes is None else wholes
+                joined: dict[str, Any]) -> Any:
+    """The entry file of ``ranks`` (see the module's docstring): its header line, then each table's Arrow stream
+    (``joined``: ``model.concat_alike(ranks)``)."""
     streams: list[tuple[dict[str, Any], Any]] = []
     for name, whole in joined.items():
         of = [k for k, r in enumerate(ranks) if name in r.tables]
@@ -573,8 +575,9 @@ def _rooted(path: str | None, rank_path: str) -> str | None:
     return str(Path(rank_path) / path)
 
 
-def _rank_json(rd: RankData) -> str | None:
-    """The head of ``rd`` in an entry file (its JSON text), or None when its metadata would not come back from JSON unchanged."""
+def _rank_json(rd: RankData, named: dict[str, list[list[str]]] | None = None) -> str | None:
+    """The head of ``rd`` in an entry file (its JSON text), or None when its metadata would not come back from JSON
+    unchanged. ``named``: tables' [[column, dtype], ...] known already (tables of which ``rd``'s frame is a row slice)."""
     info = rd.info.to_json()
     info["info_json"] = _relative(info.get("info_json"), rd.path)
     # a Source's fields as they are (asdict would copy them deeply, only for them to be written)
@@ -586,16 +589,27 @@ def _rank_json(rd: RankData) -> str | None:
         "meta": rd.meta,
         "sources": sources,
         "notes": list(rd.notes),
-        "tables": {n: _dtypes(df) for n, df in rd.tables.items()},
+        "tables": {n: named[n] if named is not None and n in named else _dtypes(df) for n, df in rd.tables.items()},
     }
     try:
         text = json.dumps(head, ensure_ascii=False)
-        back = json.loads(text)
     except (TypeError, ValueError):
         return None
-    # the tables' columns are lists of two strings, which JSON keeps as they are: compared as such
-    same = back["tables"] == head["tables"] and all(_same(back[k], head[k]) for k in head if k != "tables")
-    return text if same else None
+    return text if _json_exact(head) else None
+
+
+def _json_exact(value: Any) -> bool:
+    """Whether ``value`` comes back from JSON as it is: dicts with text keys, lists, texts, ints, floats (NaN and
+    infinities too), booleans and None, each of exactly that type (a tuple comes back a list, a float or int
+    subclass a float or int, a key that is not a text a text). One walk, not a parse of the text and a comparison."""
+    kind = type(value)
+    if kind is str or kind is int or kind is float or kind is bool or value is None:
+        return True
+    if kind is dict:
+        return all(type(k) is str for k in value) and all(_json_exact(v) for v in value.values())
+    if kind is list:
+        return all(_json_exact(v) for v in value)
+    return False
 
 
 def _checked_head(head: Any, key: dict[str, Any]) -> dict[str, Any]:
@@ -755,16 +769,3 @@ def _to_pandas(arrow: list[dict[str, Any]]) -> tuple[
             dtypes[i][name] = shared
         cut.append((name, whole, sliced))
     return frames, broken, dtypes, cut
-
-
-def _same(a: Any, b: Any) -> bool:
-    """Equal values of the same JSON types (NaN equals NaN; a tuple is not a list; 1 is not True)."""
-    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
-        return True
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, dict):
-        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
-    if isinstance(a, list):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
-    return bool(a == b)
