@@ -775,14 +775,9 @@ def concat_alike(ranks: list[RankData], cuts: Iterable[tuple[pd.DataFrame, list[
     ``RankCache.put_many``). The ranks are not changed. ``cuts``: frames whose row slices some of the ranks' frames
     may be (:func:`noting_cuts`: a bulk read of their files): where a table's frames are all the slices of one of
     them, in order, that frame is their concatenation as it is (the same rows, columns and dtypes; nothing copied)."""
-    where: dict[int, tuple[int, int, int]] = {}  # id(slice) -> (its whole in cuts, first row, end row)
-    wholes = []
-    for k, (whole, parts) in enumerate(cuts):
-        wholes.append(whole)
-        lo = 0
-        for part in parts:
-            where[id(part)] = (k, lo, lo + len(part))
-            lo += len(part)
+    noted = list(cuts)
+    wholes = [whole for whole, _ in noted]
+    where = _slice_positions((k, parts) for k, (_, parts) in enumerate(noted))
     out: dict[str, pd.DataFrame] = {}
     for name in dict.fromkeys(n for r in ranks for n in r.tables):
         frames = [r.tables[name] for r in ranks if name in r.tables]
@@ -794,6 +789,18 @@ def concat_alike(ranks: list[RankData], cuts: Iterable[tuple[pd.DataFrame, list[
         elif joinable(frames):
             out[name] = pd.concat(frames, ignore_index=True)
     return out
+
+
+def _slice_positions(cuts: Iterable[tuple[int, list[pd.DataFrame]]]) -> dict[int, tuple[int, int, int]]:
+    """id(slice) -> (the entry it was cut from, its first row, its end row), for each (entry, its slices in order) of
+    ``cuts``: how a frame is known to be a row slice of another (concat_alike, Capture.join_tables)."""
+    where: dict[int, tuple[int, int, int]] = {}
+    for k, parts in cuts:
+        lo = 0
+        for part in parts:
+            where[id(part)] = (k, lo, lo + len(part))
+            lo += len(part)
+    return where
 
 
 def _cut_whole(frames: list[pd.DataFrame], wholes: list[pd.DataFrame], where: dict[int, tuple[int, int, int]]) -> pd.DataFrame | None:
@@ -895,14 +902,7 @@ class Capture:
         columns and dtypes). When the ranks' frames of a table are exactly those slices in order, the
         whole is the concatenation as it is (nothing copied or cut again); a run of consecutive slices
         among other frames (ranks read again deep, or parsed) is concatenated as one piece."""
-        where: dict[int, tuple[int, int, int]] = {}  # id(slice) -> (entry, first row, end row)
-        for k, (_, whole, parts) in enumerate(cut or ()):
-            if whole.attrs:
-                continue
-            lo = 0
-            for part in parts:
-                where[id(part)] = (k, lo, lo + len(part))
-                lo += len(part)
+        where = _slice_positions((k, parts) for k, (_, whole, parts) in enumerate(cut or ()) if not whole.attrs)
         for name in dict.fromkeys(n for r in self.ranks for n in r.tables):
             holders = [r for r in self.ranks if name in r.tables and len(r.tables[name])]
             if len(holders) < 2:

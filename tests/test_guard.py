@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from hostile import mutators as m
 
 from msdiag.cli import EXIT_INTERNAL, main
 from msdiag.errors import ParseError, RuleError
 from msdiag.ingest._sqlite import DbDamaged, open_db
-from msdiag.ingest.cache import RankCache, read_entry_file, write_entry_file
+from msdiag.ingest.cache import RankCache, read_entry_file
 from msdiag.ingest.cachedir import untrusted
 from msdiag.ingest.discover import discover
 from msdiag.ingest.loader import load_rank
@@ -159,7 +160,7 @@ def test_cache_entry_validated_whole(corpus: Path, tmp_path: Path, edit: str) ->
         head["tables"]["memory"], head["tables"]["kernels"] = head["tables"]["kernels"], head["tables"]["memory"]
     else:
         head["sources"][0]["path"] = "../../outside"
-    write_entry_file(entry, header, tables)
+    m.write_entry_file(entry, header, tables)
     from msdiag.ingest.cache import CacheStats
 
     stats = CacheStats()

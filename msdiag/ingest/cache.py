@@ -335,11 +335,6 @@ def entry_name(key: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps([key["path"], key["rank"], key["family"], key["reduce"]]).encode()).hexdigest()[:40]
 
 
-def entry_rank(header: Any, name: str) -> int | None:
-    """Which rank of an entry file's header (read_entry_file) the entry ``name`` stands for, or None."""
-    return next((k for k, r in enumerate(header["ranks"]) if r["key"] is not None and entry_name(r["key"]) == name), None)
-
-
 def _pack_bytes(keys: Sequence[dict[str, Any] | None], ranks: list[RankData], heads: list[str | None],
                 joined: dict[str, Any]) -> Any:
     """The entry file of ``ranks`` (see the module's docstring): its header line, then each table's Arrow stream
@@ -360,16 +355,6 @@ def _pack_bytes(keys: Sequence[dict[str, Any] | None], ranks: list[RankData], he
     sink.write(header.encode("utf-8"))
     _write_streams(sink, [(m["table"], df) for m, df in streams])
     return sink.getvalue()
-
-
-def _write_tables(path: Path, tables: dict[str, Any]) -> None:
-    """``tables`` (name -> DataFrame) into a file of Arrow IPC streams, in order (the streams of an entry file)."""
-    import pyarrow as pa
-
-    sink = pa.BufferOutputStream()
-    _write_streams(sink, list(tables.items()))
-    with open(path, "wb") as f:
-        f.write(memoryview(sink.getvalue()))
 
 
 def _write_streams(sink: Any, tables: list[tuple[str, Any]]) -> None:
@@ -459,19 +444,6 @@ def read_entry_file(data: bytes) -> tuple[Any, list[Any]]:
     except (pa.ArrowInvalid, OSError) as e:
         raise _Invalid(f"stream {len(tables) + 1}: {type(e).__name__}: {e}") from None
     return header, tables
-
-
-def write_entry_file(path: Path, header: Any, tables: list[Any]) -> None:
-    """An entry file at ``path`` from a header and Arrow tables (each schema naming its table): what tests and
-    hostile inputs edit an entry with. ``put_many`` writes them from frames."""
-    import pyarrow as pa
-
-    sink = pa.BufferOutputStream()
-    sink.write((json.dumps(header, ensure_ascii=False) + "\n").encode("utf-8"))
-    for t in tables:
-        with pa.ipc.new_stream(sink, t.schema) as w:
-            w.write_table(t)
-    path.write_bytes(sink.getvalue().to_pybytes())
 
 
 def _pack_file(path: Path) -> tuple[list[Any], list[tuple[str, list[int], list[int], Any]]] | str:

@@ -238,17 +238,37 @@ def cache_entries(cache: Path) -> list[Path]:
     return sorted(p for p in cache.glob("msdiag-ranks-v*/*/*") if p.is_file() and not p.name.startswith("."))
 
 
+def entry_rank(header: Any, name: str) -> int | None:
+    """Which rank of an entry file's header (cache.read_entry_file) the entry ``name`` stands for, or None."""
+    from msdiag.ingest.cache import entry_name
+
+    return next((k for k, r in enumerate(header["ranks"]) if r["key"] is not None and entry_name(r["key"]) == name), None)
+
+
+def write_entry_file(path: Path, header: Any, tables: list[Any]) -> None:
+    """A rank cache entry file at ``path`` from a header and Arrow tables (each schema naming its table), in the layout
+    ``RankCache.put_many`` writes (a line of JSON, then an Arrow IPC stream per table): how tests edit an entry."""
+    import pyarrow as pa
+
+    sink = pa.BufferOutputStream()
+    sink.write((json.dumps(header, ensure_ascii=False) + "\n").encode("utf-8"))
+    for t in tables:
+        with pa.ipc.new_stream(sink, t.schema) as w:
+            w.write_table(t)
+    path.write_bytes(sink.getvalue().to_pybytes())
+
+
 def _edit_entry(entry: Path, edit: Callable[[Any, int, list[Any]], list[Any]]) -> None:
     """Let ``edit`` change an entry file (its header, the index of the entry's own rank in it, its Arrow tables; it
     returns the tables) and put the result in place of this entry only (the file's other names keep it as it was)."""
     from msdiag.ingest import cache as C
 
     header, tables = C.read_entry_file(entry.read_bytes())
-    k = C.entry_rank(header, entry.name)
+    k = entry_rank(header, entry.name)
     assert k is not None, f"{entry} names no rank of its file"
     tables = edit(header, k, tables)
     tmp = entry.with_name(entry.name + ".edit")
-    C.write_entry_file(tmp, header, tables)
+    write_entry_file(tmp, header, tables)
     os.replace(tmp, entry)
 
 
