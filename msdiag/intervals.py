@@ -44,7 +44,13 @@ def merge(iv: Intervals) -> Intervals:
 
 def total(iv: Intervals) -> float:
     """Total length covered (the union is taken first)."""
-    s, e = merge(iv)
+    return length(merge(iv))
+
+
+def length(merged: Intervals) -> float:
+    """Total length of intervals already merged (:func:`merge`'s output, which merging again gives back as it is):
+    what :func:`total` gives for them, without the merge."""
+    s, e = merged
     return float(np.sum(e - s))
 
 
@@ -71,8 +77,11 @@ def intersect(a: Intervals, b: Intervals) -> Intervals:
 
 def subtract(a: Intervals, b: Intervals) -> Intervals:
     """The parts of ``a`` not covered by ``b``."""
-    a = merge(a)
-    b = merge(b)
+    return subtract_merged(merge(a), merge(b))
+
+
+def subtract_merged(a: Intervals, b: Intervals) -> Intervals:
+    """:func:`subtract` of intervals already merged (merging them again gives them back as they are)."""
     if len(a[0]) == 0:
         return EMPTY
     if len(b[0]) == 0:

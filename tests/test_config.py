@@ -244,6 +244,21 @@ def test_reduce_id_changes_with_a_declaration(monkeypatch: pytest.MonkeyPatch) -
     assert reduce.reduce_id() != before
 
 
+def test_the_plan_is_made_again_when_a_declaration_changes(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a rank's reduction asks for its plan: kept while the declarations are the same objects, made again when one is
+    # added, replaced or removed
+    from msdiag.metrics import registry
+
+    first = reduce.shallow_plan()
+    assert reduce.shallow_plan() is first and reduce.plan() is reduce.plan()
+    with monkeypatch.context() as m:
+        m.setitem(registry.READERS, "test.overlap", Reads(lanes=("overlap",)))
+        assert reduce.plan().dropped_lanes == () and reduce.shallow_plan().dropped_lanes == ()
+        m.setitem(registry.READERS, "test.overlap", Reads(lanes=("device",)))  # replaced: another object
+        assert reduce.plan().dropped_lanes == ("overlap",)
+    assert reduce.shallow_plan() == first and reduce.plan().dropped_lanes == ("overlap",)
+
+
 # ---- dependencies point one way ---------------------------------------------------------------------------
 
 

@@ -32,6 +32,17 @@ def test_merge_is_idempotent_and_disjoint(pairs: list[tuple[float, float]]) -> N
     assert np.all(m[0][1:] > m[1][:-1])  # sorted, disjoint, non-touching
 
 
+@given(spans, spans)
+def test_merged_shortcuts_give_what_the_merging_functions_give(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> None:
+    # the step breakdown merges each set once (_parts): length and subtract_merged of merged sets are total and subtract
+    # to the bit (a merged set merges to itself, so the same numbers are summed in the same order)
+    x, y = _iv(a), _iv(b)
+    mx, my = iv.merge(x), iv.merge(y)
+    assert iv.length(mx) == iv.total(x)
+    d, d2 = iv.subtract_merged(mx, my), iv.subtract(x, y)
+    assert np.array_equal(d[0], d2[0]) and np.array_equal(d[1], d2[1])
+
+
 @given(spans)
 def test_union_never_exceeds_sum_nor_falls_below_longest(pairs: list[tuple[float, float]]) -> None:
     x = _iv(pairs)

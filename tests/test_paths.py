@@ -61,6 +61,36 @@ def test_refusal_from_stat_alone(tmp_path: Path) -> None:
     assert read_head(cap / "a.json", roots, 1) == b"{"
 
 
+def test_refusal_with_real_folders_kept_says_what_it_says_without(tmp_path: Path) -> None:
+    # the engine keeps each folder's real path for a rank's files (one lstat a file that is no link): every answer
+    # the same as a fresh realpath's, the memo filled only with folders, and a link (of a file or of its folder)
+    # still resolved whole
+    cap, outside = tmp_path / "cap", tmp_path / "outside"
+    (cap / "sub").mkdir(parents=True)
+    outside.mkdir()
+    (cap / "a.json").write_text("{}")
+    (cap / "sub" / "b.csv").write_text("x")
+    (outside / "secret").write_text("x")
+    (cap / "in.json").symlink_to(cap / "a.json")
+    (cap / "out.json").symlink_to(outside / "secret")
+    (cap / "dangling.json").symlink_to(cap / "nothing")
+    (cap / "zero.json").symlink_to("/dev/zero")
+    (cap / "away").symlink_to(outside)  # a folder link out of the capture: its files are outside
+    (cap / "here").symlink_to(cap / "sub")  # a folder link inside
+    os.mkfifo(cap / "pipe.json")
+    names = ["a.json", "sub/b.csv", "in.json", "out.json", "dangling.json", "zero.json", "away/secret", "here/b.csv",
+             "here/../a.json", "pipe.json", "absent.json", "sub", "sub/.", "sub/.."]
+    roots = real_roots(cap)
+    memo: dict[str, str] = {}
+    for _ in range(2):  # the second time from the memo
+        for n in names:
+            assert refusal(cap / n, roots, memo) == refusal(cap / n, roots), n
+    assert refusal(cap / "a.json", roots, memo) is None and "outside" in str(refusal(cap / "away" / "secret", roots, memo))
+    assert "cannot be read" in str(refusal(cap / "absent.json", roots, memo))
+    assert set(memo) <= {str(cap / d) for d in ("", "sub", "here", "here/..", "away")}
+    assert memo[str(cap / "here")] == str(cap / "sub") and memo[str(cap / "away")] == str(outside)
+
+
 def test_seen_enters_each_real_folder_once(tmp_path: Path) -> None:
     (tmp_path / "d").mkdir()
     (tmp_path / "s1").symlink_to(".")

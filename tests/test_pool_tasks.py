@@ -125,3 +125,70 @@ def test_a_worker_that_dies_names_its_task_s_ranks(tmp_path: Path, monkeypatch: 
         parallel.read_ranks(dirs, _dies_on_rank_2, jobs=2, workers=w)
     # the pool cannot tell which rank of the task killed it: the task's first rank, and the others named
     assert "died (out of memory?)" in str(e.value) and "ranks 1, 2, 3" in str(e.value)
+
+
+def test_task_results_travel_through_the_spool_folder_and_leave_nothing(
+    job8: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a pool task pickles its Packed into a file of the pool's private spool folder (on /dev/shm where there is
+    # one) and the parent reads it back and removes it: the ranks come back as read in this process
+    root = tmp_path / "shm"
+    root.mkdir()
+    monkeypatch.setattr(parallel, "SPOOL_ROOTS", (str(tmp_path / "absent"), str(root)))  # the first usable root
+    monkeypatch.setattr(parallel, "TASKS_PER_WORKER_MIN", 1)  # 8 ranks on 2 workers: tasks of 4 ranks
+    dirs = discover.discover(job8).ranks
+    want = [loader.load_rank(d) for d in dirs]
+    read: list[str] = []
+    real = parallel.unspooled
+
+    def reading(got: parallel.Packed | parallel.Spooled) -> parallel.Packed:
+        assert isinstance(got, parallel.Spooled)  # not the Packed itself through the pipe
+        folder = Path(got.path).parent
+        assert folder.parent == root and (folder.stat().st_mode & 0o777) == 0o700 and Path(got.path).is_file()
+        read.append(got.path)
+        return real(got)
+
+    monkeypatch.setattr(parallel, "unspooled", reading)
+    with parallel.Workers() as w:
+        got, info = parallel.read_ranks(dirs, loader.load_rank, jobs=2, workers=w)
+        assert len(read) == 2 and not any(Path(p).exists() for p in read)  # each file removed once read
+    assert info["executor"] == "process-pool"
+    for g, x in zip(got, want):
+        _same_rank(g, x)
+    assert list(root.iterdir()) == []  # the spool folder went with the pool
+
+
+def test_without_a_spool_folder_task_results_travel_through_the_pipe(job8: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(parallel, "SPOOL_ROOTS", ("/nonexistent-msdiag-spool",))
+    monkeypatch.setattr(parallel, "TASKS_PER_WORKER_MIN", 1)
+    dirs = discover.discover(job8).ranks
+    kinds: list[type] = []
+    real = parallel.unspooled
+
+    def reading(got: parallel.Packed | parallel.Spooled) -> parallel.Packed:
+        kinds.append(type(got))
+        return real(got)
+
+    monkeypatch.setattr(parallel, "unspooled", reading)
+    got, _ = parallel.read_ranks(dirs, loader.load_rank, jobs=2)
+    assert kinds == [parallel.Packed, parallel.Packed]
+    for g, x in zip(got, [loader.load_rank(d) for d in dirs]):
+        _same_rank(g, x)
+
+
+def test_task_cuts_end_in_smaller_tasks() -> None:
+    # every rank once, in order; a read of at least TAIL_MIN_TASKS (4) full tasks per worker ends in tasks of half and a
+    # quarter of the size, one of each per worker: 512 ranks on 2 workers = 464 in tasks of 32 (the last one 16), then
+    # 16, 16, 8, 8 (464 + 48 = 512)
+    for n, workers in ((1, 2), (8, 2), (31, 2), (64, 2), (100, 3), (512, 2), (1024, 2), (2048, 8)):
+        cuts = parallel.task_cuts(list(range(n)), workers)
+        assert [i for c in cuts for i in c] == list(range(n)) and all(cuts)
+    assert [len(c) for c in parallel.task_cuts(list(range(512)), 2)] == [32] * 14 + [16, 16, 16, 8, 8]
+    assert [len(c) for c in parallel.task_cuts(list(range(64)), 2)] == [4] * 14 + [2, 2, 2, 1, 1]
+    # tasks of fewer than 4 ranks are not cut finer (8 ranks on 2 workers: tasks of 1)
+    assert [len(c) for c in parallel.task_cuts(list(range(8)), 2)] == [1] * 8
+
+
+def test_a_read_of_few_tasks_per_worker_is_not_cut_finer(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(parallel, "TASKS_PER_WORKER_MIN", 1)  # 8 ranks on 2 workers: tasks of 4, one per worker
+    assert [len(c) for c in parallel.task_cuts(list(range(8)), 2)] == [4, 4]

@@ -384,7 +384,7 @@ def _arrow_plain(data: bytes) -> bool:
     """Whether a file's bytes are ones :func:`_arrow_rows` may split: no NUL, no byte-order mark, a carriage
     return only before a line feed, UTF-8, a header pyarrow splits as the csv module does (:func:`_arrow_header`),
     no quote left open on the last line (pyarrow ends such a field at the end of the file, pandas refuses it)."""
-    if b"\x00" in data or data.startswith(_BOM) or data.count(b"\r") != data.count(b"\r\n"):
+    if b"\x00" in data or data.startswith(_BOM) or (b"\r" in data and data.count(b"\r") != data.count(b"\r\n")):
         return False
     try:
         data.decode("utf-8")

@@ -114,13 +114,13 @@ def screen(table: str, df: pd.DataFrame, repair: Repair) -> pd.DataFrame:
     out = df
     start = None  # the starts of out's rows
     if check.start is not None and check.start in df.columns:
-        start = df[check.start].to_numpy(float, na_value=np.nan)
+        start = _floats(df[check.start])
         keep = _judge_starts(table, check, start, repair)
         if not keep.all():
             out, start = df[keep].reset_index(drop=True), start[keep]
     nulls = {col: bad for col, bad in _judge_durs(table, check, out, start, repair).items() if bad.any()}
     if check.step and "step" in out.columns:
-        bad = out["step"].to_numpy("float64", na_value=np.nan) < 0  # (null: False)
+        bad = _floats(out["step"]) < 0  # (null: False)
         _count(repair, table, "step", "negative step id", bad)
         if bad.any():
             nulls["step"] = bad
@@ -129,6 +129,14 @@ def screen(table: str, df: pd.DataFrame, repair: Repair) -> pd.DataFrame:
         for col, bad in nulls.items():
             out.loc[bad, col] = np.nan if str(out[col].dtype) == "float64" else pd.NA
     return out
+
+
+def _floats(s: pd.Series) -> np.ndarray:
+    """``s.to_numpy(float, na_value=np.nan)``: a float64 column's own array (its nulls are NaN already; read, never
+    written here), any other converted."""
+    if s.dtype == np.float64:
+        return s.to_numpy()
+    return s.to_numpy(float, na_value=np.nan)
 
 
 def _count(repair: Repair, table: str, col: str, problem: str, mask: np.ndarray) -> None:
@@ -140,6 +148,14 @@ def _count(repair: Repair, table: str, col: str, problem: str, mask: np.ndarray)
 def _judge_starts(table: str, check: Check, t: np.ndarray, repair: Repair) -> np.ndarray:
     """Which rows' starts are the capture's (a null start counts against required tables only)."""
     assert check.start is not None
+    if np.isfinite(t).all() and not (t < 0).any():  # (the usual file: every start a time; no count to make)
+        if check.window and len(t):
+            _stopped(table, t)
+            lo, hi = window(t)
+            ok = (t >= lo) & (t <= hi)
+            _count(repair, table, check.start, "far outside the capture's window", ~ok)
+            return ok
+        return np.ones(len(t), dtype=bool)
     null = np.isnan(t)
     bad_null = null if check.required else np.zeros(len(t), dtype=bool)
     _count(repair, table, check.start, "missing", bad_null)
@@ -186,7 +202,16 @@ def _judge_durs(
     for col in check.durs:
         if col not in df.columns:
             continue
-        d = df[col].to_numpy(float, na_value=np.nan)
+        d = _floats(df[col])
+        if np.isfinite(d).all() and not (d < 0).any():  # (the usual file: only a late end can be wrong)
+            if start is not None and np.isfinite(end_limit):
+                with np.errstate(invalid="ignore", over="ignore"):
+                    late = start + d > end_limit
+                _count(repair, table, col, "runs past the capture's end", late)
+                out[col] = late
+            else:
+                out[col] = np.zeros(len(d), dtype=bool)
+            continue
         null = np.isnan(d)
         if check.required:
             _count(repair, table, col, "missing", null)

@@ -82,6 +82,7 @@ class Ctx:
     present: set[str] = field(default_factory=set)  # names of the declared sources read so far
     dbs: dict[str, Db] = field(default_factory=dict)  # databases opened by Database items
     roots: tuple[Path, ...] = ()  # the real folders files must resolve into (the rank's, the capture's)
+    real_dirs: dict[str, str] = field(default_factory=dict)  # folder -> its real path (paths.refusal)
 
     @property
     def rank(self) -> int:
@@ -107,7 +108,7 @@ class Ctx:
         file: a file that must not be read (a FIFO, a device, a link out of the capture) raises
         ParseError with the reason."""
         p = locate(folder, name)
-        why = None if p is None else refusal(p, self.roots)
+        why = None if p is None else refusal(p, self.roots, self.real_dirs)
         if p is not None and why is not None:
             raise ParseError(p, why)
         return p
@@ -313,7 +314,7 @@ def _prefetch(fmt: Format, dirs: list[RankDir]) -> None:
         for d, ctx in ctxs:
             try:
                 found = resolve(ctx, spec)
-                if len(found) != 1 or refusal(found[0], ctx.roots) is not None:
+                if len(found) != 1 or refusal(found[0], ctx.roots, ctx.real_dirs) is not None:
                     continue
             except OSError:  # (a folder that cannot be listed: the rank's own read meets it)
                 continue
@@ -429,7 +430,7 @@ def skips_when_shallow(fmt: Format, rd: RankData) -> bool:
 def _admitted(ctx: Ctx, spec: Src, p: Path, name: str) -> bool:
     """Whether ``p`` may be opened (ingest/paths.py); a refused file is failed with the reason
     (a core one stops the rank, as a broken core file does)."""
-    why = refusal(p, ctx.roots)
+    why = refusal(p, ctx.roots, ctx.real_dirs)
     if why is None:
         return True
     if _core(spec, ctx):
@@ -505,7 +506,7 @@ def _open(ctx: Ctx, item: Database, stack: ExitStack) -> None:
         ctx.rd.sources.append(Source(ctx.rank, item.absent_name(ctx), ABSENT, None, _why(item.absent, ctx)))
         return
     path = folder / name
-    why = refusal(path, ctx.roots)
+    why = refusal(path, ctx.roots, ctx.real_dirs)
     if why is not None:
         if item.required:
             raise ParseError(path, why)

@@ -320,14 +320,20 @@ def read_profiler_metadata(path: Path) -> dict[str, Any]:
         if not isinstance(g, dict):
             raise ParseError(path, f"parallel_group_info['{gid}'] should be a JSON object, found {_type_name(g)}")
         ranks = g.get("global_ranks")
-        if ranks is not None and not (isinstance(ranks, list) and all(_opt_int(r) is not None for r in ranks)):
-            raise ParseError(path, f"parallel_group_info['{gid}'].global_ranks should be a list of rank numbers")
+        if ranks is not None:
+            # a list of plain ints as it is (a world group lists every rank: thousands at scale), else each taken
+            # as _opt_int takes it
+            numbers = list(ranks) if isinstance(ranks, list) and all(type(r) is int for r in ranks) else None
+            if numbers is None:
+                numbers = [_opt_int(r) for r in ranks] if isinstance(ranks, list) else [None]
+            if any(r is None for r in numbers):
+                raise ParseError(path, f"parallel_group_info['{gid}'].global_ranks should be a list of rank numbers")
         groups.append(
             {
                 "group_id": gid,
                 "group_name": _opt_str(g.get("group_name")),
                 "group_rank": _opt_int(g.get("group_rank")),
-                "global_ranks": None if ranks is None else [_opt_int(r) for r in ranks],
+                "global_ranks": None if ranks is None else numbers,
                 "hash": str(group_hash(gid)),
             }
         )

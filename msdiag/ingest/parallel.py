@@ -24,7 +24,10 @@ from __future__ import annotations
 import contextlib
 import multiprocessing as mp
 import os
+import pickle
+import shutil
 import socket
+import tempfile
 import uuid
 from collections import deque
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -62,6 +65,8 @@ TASK_RANKS = 32
 #: A read is cut into at least this many tasks per worker where it can be (a task of fewer ranks on a small
 #: job), so that the workers finish together.
 TASKS_PER_WORKER_MIN = 8
+#: A read of at least this many full tasks per worker ends in smaller ones (:func:`task_cuts`).
+TAIL_MIN_TASKS = 4
 #: Seconds to wait for a Dask scheduler to answer.
 DASK_TIMEOUT_S = 20
 DASK_INSTALL = "pip install 'msdiag[cluster]'"
@@ -231,8 +236,8 @@ def _worker_start() -> None:
 
 def _read_in_worker(
     dirs: list[RankDir], load_rank: LoadRank, reduce: Reduce | None, cache: RankCache | None,
-    keys: list[dict[str, Any] | None], prepare: Prepare | None = None,
-) -> tuple[Packed, str, list[str | None], int | None]:
+    keys: list[dict[str, Any] | None], prepare: Prepare | None = None, spool: str | None = None,
+) -> tuple[Packed | Spooled, str, list[str | None], int | None]:
     """Each rank of a task read and reduced in a pool worker (within ``prepare(dirs)``), their cache entries written
     together (``RankCache.put_many``: one file for the task): (the ranks packed, this worker, why each was not stored
     in the cache or None, how much the worker's peak memory has grown since it started: KiB, None: unknown)."""
@@ -242,7 +247,51 @@ def _read_in_worker(
         wholes = concat_alike(ranks, cuts or ())
     unstored: list[str | None] = cache.put_many(keys, ranks, wholes) if cache is not None else [None] * len(ranks)
     peak = _peak_kb()
-    return pack(ranks, wholes), where(), unstored, None if peak is None or _start_kb is None else peak - _start_kb
+    packed = pack(ranks, wholes)
+    return (packed if spool is None else _spooled(packed, spool)), where(), unstored, (
+        None if peak is None or _start_kb is None else peak - _start_kb)
+
+
+@dataclass
+class Spooled:
+    """A task's :class:`Packed`, pickled into a file of the pool's spool folder (:func:`_spool_folder`) instead of
+    travelling through the result pipe; :func:`unspooled` reads it back and removes the file."""
+
+    path: str
+
+
+def _spooled(packed: Packed, folder: str) -> Spooled:
+    fd, path = tempfile.mkstemp(dir=folder, suffix=".task")
+    with os.fdopen(fd, "wb") as f:
+        pickle.dump(packed, f, protocol=pickle.HIGHEST_PROTOCOL)
+    return Spooled(path)
+
+
+def unspooled(got: Packed | Spooled) -> Packed:
+    """The task's Packed, read back from its spool file (removed) where it was spooled."""
+    if not isinstance(got, Spooled):
+        return got
+    try:
+        with open(got.path, "rb") as f:
+            out: Packed = pickle.load(f)
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(got.path)
+    return out
+
+
+#: Memory-backed file systems where a pool's spool folder may be made, the first usable one taken.
+SPOOL_ROOTS = ("/dev/shm",)
+
+
+def _spool_folder() -> str | None:
+    """A private folder (0700) for the pool's task results on a memory-backed file system, or None (results then
+    travel through the pool's pipe)."""
+    for root in SPOOL_ROOTS:
+        if os.path.isdir(root) and os.access(root, os.W_OK | os.X_OK):
+            with contextlib.suppress(OSError):
+                return tempfile.mkdtemp(prefix="msdiag-tasks-", dir=root)
+    return None
 
 
 @dataclass
@@ -293,6 +342,24 @@ def task_size(todo: int, workers: int) -> int:
     return max(1, min(TASK_RANKS, todo // (workers * TASKS_PER_WORKER_MIN)))
 
 
+def task_cuts(todo: list[int], workers: int) -> list[list[int]]:
+    """``todo`` cut into pool tasks, in order: tasks of :func:`task_size` ranks, and where the read holds at least
+    TAIL_MIN_TASKS such tasks per worker, its last ranks in tasks of half and then a quarter of that (one of each
+    per worker), so that the workers run out of work together rather than one idling while the other reads a
+    whole last task."""
+    size = task_size(len(todo), workers)
+    tail: list[int] = []
+    if size >= 4 and len(todo) >= TAIL_MIN_TASKS * workers * size:
+        tail = [size // 2] * workers + [size // 4] * workers
+    head = len(todo) - sum(tail)
+    cuts = [todo[k : min(k + size, head)] for k in range(0, head, size)]
+    k = head
+    for n in tail:
+        cuts.append(todo[k : k + n])
+        k += n
+    return cuts
+
+
 class Workers:
     """A local process pool kept across :func:`read_ranks` calls (the shallow and the deep pass of one
     load), created at its first task and replaced only when one of its workers grew by more than
@@ -305,6 +372,7 @@ class Workers:
         self._pool: ProcessPoolExecutor | None = None
         self._workers = 0
         self._tasks = 0  # ranks given to the current pool
+        self._spool: str | None = None  # where the current pool's tasks leave their results (Spooled)
         # the tables the tasks sent back concatenated, until the loader takes them (take_cut)
         self._cut: list[tuple[str, Any, list[Any]]] = []
 
@@ -329,20 +397,23 @@ class Workers:
         pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
+        spool, self._spool = self._spool, None
+        if spool is not None:
+            shutil.rmtree(spool, ignore_errors=True)
 
     def _get(self, workers: int) -> ProcessPoolExecutor:
         if self._pool is None or self._workers < workers:
             self.close()
             self._pool = ProcessPoolExecutor(workers, mp_context=_pool_context(), initializer=_worker_start)
             self._workers, self._tasks = workers, 0
+            self._spool = _spool_folder()
             self.pools += 1
         return self._pool
 
     def read(self, workers: int, b: Batch) -> None:
         """Read the ranks of ``b`` on at most ``workers`` workers."""
-        size = task_size(len(b.todo), workers)
-        queue = deque(b.todo[k : k + size] for k in range(0, len(b.todo), size))
-        pending: dict[Future[tuple[Packed, str, list[str | None], int | None]], list[int]] = {}
+        queue = deque(task_cuts(b.todo, workers))
+        pending: dict[Future[tuple[Packed | Spooled, str, list[str | None], int | None]], list[int]] = {}
         retire = False  # the current pool takes no more tasks: it is replaced once its tasks are done
         by_count = _peak_kb() is None  # no measure of a worker's memory: a pool reads a fixed number of ranks
         try:
@@ -360,7 +431,7 @@ class Workers:
                         while queue and len(pending) < IN_FLIGHT * self._workers and not retire:
                             task = queue.popleft()
                             pending[pool.submit(_read_in_worker, [b.dirs[i] for i in task], b.load_rank, b.reduce, b.cache,
-                                                [b.keys[i] for i in task], b.prepare)] = task
+                                                [b.keys[i] for i in task], b.prepare, self._spool)] = task
                             self._tasks += len(task)
                             retire = by_count and self._tasks >= self._workers * TASKS_PER_WORKER
                 _run_meanwhile()  # the workers have their first tasks
@@ -368,7 +439,8 @@ class Workers:
                 for f in done:
                     task = pending.pop(f)
                     try:
-                        packed, at, unstored, grown_kb = f.result()
+                        got, at, unstored, grown_kb = f.result()
+                        packed = unspooled(got)
                     except BrokenProcessPool:
                         self.close()
                         others = "" if len(task) == 1 else f" (or ranks {', '.join(str(b.dirs[i].rank) for i in task[1:])}, read by the same task)"
@@ -437,9 +509,8 @@ def _on_dask(scheduler: str, b: Batch) -> None:
         if not todo:
             return
         run = uuid.uuid4().hex[:8]
-        # tasks of several ranks, as the local pool's (task_size over the cluster's workers), sent back packed
-        size = task_size(len(todo), len(ids))
-        tasks = [todo[k : k + size] for k in range(0, len(todo), size)]
+        # tasks of several ranks, as the local pool's (task_cuts over the cluster's workers), sent back packed
+        tasks = task_cuts(todo, len(ids))
         futures = [
             client.submit(_read_in_worker, [dirs[i] for i in task], b.load_rank, b.reduce, None, [None] * len(task), b.prepare,
                           key=f"msdiag-ranks-{dirs[task[0]].rank}-{run}", pure=False)

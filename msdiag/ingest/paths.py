@@ -55,22 +55,43 @@ def _kind(mode: int) -> str:
     return next((what for test, what in _KINDS if test(mode)), "not a regular file")
 
 
-def refusal(path: Path, roots: Sequence[Path]) -> str | None:
+def refusal(path: Path, roots: Sequence[Path], real_dirs: dict[str, str] | None = None) -> str | None:
     """Why ``path`` must not be read, or None for a regular file inside one of ``roots``.
 
     Decided from the path and ``stat`` only: a FIFO or a device is never opened (opening one may
     block forever or never end), and a link out of the capture is never followed to its content.
+    ``real_dirs``: folder -> its real path, kept by the caller for the files of one rank (a file that is not a link is
+    its real folder's entry: one ``lstat`` instead of one per part of its path, then a ``stat``).
     """
-    real = Path(os.path.realpath(path))
+    real, mode = _real(path, real_dirs)
     if roots and not any(real.is_relative_to(r) for r in roots):
         return "a symlink to outside the capture: not read (msdiag reads only files inside the capture folder)"
-    try:
-        mode = os.stat(path).st_mode
-    except OSError as e:
-        return f"cannot be read ({e.strerror or e})"
+    if mode is None:
+        try:
+            mode = os.stat(path).st_mode
+        except OSError as e:
+            return f"cannot be read ({e.strerror or e})"
     if not stat.S_ISREG(mode):
         return f"not a regular file ({_kind(mode)}): not read"
     return None
+
+
+def _real(path: Path, real_dirs: dict[str, str] | None) -> tuple[Path, int | None]:
+    """``path`` with every link resolved (``os.path.realpath``), and its mode where the ``lstat`` that found it no link
+    gave it (else None). With ``real_dirs``, a file that is not a link is placed in its folder's real path (kept there)."""
+    if real_dirs is not None:
+        parent, name = os.path.split(os.fspath(path))
+        if name not in ("", ".", ".."):
+            try:
+                mode = os.lstat(path).st_mode
+            except OSError:
+                mode = None
+            if mode is not None and not stat.S_ISLNK(mode):
+                folder = real_dirs.get(parent)
+                if folder is None:
+                    folder = real_dirs[parent] = os.path.realpath(parent)
+                return Path(folder, name), mode
+    return Path(os.path.realpath(path)), None
 
 
 def read_head(path: Path, roots: Sequence[Path], limit: int) -> bytes | None:

@@ -28,15 +28,17 @@ _RECEIVE = ("receive", "recv")
 
 
 def _parts(comp: iv.Intervals, comm: iv.Intervals, bubble: iv.Intervals, lo: float, hi: float) -> dict[str, float]:
+    # merged once: a merged set merges to itself, so its length and difference need no second merge (iv.length,
+    # iv.subtract_merged: the same figures to the bit as iv.total and iv.subtract)
     comp_c = iv.merge(iv.clip(comp, lo, hi))
     comm_c = iv.merge(iv.clip(comm, lo, hi))
-    exposed = iv.subtract(comm_c, comp_c)
+    exposed = iv.subtract_merged(comm_c, comp_c)
     busy = iv.merge((np.concatenate([comp_c[0], comm_c[0]]), np.concatenate([comp_c[1], comm_c[1]])))
     total = hi - lo
-    computing = iv.total(comp_c)
-    communication = iv.total(comm_c)
-    exposed_us = iv.total(exposed)
-    free = max(0.0, total - iv.total(busy))
+    computing = iv.length(comp_c)
+    communication = iv.length(comm_c)
+    exposed_us = iv.length(exposed)
+    free = max(0.0, total - iv.length(busy))
     return {
         "start_us": lo,
         "end_us": hi,
@@ -54,7 +56,7 @@ def _device_ops(rd: RankData) -> tuple[pd.DataFrame, str]:
     """The device tasks of a rank with their kind and step: from kernels, else from the timeline."""
     k = rd.table("kernels")
     if len(k):
-        return k[["step", "name", "kind", "start_us", "dur_us"]], "kernels"
+        return k, "kernels"  # (its columns step, name, kind, start_us and dur_us read by name: no copy of them)
     tl = rd.table("timeline")
     dev = tl[tl["lane"].isin(["device", "hccl"])]
     if len(dev):
@@ -176,12 +178,14 @@ def _windows(
     starts = ops["start_us"].to_numpy(float)
     ends = _ends(ops)
     steps = ops["step"]
-    if steps.notna().any():
-        ids = sorted(int(s) for s in steps.dropna().unique())
-        pos = np.searchsorted(ids, steps.fillna(ids[0]).to_numpy(np.int64))
-        pos[steps.isna().to_numpy(bool)] = len(ids)  # rows without a step belong to none
+    none = steps.isna().to_numpy(bool)
+    if not none.all():
+        numbers = steps.to_numpy(np.int64, na_value=0)
+        ids = np.unique(numbers[~none])  # the step ids, ascending
+        pos = np.searchsorted(ids, numbers)
+        pos[none] = len(ids)  # rows without a step belong to none
         wins = [
-            Window(step, float(starts[rows].min()), float(ends[rows].max()), rows)
+            Window(int(step), float(starts[rows].min()), float(ends[rows].max()), rows)
             for step, rows in zip(ids, _rows_by_step(pos, len(ids)))
         ]
         return wins, "the kernels' Step Id"
@@ -212,7 +216,15 @@ def _placed_ops(rd: RankData) -> tuple[pd.DataFrame, str, bool]:
     if not placed.all():
         ops = ops[placed].reset_index(drop=True)
     k = rd.table("kernels")
-    return ops, src, src == "kernels" and len(k) > 0 and bool((k["core"] == "CPU").all())
+    return ops, src, src == "kernels" and len(k) > 0 and _all_cpu(k["core"])
+
+
+def _all_cpu(core: pd.Series) -> bool:
+    """``(core == "CPU").all()`` (nulls skipped), False at once where the first core is another text."""
+    first = core.iloc[0]
+    if isinstance(first, str) and first != "CPU":
+        return False
+    return bool((core == "CPU").all())
 
 
 def _data_waits(tl: pd.DataFrame) -> tuple[int, iv.Intervals]:

@@ -43,6 +43,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -50,7 +51,7 @@ import pandas as pd
 
 from msdiag.metrics.breakdown import step_breakdown
 from msdiag.metrics.projection import rank_kinds
-from msdiag.metrics.registry import all_reads
+from msdiag.metrics.registry import Reads, all_reads
 from msdiag.model import STEP_KINDS_TABLE, RankData
 
 #: Bumped whenever the way the reduction keeps rows changes (what it keeps follows from the
@@ -75,7 +76,11 @@ class Plan:
 
 def plan() -> Plan:
     """The reduction derived from the metrics' and readers' declarations (metrics/registry.py)."""
-    decl = all_reads().values()
+    return _planned("full", _plan)
+
+
+def _plan(reads: dict[str, Reads]) -> Plan:
+    decl = reads.values()
     whole = sorted({lane for r in decl for lane in r.lanes})
     rows = sorted({(lane, pat) for r in decl for lane, pat in r.lane_rows if lane not in whole})
     names = sorted({lane for r in decl for lane in r.lane_names} - set(whole))
@@ -96,10 +101,31 @@ def shallow_plan() -> Plan:
     """What a shallow read of a rank keeps: the plan less the rows read on deep ranks only.
 
     A row pattern some declaration reads on every rank stays, even when another reads it deep only."""
-    p = plan()
-    everywhere = {(lane, pat) for r in all_reads().values() for lane, pat in r.lane_rows if (lane, pat) not in r.deep_rows}
+    return _planned("shallow", _shallow_plan)
+
+
+def _shallow_plan(reads: dict[str, Reads]) -> Plan:
+    p = _plan(reads)
+    everywhere = {(lane, pat) for r in reads.values() for lane, pat in r.lane_rows if (lane, pat) not in r.deep_rows}
     deep_only = tuple(x for x in p.deep_rows if x not in everywhere)
     return replace(p, lane_rows=tuple(x for x in p.lane_rows if x not in deep_only), deep_rows=deep_only)
+
+
+#: The plans made so far, by kind: (the declarations they were made from, as names and object ids; those objects, held
+#: so that no id is reused while its plan is kept; the plan).
+_PLANS: dict[str, tuple[tuple[tuple[str, ...], tuple[int, ...]], list[Reads], Plan]] = {}
+
+
+def _planned(kind: str, make: Callable[[dict[str, Reads]], Plan]) -> Plan:
+    """``make(all_reads())``, made once while the declarations are the same objects (a rank's reduction asks for its
+    plan; a test may declare more)."""
+    reads = all_reads()
+    held = list(reads.values())
+    key = (tuple(reads), tuple(map(id, held)))
+    got = _PLANS.get(kind)
+    if got is None or got[0] != key:
+        got = _PLANS[kind] = (key, held, make(reads))
+    return got[2]
 
 
 def reduce_id() -> str:
