@@ -331,6 +331,7 @@ def analyze(path: str, fmt: str, fail_on: str | None, baseline_name: str | None,
         opts = _options(kw)
         stored = _result_cache(path, opts, kw["strict"], saved)
         report = stored.get() if stored is not None else None
+        compact = None  # the report's JSON text, where it was made for the result cache (printed from it too)
         if report is None:
             from msdiag.contract import build
 
@@ -339,12 +340,13 @@ def analyze(path: str, fmt: str, fail_on: str | None, baseline_name: str | None,
             if saved is not None:
                 report["baseline_diff"] = _against_baseline(saved, a, report, path)
             if stored is not None:
-                stored.put(report)
+                compact = _compact(report)
+                stored.put(report, compact)
     except MsdiagError as e:
         _fail(e, kw["debug"])
         return
     if fmt == "json":
-        click.echo(_indented(report))
+        click.echo(_indented(report, compact))
     else:
         from msdiag.report.text import render
 
@@ -356,13 +358,22 @@ def analyze(path: str, fmt: str, fail_on: str | None, baseline_name: str | None,
     sys.exit(max(_exit_for(report, fail_on), _goal_exit(report, kw["fail_on_goal"])))
 
 
-def _indented(report: dict[str, Any]) -> str:
+def _indented(report: dict[str, Any], compact: str | None = None) -> str:
     """``json.dumps(report, indent=1, ensure_ascii=False)``, to the character: encoded by json's C encoder (an indent
     sends json to its Python one, ~3x slower on a 512-rank report) and indented by msgspec, which leaves every value's
-    text as it is (tests/test_cli_analyze.py)."""
+    text as it is (tests/test_cli_analyze.py). ``compact``: the report's text from :func:`_compact`, where made."""
     import msgspec
 
-    return msgspec.json.format(json.dumps(report, ensure_ascii=False), indent=1)
+    return msgspec.json.format(compact if compact is not None else json.dumps(report, ensure_ascii=False), indent=1)
+
+
+def _compact(report: dict[str, Any]) -> str | None:
+    """``json.dumps(report, ensure_ascii=False, allow_nan=False)`` (what the result cache stores and, with no NaN in
+    it, the text JSON output indents), or None where it cannot be made so."""
+    try:
+        return json.dumps(report, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError):
+        return None
 
 
 def _result_cache(path: str, opts: Any, strict: bool, saved: dict[str, Any] | None) -> Any:

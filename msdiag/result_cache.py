@@ -195,10 +195,15 @@ class ResultCache:
             return None
         return stored["report"] if stored["key"] == self.key else None
 
-    def put(self, report: dict[str, Any]) -> bool:
-        """Store ``report`` (False when it would not come back from JSON identical, or cannot be written)."""
+    def put(self, report: dict[str, Any], compact: str | None = None) -> bool:
+        """Store ``report`` (False when it would not come back from JSON identical, or cannot be written).
+        ``compact``: ``json.dumps(report, ensure_ascii=False, allow_nan=False)`` where the caller made it already
+        (the CLI prints it indented): the stored text is then made around it, the same text to the byte."""
         try:
-            text = json.dumps({"key": self.key, "report": report}, ensure_ascii=False, allow_nan=False)
+            if compact is None:
+                text = json.dumps({"key": self.key, "report": report}, ensure_ascii=False, allow_nan=False)
+            else:  # json.dumps of the dict writes exactly this around its two values
+                text = f'{{"key": {json.dumps(self.key, ensure_ascii=False, allow_nan=False)}, "report": {compact}}}'
         except (TypeError, ValueError):
             return False
         if not _as_stored(report):

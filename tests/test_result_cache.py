@@ -68,6 +68,25 @@ def test_warm_run_prints_the_same_bytes_without_analysing(cap: Path, tmp_path: P
     assert len(analyses) == 2 and len(_entries(cache)) == 1  # --no-cache: neither read nor written
 
 
+def test_an_entry_stored_from_the_printed_text_is_the_same_file(cap: Path, tmp_path: Path) -> None:
+    # the CLI dumps the report once (cli._compact) for the result cache and the JSON it prints: the stored file is
+    # the one put() writes from the report itself, to the byte, and the printed text json.dumps(indent=1)'s
+    from msdiag.cli import _compact, _indented
+
+    report = json.loads(_run(cap, tmp_path / "c0", "--format", "json"))
+    files = []
+    for k, compact in enumerate((None, _compact(report))):
+        entry = result_cache.open_for(tmp_path / f"c{k + 1}", cap, Options(jobs=1), {"command": "analyze"})
+        assert entry is not None and entry.put(report, compact)
+        files.append(entry.file.read_bytes())
+    assert files[0] == files[1] and json.loads(files[1])["report"] == report
+    assert _indented(report, _compact(report)) == json.dumps(report, indent=1, ensure_ascii=False)
+    # a report json cannot write without NaN has no compact text, and is not stored
+    odd = {**report, "x": float("nan")}
+    entry = result_cache.open_for(tmp_path / "c3", cap, Options(jobs=1), {"command": "analyze"})
+    assert _compact(odd) is None and entry is not None and not entry.put(odd, _compact(odd)) and not entry.file.exists()
+
+
 def _touch_rank_file(cap: Path) -> None:
     f = next(cap.rglob("kernel_details.csv"))
     st = f.stat()

@@ -260,8 +260,17 @@ def group_ranks(capture: Capture) -> dict[str, set[int]]:
             out.setdefault(str(g), set()).update(int(r) for r in ids if 0 <= int(r) < NO_RANK)
     for rd in capture.ranks:
         for pg in rd.info.groups or []:
-            out.setdefault(str(pg.hash), set()).update(int(r) for r in pg.global_ranks or [] if r is not None)
+            _members(out.setdefault(str(pg.hash), set()), pg.global_ranks)
     return out
+
+
+def _members(into: set[int], ranks: list[int | None] | None) -> None:
+    """Add a group's global ranks, less the unknown ones, to ``into``: the list as it is (each entry an int or None, as
+    the metadata reader and the cache give it; a world group lists every rank of the job, and each rank's metadata
+    lists it again: no entry converted in Python)."""
+    if ranks:
+        into.update(ranks)  # type: ignore[arg-type]
+        into.discard(None)  # type: ignore[arg-type]
 
 
 def known_ranks(capture: Capture) -> tuple[set[int], list[str]]:
@@ -280,7 +289,7 @@ def known_ranks(capture: Capture) -> tuple[set[int], list[str]]:
     sizes: set[int] = set()  # the world sizes recorded: ranks 0..world-1 of each added once
     for rd in capture.ranks:
         for g in rd.info.groups or []:
-            known |= {int(r) for r in g.global_ranks or [] if r is not None}
+            _members(known, g.global_ranks)
             whence.append("parallel_group_info")
         ws = rd.info.world_size()
         if ws is not None:

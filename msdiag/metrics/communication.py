@@ -732,14 +732,17 @@ def _linked_groups(ctx: Context) -> tuple[pd.DataFrame | None, str | None]:
         return None, f"no communication ops to link to the groups ({_missing(ctx.capture, 'communication.json')})"
     rpn = _ranks_per_node(ctx)
     rows = []
+    nodes_of: dict[str, list[int]] = {}  # a group's nodes, found once (every member rank's ops name its group)
     for rank, h in ops[ops["group"].notna()].groupby(["rank", "group"]).size().index:  # the groups' keys, no frame each
         g = groups.get(str(h))
         if g is None or not g.get("global_ranks"):
             continue
-        nodes = sorted({int(r) // rpn for r in g["global_ranks"]})
+        nodes = nodes_of.get(str(h))
+        if nodes is None:
+            nodes = nodes_of[str(h)] = sorted({int(r) // rpn for r in g["global_ranks"]})
         rows.append(
             {"rank": int(rank), "hash": str(h), "name": _group_label(g, str(h)), "global_ranks": g["global_ranks"],
-             "nodes": nodes, "spans": len(nodes) > 1}
+             "nodes": list(nodes), "spans": len(nodes) > 1}
         )  # fmt: skip
     if not rows:
         return None, "no communication op group matches a group of parallel_group_info (by hash)"
