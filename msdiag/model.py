@@ -920,6 +920,11 @@ class Capture:
                 r.tables[name] = part  # the rank's own frame is freed
             self._tables[name] = (tuple(id(p) for p in parts), whole, parts)
 
+    def joined(self) -> list[tuple[str, Any, list[Any]]]:
+        """The tables :meth:`join_tables` (or :meth:`table`) holds as one frame, as ``join_tables`` takes them again:
+        (name, the concatenation, each rank's frame of it in order)."""
+        return [(name, whole, parts) for name, (_, whole, parts) in self._tables.items()]
+
     @property
     def sources(self) -> list[Source]:
         return [s for r in self.ranks for s in r.sources]

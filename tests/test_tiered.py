@@ -18,6 +18,7 @@ metrics/reduce.reduce_rank_shallow, metrics/depth.py).
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import shutil
@@ -356,3 +357,49 @@ def test_the_reductions_patterns_join_as_one_expression_pythons_re_accepts() -> 
     assert not rx.search("profilerstep#3")
     names = pd.Series(["PyGC", "Garbage collect", "ProfilerStep#12", "profilerstep#12", "MatMul"], dtype="string")
     assert names.str.contains(joined, regex=True, na=False).tolist() == [True, True, True, False, False]
+
+
+@pytest.mark.parametrize("mode", ["auto", "all"])
+def test_the_first_pass_joined_while_the_second_reads_gives_the_same_capture(
+    job8: Path, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    # with a pool, the loader joins the first pass' ranks while the workers read the second (parallel.meanwhile),
+    # and each rank read again takes the joined frame of every table it reads alike (loader._share_alike): the
+    # capture is the one a load joining once at the end gives, every rank and table to the value and dtype
+    from msdiag.ingest import loader, parallel
+    from msdiag.metrics.reduce import reduce_id
+
+    def select(ranks: list[RankData]) -> dict[int, list[str]]:
+        return {2: ["chosen"], 5: ["chosen"]}
+
+    def load_it() -> Any:
+        return load(job8, jobs=2, reduce=reduce_rank, reduce_id=reduce_id(),
+                    tiered=Tiered(mode, 0, reduce_rank_shallow, select))  # fmt: skip
+
+    shared: dict[int, list[str]] = {}
+    real = loader._share_alike
+
+    def spy(again: RankData, first: RankData) -> None:
+        before = dict(again.tables)
+        real(again, first)
+        shared[again.rank] = [n for n, df in again.tables.items() if df is not before[n]]
+        assert all(again.tables[n] is first.tables[n] for n in shared[again.rank])
+
+    monkeypatch.setattr(loader, "_share_alike", spy)
+    early = load_it()
+    again = [r for r in early.ranks if (r.rank in (2, 5)) == (mode == "auto")]
+    assert sorted(shared) == sorted(r.rank for r in again)  # every rank read a second time took the joined frames
+    for rank, names in shared.items():
+        # its device side is read alike both times; its step rows are not (preparing and data waits need the trace)
+        assert {"kernels", "comm_ops", "comm_links", "memory", "profiler_steps"} <= set(names) and "steps" not in names
+    monkeypatch.setattr(parallel, "meanwhile", lambda fn: contextlib.nullcontext())  # no join while reading
+    shared.clear()
+    late = load_it()
+    assert not shared
+    assert [r.rank for r in early.ranks] == [r.rank for r in late.ranks]
+    for x, y in zip(early.ranks, late.ranks):
+        assert (x.info, x.meta, x.sources, x.notes, list(x.tables)) == (y.info, y.meta, y.sources, y.notes, list(y.tables))
+        for name in x.tables:
+            pd.testing.assert_frame_equal(x.tables[name], y.tables[name], check_exact=True)
+    for name in {n for r in early.ranks for n in r.tables}:
+        pd.testing.assert_frame_equal(early.table(name), late.table(name), check_exact=True)

@@ -15,6 +15,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+import pandas as pd
+
 from msdiag.errors import InputError
 from msdiag.ingest.discover import MINDSPORE_CPU, MINDSPORE_LEGACY, Discovery, discover
 from msdiag.ingest.engine import RankDir, read_rank, skips_when_shallow
@@ -96,8 +98,22 @@ def load(
         return parallel.read_ranks(dirs, reader, jobs=jobs, cache=rcache, scheduler=scheduler, reduce=reduce, workers=workers,
                                    prepare=prefetch)
 
+    def take_cut() -> list[tuple[str, Any, list[Any]]]:
+        # the tables the cache converted whole and the pool's tasks sent back concatenated: their ranks' frames are
+        # slices of them (cache.RankCache.take_cut, parallel.Workers.take_cut)
+        return [c for rc in (scache, rcache) if rc is not None for c in rc.take_cut()] + workers.take_cut()
+
+    def join_early(ranks: list[RankData]) -> list[tuple[str, Any, list[Any]]]:
+        early = Capture(path=str(disc.root), ranks=ranks)
+        early.join_tables(take_cut())
+        return early.joined()
+
+    joined: list[tuple[str, Any, list[Any]]] = []
     with workers:
-        ranks, info = read(disc.ranks) if tiered is None else _read_tiered(disc.ranks, tiered, read)
+        if tiered is None:
+            ranks, info = read(disc.ranks)
+        else:
+            ranks, info = _read_tiered(disc.ranks, tiered, read, join_early if len(disc.ranks) > 1 else None, joined)
     broken = [r for r in ranks if UNREADABLE in r.meta]
     if broken and len(broken) == len(ranks):
         first = broken[0]
@@ -114,9 +130,8 @@ def load(
     if disc.runs_left_out:  # other runs under the folder (discover.pick_run): named in the report's header
         info["runs_left_out"] = list(disc.runs_left_out)
     cap = Capture(path=str(disc.root), ranks=ranks, notes=notes, ingest=info)
-    # the tables the cache converted whole and the pool's tasks sent back concatenated: their ranks' frames are
-    # slices of them (cache.RankCache.take_cut, parallel.Workers.take_cut)
-    cut = [c for rc in (scache, rcache) if rc is not None for c in rc.take_cut()] + workers.take_cut()
+    cut = joined + take_cut()  # (the tables joined while a second pass read, and that pass')
+    del joined
     if len(ranks) > 1:
         cap.join_tables(cut)  # each table held once (model.Capture.join_tables)
         del cut
@@ -167,9 +182,16 @@ class Tiered:
 
 
 def _read_tiered(
-    dirs: list[RankDir], tiered: Tiered, read: Callable[..., tuple[list[RankData], dict[str, Any]]]
+    dirs: list[RankDir], tiered: Tiered, read: Callable[..., tuple[list[RankData], dict[str, Any]]],
+    join_early: Callable[[list[RankData]], list[tuple[str, Any, list[Any]]]] | None = None,
+    joined: list[tuple[str, Any, list[Any]]] | None = None,
 ) -> tuple[list[RankData], dict[str, Any]]:
-    """The ranks read as ``tiered`` says, and how (``info["read_depth"]``: mode, deep, why, shallow, selected)."""
+    """The ranks read as ``tiered`` says, and how (``info["read_depth"]``: mode, deep, why, shallow, selected).
+
+    ``join_early``: while pool workers read the second pass, the first pass' ranks are joined in this process
+    (``parallel.meanwhile``; the tables it joined go to ``joined``, as ``Capture.join_tables`` takes them again), and
+    each rank read again takes the joined frame of every table it reads alike (:func:`_share_alike`): the load's join
+    then keeps those tables as they are and concatenates again only the others (a rank's steps, its timeline)."""
     large = len(dirs) > tiered.up_to
     auto = tiered.mode == "auto"
     ranks, info = read(dirs, shallow=large and auto)
@@ -184,11 +206,24 @@ def _read_tiered(
             again = [d for d in dirs if d.rank not in why and UNREADABLE not in by_rank[d.rank].meta
                      and skips_when_shallow(BY_NAME[d.format], by_rank[d.rank])]
         if again:
-            other, more = read(again, shallow=not auto)
+            early: list[tuple[str, Any, list[Any]]] = []
+
+            def join_first() -> None:
+                assert join_early is not None
+                early.extend(join_early([r for r in ranks if UNREADABLE not in r.meta]))
+
+            from msdiag.ingest import parallel
+
+            with parallel.meanwhile(join_first) if join_early is not None else contextlib.nullcontext():
+                other, more = read(again, shallow=not auto)
             for r in other:
                 # a chosen rank whose trace turns out damaged keeps its summary read, the trace marked failed
                 if not (auto and UNREADABLE in r.meta and _trace_failed(by_rank[r.rank], r.meta[UNREADABLE], info)):
+                    if early:
+                        _share_alike(r, by_rank[r.rank])
                     by_rank[r.rank] = r
+            if joined is not None:
+                joined.extend(early)
             ranks = [by_rank[r.rank] for r in ranks]
             _merge_info(info, more)
     fine = [r for r in ranks if UNREADABLE not in r.meta]
@@ -201,6 +236,21 @@ def _read_tiered(
         "selected": sorted(why) if large else None,  # the ranks the answer's host side rests on (None: every rank)
     }
     return ranks, info
+
+
+def _share_alike(again: RankData, first: RankData) -> None:
+    """Each table of ``again`` (a rank read a second time) that ``first`` (its first read) holds alike, the same
+    columns, dtypes and values, becomes ``first``'s frame (a row slice of a table joined early: no second copy of
+    it, no second join)."""
+    for name, df in again.tables.items():
+        had = first.tables.get(name)
+        if had is not None and had is not df and _alike(df, had):
+            again.tables[name] = had
+
+
+def _alike(a: pd.DataFrame, b: pd.DataFrame) -> bool:
+    return (len(a) == len(b) and a.index.equals(b.index) and list(a.columns) == list(b.columns)
+            and list(a.dtypes) == list(b.dtypes) and a.equals(b))
 
 
 def _trace_failed(short: RankData, failure: tuple[Any, str], info: dict[str, Any]) -> bool:
