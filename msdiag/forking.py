@@ -121,3 +121,25 @@ class Forked:
         _, status = os.waitpid(self._pid, 0)
         self._pid = None
         return os.waitstatus_to_exitcode(status)
+
+
+def release_freed() -> None:
+    """Give the C library's freed memory back to the system (glibc ``malloc_trim``; nothing elsewhere).
+
+    The ranks' frames arrive as many small arrays (unpickled from the workers, or read from the cache
+    by a few threads); once joined into one frame per table they are freed, but the allocator keeps
+    those pages (holes in its heaps, one heap per thread) and they stay in the process' resident
+    memory for the rest of the analysis (ingest/loader.py). A pool worker likewise keeps the pages of the
+    tasks it read (ingest/parallel.py: released by its first tasks of a second read on the same pool)."""
+    import ctypes
+    import ctypes.util
+
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):  # musl and others: no malloc_trim
+        return
+    trim.argtypes = [ctypes.c_size_t]
+    trim(0)

@@ -192,3 +192,23 @@ def test_task_cuts_end_in_smaller_tasks() -> None:
 def test_a_read_of_few_tasks_per_worker_is_not_cut_finer(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(parallel, "TASKS_PER_WORKER_MIN", 1)  # 8 ranks on 2 workers: tasks of 4, one per worker
     assert [len(c) for c in parallel.task_cuts(list(range(8)), 2)] == [4, 4]
+
+
+def test_a_kept_pool_gives_back_its_freed_pages_as_a_second_read_begins(
+    job8: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a tiered load reads twice on one pool; its workers' first tasks of the second read release the pages the first
+    # read's tasks freed (forking.release_freed: glibc malloc_trim), while the parent joins the first read's ranks
+    marks = tmp_path / "marks"
+    marks.mkdir()
+
+    def mark() -> None:  # runs in the forked workers: a file per call
+        (marks / f"{os.getpid()}-{len(list(marks.iterdir()))}-{os.urandom(4).hex()}").touch()
+
+    monkeypatch.setattr(parallel, "release_freed", mark)
+    dirs = discover.discover(job8).ranks
+    with parallel.Workers() as w:
+        parallel.read_ranks(dirs[:6], loader.load_rank, jobs=2, workers=w)
+        assert list(marks.iterdir()) == []  # a first read: nothing to give back
+        parallel.read_ranks(dirs[6:], loader.load_rank, jobs=2, workers=w)
+    assert len(list(marks.iterdir())) == 2  # the second read's two tasks (a rank each): both among its first 2 x 2 tasks

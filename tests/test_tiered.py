@@ -389,7 +389,7 @@ def test_the_first_pass_joined_while_the_second_reads_gives_the_same_capture(
     early = load_it()
     again = [r for r in early.ranks if (r.rank in (2, 5)) == (mode == "auto")]
     assert sorted(shared) == sorted(r.rank for r in again)  # every rank read a second time took the joined frames
-    for rank, names in shared.items():
+    for names in shared.values():
         # its device side is read alike both times; its step rows are not (preparing and data waits need the trace)
         assert {"kernels", "comm_ops", "comm_links", "memory", "profiler_steps"} <= set(names) and "steps" not in names
     monkeypatch.setattr(parallel, "meanwhile", lambda fn: contextlib.nullcontext())  # no join while reading

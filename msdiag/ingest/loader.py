@@ -18,6 +18,7 @@ from typing import Any, Callable, Iterator
 import pandas as pd
 
 from msdiag.errors import InputError
+from msdiag.forking import release_freed
 from msdiag.ingest.discover import MINDSPORE_CPU, MINDSPORE_LEGACY, Discovery, discover
 from msdiag.ingest.engine import RankDir, read_rank, skips_when_shallow
 from msdiag.ingest.engine import prefetch as engine_prefetch
@@ -106,6 +107,7 @@ def load(
     def join_early(ranks: list[RankData]) -> list[tuple[str, Any, list[Any]]]:
         early = Capture(path=str(disc.root), ranks=ranks)
         early.join_tables(take_cut())
+        release_freed()  # (the first pass' frames, freed by the join, while the workers still hold theirs)
         return early.joined()
 
     joined: list[tuple[str, Any, list[Any]]] = []
@@ -135,29 +137,8 @@ def load(
     if len(ranks) > 1:
         cap.join_tables(cut)  # each table held once (model.Capture.join_tables)
         del cut
-        _release_freed()
+        release_freed()
     return cap
-
-
-def _release_freed() -> None:
-    """Give the C library's freed memory back to the system (glibc ``malloc_trim``; nothing elsewhere).
-
-    The ranks' frames arrive as many small arrays (unpickled from the workers, or read from the cache
-    by a few threads); once joined into one frame per table they are freed, but the allocator keeps
-    those pages (holes in its heaps, one heap per thread) and they stay in the process' resident
-    memory for the rest of the analysis."""
-    import ctypes
-    import ctypes.util
-
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        trim = libc.malloc_trim
-    except (OSError, AttributeError):  # musl and others: no malloc_trim
-        return
-    trim.argtypes = [ctypes.c_size_t]
-    trim(0)
 
 
 UNREADABLE = "unreadable"

@@ -38,7 +38,7 @@ from typing import Any, Callable, Iterator
 import pandas as pd
 
 from msdiag.errors import InputError, MsdiagError
-from msdiag.forking import frozen
+from msdiag.forking import frozen, release_freed
 from msdiag.forking import peak_kb as _peak_kb  # (a module name here: the tests replace it)
 from msdiag.ingest.cache import CacheStats, RankCache
 from msdiag.ingest.discover import RankDir
@@ -236,11 +236,14 @@ def _worker_start() -> None:
 
 def _read_in_worker(
     dirs: list[RankDir], load_rank: LoadRank, reduce: Reduce | None, cache: RankCache | None,
-    keys: list[dict[str, Any] | None], prepare: Prepare | None = None, spool: str | None = None,
+    keys: list[dict[str, Any] | None], prepare: Prepare | None = None, spool: str | None = None, trim: bool = False,
 ) -> tuple[Packed | Spooled, str, list[str | None], int | None]:
     """Each rank of a task read and reduced in a pool worker (within ``prepare(dirs)``), their cache entries written
     together (``RankCache.put_many``: one file for the task): (the ranks packed, this worker, why each was not stored
-    in the cache or None, how much the worker's peak memory has grown since it started: KiB, None: unknown)."""
+    in the cache or None, how much the worker's peak memory has grown since it started: KiB, None: unknown).
+    ``trim``: the pages the worker's earlier tasks freed are given back first (a pool kept for a second pass)."""
+    if trim:
+        release_freed()
     with prepare(dirs) if prepare is not None and len(dirs) > 1 else contextlib.nullcontext() as cuts:
         ranks = [_read(d, load_rank, reduce) for d in dirs]
         # stored and sent back alike; a table whose frames are still the slices of one bulk read: that read's frame
@@ -413,6 +416,9 @@ class Workers:
     def read(self, workers: int, b: Batch) -> None:
         """Read the ranks of ``b`` on at most ``workers`` workers."""
         queue = deque(task_cuts(b.todo, workers))
+        # a pool kept from an earlier read: its workers' first tasks here give back the pages the earlier ones freed
+        # (the parent joins that read's ranks meanwhile: loader._read_tiered)
+        trims = IN_FLIGHT * workers if self._pool is not None and self._tasks else 0
         pending: dict[Future[tuple[Packed | Spooled, str, list[str | None], int | None]], list[int]] = {}
         retire = False  # the current pool takes no more tasks: it is replaced once its tasks are done
         by_count = _peak_kb() is None  # no measure of a worker's memory: a pool reads a fixed number of ranks
@@ -431,7 +437,8 @@ class Workers:
                         while queue and len(pending) < IN_FLIGHT * self._workers and not retire:
                             task = queue.popleft()
                             pending[pool.submit(_read_in_worker, [b.dirs[i] for i in task], b.load_rank, b.reduce, b.cache,
-                                                [b.keys[i] for i in task], b.prepare, self._spool)] = task
+                                                [b.keys[i] for i in task], b.prepare, self._spool, trims > 0)] = task
+                            trims -= 1
                             self._tasks += len(task)
                             retire = by_count and self._tasks >= self._workers * TASKS_PER_WORKER
                 _run_meanwhile()  # the workers have their first tasks
