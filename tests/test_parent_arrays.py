@@ -399,8 +399,11 @@ def test_pipe_ratios_as_the_frame_of_columns(job8_analysis: Analysis) -> None:
         return pd.DataFrame(out, index=sums.index)
 
     assert comp[list(c for c in kt.RATIO_COLUMNS if c in comp.columns)].notna().any().any(), "the bench job has pipe ratios"
+    shared: list[Any] = []  # the weights made once and summed by both groupings (kernel_types.cached_table)
     for by in (types, [comp["rank"].rename("rank"), types]):
         pdt.assert_frame_equal(kt.pipe_ratios(comp, by), old(comp, by), check_exact=True)
+        pdt.assert_frame_equal(kt.pipe_ratios(comp, by, shared), old(comp, by), check_exact=True)
+        assert len(shared) == 1
 
 
 def test_steps_taken_from_the_joined_table_as_concatenated(job8_analysis: Analysis) -> None:

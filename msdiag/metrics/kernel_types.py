@@ -97,14 +97,40 @@ def _side_ran(k: pd.DataFrame, side: str) -> np.ndarray:
         return (t > 0) | (np.isnan(t) & (total > 0))  # type: ignore[no-any-return]
 
 
-def pipe_ratios(k: pd.DataFrame, by: pd.Series | list[pd.Series]) -> pd.DataFrame:
+def pipe_ratios(k: pd.DataFrame, by: pd.Series | list[pd.Series], weighted: list[Weighted] | None = None) -> pd.DataFrame:
     """Duration-weighted mean of each PipeUtilization column per group of ``by`` (a key, or several: NaN where
-    no kernel of the group measured it), over the kernels whose core side ran."""
+    no kernel of the group measured it), over the kernels whose core side ran. ``weighted``: where the caller
+    groups the same kernels ``k`` more than one way, a list holding :func:`pipe_weights` of them once made."""
     present = [c for c in RATIO_COLUMNS if c in k.columns and k[c].notna().any()]
     if not present:  # no PipeUtilization value at all (CPU ops, Level0, another metrics group): every ratio NaN
         keys = by if isinstance(by, list) else [by]
         index = pd.MultiIndex.from_frame(pd.concat(keys, axis=1).drop_duplicates()) if len(keys) > 1 else pd.Index(keys[0].unique(), name=keys[0].name)
         return pd.DataFrame({c: pd.Series(np.nan, index=index) for c in RATIO_COLUMNS}, index=index)
+    if weighted is None:
+        block, labels = pipe_weights(k)
+    else:
+        if not weighted:
+            weighted.append(pipe_weights(k))
+        block, labels = weighted[0]
+    sums = pd.DataFrame(block.T, index=k.index, columns=labels, copy=False).groupby(by, sort=False).sum()
+    at = {name: i for i, name in enumerate(sums.columns)}
+    table = sums.to_numpy(dtype=float)
+    out = {}
+    for c in RATIO_COLUMNS:  # a column no kernel filled: NaN
+        if f"den:{c}" not in at:
+            out[c] = np.full(len(sums), np.nan)
+            continue
+        den = table[:, at[f"den:{c}"]]
+        out[c] = table[:, at[f"num:{c}"]] / np.where(den > 0, den, np.nan)
+    return pd.DataFrame(out, index=sums.index)
+
+
+#: Per kernel, each PipeUtilization column's weighted value and weight (rows of one float block), and their labels.
+Weighted = tuple[np.ndarray, list[str]]
+
+
+def pipe_weights(k: pd.DataFrame) -> Weighted:
+    """The weighted values and weights :func:`pipe_ratios` sums per group, for every kernel of ``k``."""
     dur = k["dur_us"].to_numpy(dtype=float, na_value=np.nan)
     dur = np.where(np.isnan(dur), 0.0, dur)  # fillna(0): infinities stay
     # each column's weighted values and weights (numpy, the same products as on Series), summed per group in
@@ -122,17 +148,7 @@ def pipe_ratios(k: pd.DataFrame, by: pd.Series | list[pd.Series]) -> pd.DataFram
         np.multiply(w, np.where(known, r, 0.0), out=block[2 * i])
         block[2 * i + 1] = w
         labels += [f"num:{c}", f"den:{c}"]
-    sums = pd.DataFrame(block.T, index=k.index, columns=labels, copy=False).groupby(by, sort=False).sum()
-    at = {name: i for i, name in enumerate(sums.columns)}
-    table = sums.to_numpy(dtype=float)
-    out = {}
-    for c in RATIO_COLUMNS:  # a column no kernel filled: NaN
-        if f"den:{c}" not in at:
-            out[c] = np.full(len(sums), np.nan)
-            continue
-        den = table[:, at[f"den:{c}"]]
-        out[c] = table[:, at[f"num:{c}"]] / np.where(den > 0, den, np.nan)
-    return pd.DataFrame(out, index=sums.index)
+    return block, labels
 
 
 def unit_ratios(cols: pd.DataFrame) -> pd.DataFrame:
@@ -172,7 +188,7 @@ def _l2_rates(capture: Tables, comp: pd.DataFrame, types: pd.Series) -> pd.DataF
 
 
 def type_table(capture: Tables, with_flops: bool = True, kernel_flops: pd.Series | None = None,
-               compute: tuple[pd.DataFrame, pd.Series] | None = None) -> pd.DataFrame:
+               compute: tuple[pd.DataFrame, pd.Series] | None = None, weighted: list[Weighted] | None = None) -> pd.DataFrame:
     """One row per compute op type over every rank, largest time first: launches, time_us, share,
     flops (null when no kernel of the type has FLOPs, or ``with_flops`` is off), tflops, the pipe
     ratios per column and per unit, bound, bound_ratio, bound_note, l2_hit_rate, l2_victim_rate.
@@ -192,7 +208,7 @@ def type_table(capture: Tables, with_flops: bool = True, kernel_flops: pd.Series
     total = float(agg["time_us"].sum())
     agg["share"] = agg["time_us"] / total if total > 0 else np.nan
     agg["tflops"] = (agg["flops"] / (agg["known_us"].where(agg["known_us"] > 0) * 1e-6) / FLOPS_PER_TFLOPS).astype(float)
-    out = _none_for_nan(agg.join(_bounds(comp, types)).join(_l2_rates(capture, comp, types)))
+    out = _none_for_nan(agg.join(_bounds(comp, types, weighted)).join(_l2_rates(capture, comp, types)))
     return out.sort_values("time_us", ascending=False, kind="stable").drop(columns=["known_us"])
 
 
@@ -214,9 +230,9 @@ def _none_for_nan(out: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _bounds(comp: pd.DataFrame, types: pd.Series | list[pd.Series]) -> pd.DataFrame:
+def _bounds(comp: pd.DataFrame, types: pd.Series | list[pd.Series], weighted: list[Weighted] | None = None) -> pd.DataFrame:
     """Per op type: the pipe ratios per column and per unit, bound, bound_ratio, bound_note."""
-    cols = pipe_ratios(comp, types)
+    cols = pipe_ratios(comp, types, weighted)
     units = unit_ratios(cols)
     return cols.join(units).join(bound_of(units))
 
@@ -250,7 +266,8 @@ def bound_shares_by_rank(capture: Capture) -> dict[int, pd.DataFrame]:
     return out
 
 
-def _by_rank_and_type(capture: Capture, compute: tuple[pd.DataFrame, pd.Series] | None = None
+def _by_rank_and_type(capture: Capture, compute: tuple[pd.DataFrame, pd.Series] | None = None,
+                      weighted: list[Weighted] | None = None
                       ) -> tuple[pd.DataFrame, dict[int, np.ndarray]] | None:
     """The frame of bound_shares_by_rank over (rank, type) and each rank's rows in it (in its groups' order);
     None without compute kernels. ``compute``: as :func:`type_table` takes it."""
@@ -259,7 +276,7 @@ def _by_rank_and_type(capture: Capture, compute: tuple[pd.DataFrame, pd.Series] 
         return None
     keys = [comp["rank"].rename("rank"), types]
     time_us = comp["dur_us"].astype(float).groupby(keys, sort=False).sum()
-    bounds = _bounds(comp, keys)  # the same groups in the same order as time_us
+    bounds = _bounds(comp, keys, weighted)  # the same groups in the same order as time_us
     ranks_of = time_us.index.get_level_values(0)
     codes, uniq = pd.factorize(ranks_of, sort=False)
     times = time_us.to_numpy(dtype=float)
@@ -276,12 +293,14 @@ def _by_rank_and_type(capture: Capture, compute: tuple[pd.DataFrame, pd.Series] 
 def cached_table(ctx: Context) -> pd.DataFrame:
     """:func:`type_table` of the analysis, computed once (metrics, the chart views and the JSON rows share it). Where
     its op types have a bound, the same grouping per rank and type (mte2_bound_share's) is made then from the same
-    compute kernels, not from a second copy of them."""
+    compute kernels, not from a second copy of them, nor their pipe ratios weighted a second time."""
     if _KEY not in ctx.cache:
         compute = _compute_and_types(ctx.capture)
-        t = ctx.cache[_KEY] = type_table(ctx.capture, kernel_flops=ph.kernel_flops_for(ctx), compute=compute)
+        weighted: list[Weighted] = []  # (pipe_weights of the compute kernels, once made: both groupings sum them)
+        t = ctx.cache[_KEY] = type_table(ctx.capture, kernel_flops=ph.kernel_flops_for(ctx), compute=compute,
+                                         weighted=weighted)
         if len(t) and t["bound"].notna().any():
-            ctx.once(_KEY + ".by_rank", lambda: _by_rank_and_type(ctx.capture, compute))
+            ctx.once(_KEY + ".by_rank", lambda: _by_rank_and_type(ctx.capture, compute, weighted))
     return ctx.cache[_KEY]  # type: ignore[no-any-return]
 
 
