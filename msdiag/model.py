@@ -777,7 +777,7 @@ def concat_alike(ranks: list[RankData], cuts: Iterable[tuple[pd.DataFrame, list[
     them, in order, that frame is their concatenation as it is (the same rows, columns and dtypes; nothing copied)."""
     noted = list(cuts)
     wholes = [whole for whole, _ in noted]
-    where = _slice_positions((k, parts) for k, (_, parts) in enumerate(noted))
+    where = slice_positions((k, parts) for k, (_, parts) in enumerate(noted))
     out: dict[str, pd.DataFrame] = {}
     for name in dict.fromkeys(n for r in ranks for n in r.tables):
         frames = [r.tables[name] for r in ranks if name in r.tables]
@@ -791,7 +791,7 @@ def concat_alike(ranks: list[RankData], cuts: Iterable[tuple[pd.DataFrame, list[
     return out
 
 
-def _slice_positions(cuts: Iterable[tuple[int, list[pd.DataFrame]]]) -> dict[int, tuple[int, int, int]]:
+def slice_positions(cuts: Iterable[tuple[int, list[pd.DataFrame]]]) -> dict[int, tuple[int, int, int]]:
     """id(slice) -> (the entry it was cut from, its first row, its end row), for each (entry, its slices in order) of
     ``cuts``: how a frame is known to be a row slice of another (concat_alike, Capture.join_tables)."""
     where: dict[int, tuple[int, int, int]] = {}
@@ -902,7 +902,7 @@ class Capture:
         columns and dtypes). When the ranks' frames of a table are exactly those slices in order, the
         whole is the concatenation as it is (nothing copied or cut again); a run of consecutive slices
         among other frames (ranks read again deep, or parsed) is concatenated as one piece."""
-        where = _slice_positions((k, parts) for k, (_, whole, parts) in enumerate(cut or ()) if not whole.attrs)
+        where = slice_positions((k, parts) for k, (_, whole, parts) in enumerate(cut or ()) if not whole.attrs)
         for name in dict.fromkeys(n for r in self.ranks for n in r.tables):
             holders = [r for r in self.ranks if name in r.tables and len(r.tables[name])]
             if len(holders) < 2:

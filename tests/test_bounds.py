@@ -12,8 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import pytest
 from hostile import mutators as m
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from msdiag.analysis import analyze
 from msdiag.errors import ParseError
@@ -152,3 +155,98 @@ def test_repaired_counts_survive_the_rank_cache(corpus: Path, tmp_path: Path) ->
     assert _source(warm.capture.ranks[0], "kernel_details.csv").repaired == {"kernels.dur_us: negative": 1}
     assert [s.to_dict() for s in warm.capture.sources] == [s.to_dict() for s in cold.capture.sources]
     assert warm.verdict == cold.verdict
+
+
+# ---- several files' rows judged at once (a bulk read: bounds.clean_spans, engine._clean_tables) ----------------
+
+_times = st.one_of(st.floats(1.7e15, 1.7e15 + 5e6), st.sampled_from([float("nan"), float("inf"), -5.0, 1e18, 0.0]))
+_durs = st.one_of(st.floats(0, 5e3), st.sampled_from([float("nan"), float("inf"), -1.0, 1e308]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(st.tuples(_times, _durs, st.sampled_from([1, 2, -1, None])), max_size=6), min_size=1, max_size=5),
+       st.sampled_from(["kernels", "comm_ops", "memory_allocs", "op_stats"]), st.booleans())
+def test_a_span_judged_clean_is_one_screen_gives_back_as_it_is(files: list[list[tuple[float, float, int | None]]],
+                                                                table: str, stopped: bool) -> None:
+    # files of one table laid end to end; a span clean_spans calls clean is one screen() returns unchanged (the same
+    # object), counting nothing and raising nothing; a clean file of ordinary rows is called clean
+    from msdiag.model import TABLES
+
+    if stopped:  # a clock that stands still: three rows at one instant
+        files = [*files, [(1.7e15, 1.0, 1)] * 3]
+    cols = {"kernels": ("start_us", "dur_us"), "comm_ops": ("start_us", "elapse_us"),
+            "memory_allocs": ("alloc_us", "dur_us"), "op_stats": (None, "total_us")}[table]
+    frames = []
+    for rows in files:
+        data: dict[str, Any] = {"rank": [0] * len(rows), "step": [s for _, _, s in rows]}
+        if table == "op_stats":
+            data.pop("step")
+        if cols[0] is not None:
+            data[cols[0]] = [t for t, _, _ in rows]
+        data[cols[1]] = [d for _, d, _ in rows]
+        if table == "memory_allocs":
+            data.pop("step")
+        frames.append(TABLES[table].frame(data))
+    whole = pd.concat(frames, ignore_index=True)
+    spans, lo = [], 0
+    for f in frames:
+        spans.append((lo, lo + len(f)))
+        lo += len(f)
+    parts = [whole.iloc[a:b].reset_index(drop=True) for a, b in spans]
+    for part, clean in zip(parts, bounds.clean_spans(table, whole, spans)):
+        if clean:
+            repair = bounds.Repair()
+            assert bounds.screen(table, part, repair) is part and not repair
+    ordinary = TABLES[table].frame({"rank": [0, 0, 0], **{c: [1.0, 2.0, 3.0] for c in bounds.CHECKS[table].durs},
+                                    **({cols[0]: [1.7e15, 1.7e15 + 10, 1.7e15 + 20]} if cols[0] else {})})
+    assert bounds.clean_spans(table, ordinary, [(0, 3), (1, 3), (2, 2)]) == [True, True, True]
+
+
+def test_bulk_read_files_with_impossible_values_are_screened_as_alone(job8: Path, tmp_path: Path) -> None:
+    # four ranks of the bench job read within one prefetch: a negative kernel duration in one, a negative step id in
+    # another; those files are screened (counted, noted) exactly as read alone, the clean files are taken as they
+    # are (no screen() of their frames), and each rank equals its read alone
+    import shutil
+
+    from msdiag.ingest import discover, engine, loader
+
+    copies = []
+    for d in discover.discover(job8).ranks[:4]:
+        dst = tmp_path / d.path.name
+        shutil.copytree(d.path, dst, ignore=shutil.ignore_patterns("trace_view.json"))
+        copies.append(dst)
+
+    def damage(rank_dir: Path, column: str, value: str) -> None:
+        kd = rank_dir / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv"
+        head, body = kd.read_bytes().split(b"\n", 1)
+        first, rest = body.split(b"\n", 1)
+        parts = first.decode().split(",")
+        parts[head.decode().split(",").index(column)] = value
+        kd.write_bytes(head + b"\n" + ",".join(parts).encode() + b"\n" + rest)
+
+    damage(copies[1], "Duration(us)", "-3")
+    damage(copies[2], "Step Id", "-1")
+    ranks = discover.discover(tmp_path).ranks
+    alone = [loader.load_rank_shallow(d) for d in ranks]
+    screened: list[str] = []
+    real = bounds.screen
+
+    def spy(table: str, df: Any, repair: bounds.Repair) -> Any:
+        screened.append(table)
+        return real(table, df, repair)
+
+    bounds.screen = spy  # type: ignore[assignment]
+    try:
+        with loader.prefetch(ranks):
+            together = [loader.load_rank_shallow(d) for d in ranks]
+    finally:
+        bounds.screen = real  # type: ignore[assignment]
+    assert screened.count("kernels") == 2  # the two damaged files; the two clean ones taken as they are
+    for a, t in zip(alone, together):
+        assert (a.sources, a.notes, a.info) == (t.sources, t.notes, t.info)
+        for name, df in a.tables.items():
+            pd.testing.assert_frame_equal(t.tables[name], df, check_exact=True)
+    kd = [s for s in together[1].sources if s.name == "kernel_details.csv"][0]
+    assert kd.repaired == {"kernels.dur_us: negative": 1}
+    assert [s for s in together[2].sources if s.name == "kernel_details.csv"][0].repaired == {"kernels.step: negative step id": 1}
+    assert engine._BULK == {}

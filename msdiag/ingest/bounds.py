@@ -131,6 +131,48 @@ def screen(table: str, df: pd.DataFrame, repair: Repair) -> pd.DataFrame:
     return out
 
 
+def clean_spans(table: str, whole: pd.DataFrame, spans: list[tuple[int, int]]) -> list[bool]:
+    """For each row span [lo, hi) of ``whole`` (several files' rows of canonical ``table`` end to end: a bulk read),
+    whether :func:`screen` of that file's frame would give it back as it is, with nothing counted and no
+    :class:`StoppedClock`: every time and duration finite and not negative, no step id below 0, and where the
+    table is judged against its window, every start inside the file's window, no end past its last start by more
+    than MARGIN_US and a clock that moves. Decided on the whole's columns once, each span on its arrays; a span
+    said False is screened as any file is (a null where a file may hold one included)."""
+    check = CHECKS.get(table)
+    if check is None:
+        return [True] * len(spans)
+    cols = whole.columns
+    start = _floats(whole[check.start]) if check.start is not None and check.start in cols else None
+    durs = [_floats(whole[c]) for c in check.durs if c in cols]
+    bad = np.zeros(len(whole), dtype=bool)
+    with np.errstate(invalid="ignore"):
+        for x in ([start] if start is not None else []) + durs:
+            bad |= ~np.isfinite(x) | (x < 0)
+        if check.step and "step" in cols:
+            bad |= _floats(whole["step"]) < 0
+    out = []
+    for lo, hi in spans:
+        if hi <= lo:  # (an empty frame is given back as it is)
+            out.append(True)
+            continue
+        if bad[lo:hi].any():
+            out.append(False)
+            continue
+        ok = True
+        if start is not None and check.window:
+            t = start[lo:hi]
+            if len(t) >= STOPPED_CLOCK_ROWS and float(t.min()) == float(t.max()):
+                ok = False
+            else:
+                w_lo, w_hi = window(t)
+                end_limit = float(t.max()) + MARGIN_US
+                ok = not ((t < w_lo) | (t > w_hi)).any()
+                with np.errstate(invalid="ignore", over="ignore"):
+                    ok = ok and not any((t + d[lo:hi] > end_limit).any() for d in durs)
+        out.append(ok)
+    return out
+
+
 def _floats(s: pd.Series) -> np.ndarray:
     """``s.to_numpy(float, na_value=np.nan)``: a float64 column's own array (its nulls are NaN already; read, never
     written here), any other converted."""

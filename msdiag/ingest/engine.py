@@ -32,7 +32,7 @@ from msdiag.errors import ParseError
 from msdiag.ingest import bounds
 from msdiag.ingest._sqlite import Db, DbDamaged, open_db
 from msdiag.ingest.paths import real_roots, refusal
-from msdiag.model import ABSENT, FAILED, PRESENT, SKIPPED, UNUSED, RankData, RankInfo, Source, noting_cuts
+from msdiag.model import ABSENT, FAILED, PRESENT, SKIPPED, UNUSED, RankData, RankInfo, Source, noting_cuts, slice_positions
 
 
 @dataclass
@@ -277,7 +277,7 @@ def _core(spec: Src, ctx: Ctx) -> bool:
 
 #: What prefetch read of a source's file for the rank reading it next, by (id of the source, path): each taken once
 #: by _call, the rest forgotten at the end of the ranks prefetch was given.
-_BULK: dict[tuple[int, str], Result] = {}
+_BULK: dict[tuple[int, str], tuple[Result, frozenset[str]]] = {}
 
 
 @contextmanager
@@ -291,13 +291,13 @@ def prefetch(fmt: Format, dirs: list[RankDir]) -> Iterator[list[tuple[Any, list[
     ``model.concat_alike`` to take a table whose ranks' frames are still those slices as it is."""
     try:
         with noting_cuts() as cuts:
-            _prefetch(fmt, dirs)
+            _prefetch(fmt, dirs, cuts)
         yield cuts
     finally:
         _BULK.clear()
 
 
-def _prefetch(fmt: Format, dirs: list[RankDir]) -> None:
+def _prefetch(fmt: Format, dirs: list[RankDir], cuts: list[tuple[pd.DataFrame, list[pd.DataFrame]]]) -> None:
     specs = [s for s in fmt.sources if isinstance(s, Src) and s.bulk is not None and s.glob is None and s.db is None]
     if len(dirs) < 2 or not specs:
         return
@@ -322,23 +322,56 @@ def _prefetch(fmt: Format, dirs: list[RankDir]) -> None:
             ranks.append(d.rank)
         if len(paths) < 2:
             continue
+        before = len(cuts)
         try:
             got = spec.bulk(paths, ranks)
         except Exception:  # noqa: BLE001 - a bulk reader gives up by returning None; read file by file then
             got = None
         if got is not None and len(got) == len(paths):
-            for p, result in zip(paths, got):
-                _BULK[(id(spec), str(p))] = result
+            clean = _clean_tables(spec, got, cuts[before:])
+            for p, result, ok in zip(paths, got, clean):
+                _BULK[(id(spec), str(p))] = (result, ok)
 
 
-def _call(spec: Src, handle: Any, ctx: Ctx) -> Read:
+def _tables_of(spec: Src, result: Result) -> dict[str, pd.DataFrame]:
+    if isinstance(result, Read):
+        return {**result.tables, **result.replace}
+    return {} if spec.table is None else {spec.table: result}
+
+
+def _clean_tables(spec: Src, got: list[Result], cuts: list[tuple[pd.DataFrame, list[pd.DataFrame]]]) -> list[frozenset[str]]:
+    """Per result of a bulk read, the tables whose frames :func:`_screened` may take as they are (``bounds.clean_spans``:
+    screening would give them back unchanged): judged on the whole each frame is a row slice of (``cuts``: the
+    bulk read's own), every file's rows at once; a frame not found there is screened as usual."""
+    where = slice_positions(list(enumerate(parts for _, parts in cuts)))
+    spans: dict[tuple[str, int], list[tuple[int, int, int]]] = {}  # (table, whole) -> (result, lo, hi)
+    for i, result in enumerate(got):
+        for table, df in _tables_of(spec, result).items():
+            at = where.get(id(df))
+            if at is not None:
+                spans.setdefault((table, at[0]), []).append((i, at[1], at[2]))
+    clean: list[set[str]] = [set() for _ in got]
+    for (table, k), rows in spans.items():
+        for (i, _, _), ok in zip(rows, bounds.clean_spans(table, cuts[k][0], [(lo, hi) for _, lo, hi in rows])):
+            if ok:
+                clean[i].add(table)
+    return [frozenset(c) for c in clean]
+
+
+def _call(spec: Src, handle: Any, ctx: Ctx) -> tuple[Read, frozenset[str]]:
+    """What the source's reader gives for ``handle`` (a bulk read's result where prefetch made one), and the tables
+    of it that need no screening (:func:`_clean_tables`)."""
     got = _BULK.pop((id(spec), str(handle)), None) if _BULK and spec.bulk is not None else None
     if got is not None:
-        out: Result = got
+        out, clean = got
         if isinstance(out, Read):
-            return out
+            return out, clean
         assert spec.table is not None, f"source {spec.name} returns rows but declares no table"
-        return Read(tables={spec.table: out})
+        return Read(tables={spec.table: out}), clean
+    return _read_file(spec, handle, ctx), frozenset()
+
+
+def _read_file(spec: Src, handle: Any, ctx: Ctx) -> Read:
     if spec.parse is not None:
         value = spec.parse(handle)
         if spec.keep is not None:
@@ -360,11 +393,12 @@ def _call(spec: Src, handle: Any, ctx: Ctx) -> Read:
 def _screened(spec: Src, handle: Any, ctx: Ctx, where: str, repair: bounds.Repair) -> Read:
     """The reader's rows without values outside physical bounds (ingest/bounds.py); a file whose
     clock stands still is a ParseError of that file."""
-    read = _call(spec, handle, ctx)
+    read, clean = _call(spec, handle, ctx)
     try:
         for frames in (read.tables, read.replace):
             for t, df in frames.items():
-                frames[t] = bounds.screen(t, df, repair)
+                if t not in clean:
+                    frames[t] = bounds.screen(t, df, repair)
     except bounds.StoppedClock as e:
         raise ParseError(where, str(e)) from None
     return read
