@@ -212,3 +212,48 @@ def test_a_kept_pool_gives_back_its_freed_pages_as_a_second_read_begins(
         assert list(marks.iterdir()) == []  # a first read: nothing to give back
         parallel.read_ranks(dirs[6:], loader.load_rank, jobs=2, workers=w)
     assert len(list(marks.iterdir())) == 2  # the second read's two tasks (a rank each): both among its first 2 x 2 tasks
+
+
+def test_a_spool_write_that_fails_sends_the_result_through_the_pipe(job8: Path, tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    # a full /dev/shm (a container's is 64 MB by default): the worker's write fails, its task's result travels
+    # through the pipe as without a spool folder, and the ranks are read all the same
+    monkeypatch.setattr(parallel, "SPOOL_ROOTS", (str(tmp_path),))
+    monkeypatch.setattr(parallel, "TASKS_PER_WORKER_MIN", 1)
+
+    def full(*args: object, **kwargs: object) -> tuple[int, str]:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(parallel.tempfile, "mkstemp", full)  # (the forked workers inherit it)
+    kinds: list[type] = []
+    real = parallel.unspooled
+
+    def reading(got: parallel.Packed | parallel.Spooled) -> parallel.Packed:
+        kinds.append(type(got))
+        return real(got)
+
+    monkeypatch.setattr(parallel, "unspooled", reading)
+    dirs = discover.discover(job8).ranks
+    got, _ = parallel.read_ranks(dirs, loader.load_rank, jobs=2)
+    assert kinds == [parallel.Packed, parallel.Packed]
+    for g, x in zip(got, [loader.load_rank(d) for d in dirs]):
+        _same_rank(g, x)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_spool_folders_a_killed_run_left_are_removed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import subprocess
+    import sys
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True)
+    dead = int(gone.stdout)  # a process that has ended
+    (tmp_path / f"msdiag-tasks-{dead}-abc").mkdir()
+    (tmp_path / f"msdiag-tasks-{dead}-abc" / "1.task").write_bytes(b"x")
+    (tmp_path / f"msdiag-tasks-{os.getpid()}-def").mkdir()  # a run still going (this process)
+    (tmp_path / "msdiag-tasks-notapid").mkdir()
+    (tmp_path / "other").mkdir()
+    monkeypatch.setattr(parallel, "SPOOL_ROOTS", (str(tmp_path),))
+    made = parallel._spool_folder()
+    assert made is not None and Path(made).name.startswith(f"msdiag-tasks-{os.getpid()}-")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [Path(made).name, f"msdiag-tasks-{os.getpid()}-def", "msdiag-tasks-notapid", "other"])

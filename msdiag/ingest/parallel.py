@@ -263,10 +263,19 @@ class Spooled:
     path: str
 
 
-def _spooled(packed: Packed, folder: str) -> Spooled:
-    fd, path = tempfile.mkstemp(dir=folder, suffix=".task")
-    with os.fdopen(fd, "wb") as f:
-        pickle.dump(packed, f, protocol=pickle.HIGHEST_PROTOCOL)
+def _spooled(packed: Packed, folder: str) -> Packed | Spooled:
+    """``packed`` written to a file of ``folder``; where it cannot be (a full /dev/shm: a container's is 64 MB by
+    default), ``packed`` itself, to travel through the pipe."""
+    path = None
+    try:
+        fd, path = tempfile.mkstemp(dir=folder, suffix=".task")
+        with os.fdopen(fd, "wb") as f:
+            pickle.dump(packed, f, protocol=pickle.HIGHEST_PROTOCOL)
+    except OSError:
+        if path is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        return packed
     return Spooled(path)
 
 
@@ -287,14 +296,42 @@ def unspooled(got: Packed | Spooled) -> Packed:
 SPOOL_ROOTS = ("/dev/shm",)
 
 
+_SPOOL_PREFIX = "msdiag-tasks-"
+
+
 def _spool_folder() -> str | None:
     """A private folder (0700) for the pool's task results on a memory-backed file system, or None (results then
-    travel through the pool's pipe)."""
+    travel through the pool's pipe). Its name holds this process' id: the folders a killed msdiag left there (its
+    process gone, the folder this user's) are removed first, or they would hold memory until the machine restarts."""
     for root in SPOOL_ROOTS:
         if os.path.isdir(root) and os.access(root, os.W_OK | os.X_OK):
+            _sweep(root)
             with contextlib.suppress(OSError):
-                return tempfile.mkdtemp(prefix="msdiag-tasks-", dir=root)
+                return tempfile.mkdtemp(prefix=f"{_SPOOL_PREFIX}{os.getpid()}-", dir=root)
     return None
+
+
+def _sweep(root: str) -> None:
+    """Remove the spool folders under ``root`` that this user's msdiag processes, now gone, left behind."""
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(root):
+            pid = entry.name[len(_SPOOL_PREFIX):].split("-", 1)[0]
+            if not entry.name.startswith(_SPOOL_PREFIX) or not pid.isdigit():
+                continue
+            with contextlib.suppress(OSError):
+                if entry.is_dir(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_uid == os.getuid() \
+                        and not _alive(int(pid)):
+                    shutil.rmtree(entry.path, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # (another user's process: alive)
+        return True
+    return True
 
 
 @dataclass
