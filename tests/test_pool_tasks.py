@@ -158,10 +158,9 @@ def test_task_results_travel_through_the_spool_folder_and_leave_nothing(
     assert list(root.iterdir()) == []  # the spool folder went with the pool
 
 
-def test_without_a_spool_folder_task_results_travel_through_the_pipe(job8: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(parallel, "SPOOL_ROOTS", ("/nonexistent-msdiag-spool",))
+def _read_through_the_pipe(job8: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """job8 read in two pool tasks: both results came as the Packed itself (through the pipe), the ranks as read alone."""
     monkeypatch.setattr(parallel, "TASKS_PER_WORKER_MIN", 1)
-    dirs = discover.discover(job8).ranks
     kinds: list[type] = []
     real = parallel.unspooled
 
@@ -170,10 +169,16 @@ def test_without_a_spool_folder_task_results_travel_through_the_pipe(job8: Path,
         return real(got)
 
     monkeypatch.setattr(parallel, "unspooled", reading)
+    dirs = discover.discover(job8).ranks
     got, _ = parallel.read_ranks(dirs, loader.load_rank, jobs=2)
     assert kinds == [parallel.Packed, parallel.Packed]
     for g, x in zip(got, [loader.load_rank(d) for d in dirs]):
         _same_rank(g, x)
+
+
+def test_without_a_spool_folder_task_results_travel_through_the_pipe(job8: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(parallel, "SPOOL_ROOTS", ("/nonexistent-msdiag-spool",))
+    _read_through_the_pipe(job8, monkeypatch)
 
 
 def test_task_cuts_end_in_smaller_tasks() -> None:
@@ -219,25 +224,12 @@ def test_a_spool_write_that_fails_sends_the_result_through_the_pipe(job8: Path, 
     # a full /dev/shm (a container's is 64 MB by default): the worker's write fails, its task's result travels
     # through the pipe as without a spool folder, and the ranks are read all the same
     monkeypatch.setattr(parallel, "SPOOL_ROOTS", (str(tmp_path),))
-    monkeypatch.setattr(parallel, "TASKS_PER_WORKER_MIN", 1)
 
     def full(*args: object, **kwargs: object) -> tuple[int, str]:
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(parallel.tempfile, "mkstemp", full)  # (the forked workers inherit it)
-    kinds: list[type] = []
-    real = parallel.unspooled
-
-    def reading(got: parallel.Packed | parallel.Spooled) -> parallel.Packed:
-        kinds.append(type(got))
-        return real(got)
-
-    monkeypatch.setattr(parallel, "unspooled", reading)
-    dirs = discover.discover(job8).ranks
-    got, _ = parallel.read_ranks(dirs, loader.load_rank, jobs=2)
-    assert kinds == [parallel.Packed, parallel.Packed]
-    for g, x in zip(got, [loader.load_rank(d) for d in dirs]):
-        _same_rank(g, x)
+    _read_through_the_pipe(job8, monkeypatch)
     assert list(tmp_path.iterdir()) == []
 
 
