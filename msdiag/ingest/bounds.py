@@ -118,7 +118,8 @@ def screen(table: str, df: pd.DataFrame, repair: Repair) -> pd.DataFrame:
         keep = _judge_starts(table, check, start, repair)
         if not keep.all():
             out, start = df[keep].reset_index(drop=True), start[keep]
-    nulls = {col: bad for col, bad in _judge_durs(table, check, out, start, repair).items() if bad.any()}
+    durs = {col: _floats(out[col]) for col in check.durs if col in out.columns}
+    nulls = {col: bad for col, bad in _judge_durs(table, check, durs, start, repair).items() if bad.any()}
     if check.step and "step" in out.columns:
         bad = _floats(out["step"]) < 0  # (null: False)
         _count(repair, table, "step", "negative step id", bad)
@@ -134,43 +135,32 @@ def screen(table: str, df: pd.DataFrame, repair: Repair) -> pd.DataFrame:
 def clean_spans(table: str, whole: pd.DataFrame, spans: list[tuple[int, int]]) -> list[bool]:
     """For each row span [lo, hi) of ``whole`` (several files' rows of canonical ``table`` end to end: a bulk read),
     whether :func:`screen` of that file's frame would give it back as it is, with nothing counted and no
-    :class:`StoppedClock`: every time and duration finite and not negative, no step id below 0, and where the
-    table is judged against its window, every start inside the file's window, no end past its last start by more
-    than MARGIN_US and a clock that moves. Decided on the whole's columns once, each span on its arrays; a span
-    said False is screened as any file is (a null where a file may hold one included)."""
+    :class:`StoppedClock`: the same judges on the span's arrays, the whole's columns converted once (not a frame
+    and its columns per file)."""
     check = CHECKS.get(table)
     if check is None:
         return [True] * len(spans)
     cols = whole.columns
     start = _floats(whole[check.start]) if check.start is not None and check.start in cols else None
-    durs = [_floats(whole[c]) for c in check.durs if c in cols]
-    bad = np.zeros(len(whole), dtype=bool)
-    with np.errstate(invalid="ignore"):
-        for x in ([start] if start is not None else []) + durs:
-            bad |= ~np.isfinite(x) | (x < 0)
-        if check.step and "step" in cols:
-            bad |= _floats(whole["step"]) < 0
-    out = []
-    for lo, hi in spans:
-        if hi <= lo:  # (an empty frame is given back as it is)
-            out.append(True)
-            continue
-        if bad[lo:hi].any():
-            out.append(False)
-            continue
-        ok = True
-        if start is not None and check.window:
-            t = start[lo:hi]
-            if len(t) >= STOPPED_CLOCK_ROWS and float(t.min()) == float(t.max()):
-                ok = False
-            else:
-                w_lo, w_hi = window(t)
-                end_limit = float(t.max()) + MARGIN_US
-                ok = not ((t < w_lo) | (t > w_hi)).any()
-                with np.errstate(invalid="ignore", over="ignore"):
-                    ok = ok and not any((t + d[lo:hi] > end_limit).any() for d in durs)
-        out.append(ok)
-    return out
+    durs = {c: _floats(whole[c]) for c in check.durs if c in cols}
+    step = _floats(whole["step"]) if check.step and "step" in cols else None
+    return [hi <= lo or _unchanged(table, check, None if start is None else start[lo:hi],
+                                   {c: d[lo:hi] for c, d in durs.items()}, None if step is None else step[lo:hi])
+            for lo, hi in spans]  # fmt: skip
+
+
+def _unchanged(table: str, check: Check, start: np.ndarray | None, durs: dict[str, np.ndarray],
+               step: np.ndarray | None) -> bool:
+    """Whether :func:`screen` judges one file's rows (its arrays) all fine: nothing left out, nulled or counted."""
+    repair = Repair()
+    try:
+        if start is not None and not _judge_starts(table, check, start, repair).all():
+            return False
+    except StoppedClock:
+        return False
+    if any(bad.any() for bad in _judge_durs(table, check, durs, start, repair).values()):
+        return False
+    return not repair and not (step is not None and (step < 0).any())
 
 
 def _floats(s: pd.Series) -> np.ndarray:
@@ -190,30 +180,28 @@ def _count(repair: Repair, table: str, col: str, problem: str, mask: np.ndarray)
 def _judge_starts(table: str, check: Check, t: np.ndarray, repair: Repair) -> np.ndarray:
     """Which rows' starts are the capture's (a null start counts against required tables only)."""
     assert check.start is not None
-    if np.isfinite(t).all() and not (t < 0).any():  # (the usual file: every start a time; no count to make)
-        if check.window and len(t):
-            _stopped(table, t)
-            lo, hi = window(t)
-            ok = (t >= lo) & (t <= hi)
-            _count(repair, table, check.start, "far outside the capture's window", ~ok)
-            return ok
-        return np.ones(len(t), dtype=bool)
-    null = np.isnan(t)
-    bad_null = null if check.required else np.zeros(len(t), dtype=bool)
-    _count(repair, table, check.start, "missing", bad_null)
-    present = ~null
-    infinite = present & ~np.isfinite(t)
-    negative = present & np.isfinite(t) & (t < 0)
-    _count(repair, table, check.start, "not finite", infinite)
-    _count(repair, table, check.start, "before the clock's zero", negative)
-    ok = present & ~infinite & ~negative
+    null = None  # the null starts, where a start is not a time at all
+    if np.isfinite(t).all() and not (t < 0).any():  # (the usual file: every start a time, nothing to count)
+        ok = np.ones(len(t), dtype=bool)
+    else:
+        null = np.isnan(t)
+        bad_null = null if check.required else np.zeros(len(t), dtype=bool)
+        _count(repair, table, check.start, "missing", bad_null)
+        present = ~null
+        infinite = present & ~np.isfinite(t)
+        negative = present & np.isfinite(t) & (t < 0)
+        _count(repair, table, check.start, "not finite", infinite)
+        _count(repair, table, check.start, "before the clock's zero", negative)
+        ok = present & ~infinite & ~negative
+        null &= ~bad_null  # (kept: a figure the file lacks)
     if check.window and ok.any():
-        _stopped(table, t[ok])
-        lo, hi = window(t[ok])
+        timed = t if null is None else t[ok]
+        _stopped(table, timed)
+        lo, hi = window(timed)
         outside = ok & ((t < lo) | (t > hi))
         _count(repair, table, check.start, "far outside the capture's window", outside)
         ok &= ~outside
-    return ok | (null & ~bad_null)
+    return ok if null is None else ok | null
 
 
 def window(starts: np.ndarray) -> tuple[float, float]:
@@ -232,41 +220,33 @@ def _stopped(table: str, starts: np.ndarray) -> None:
 
 
 def _judge_durs(
-    table: str, check: Check, df: pd.DataFrame, start: np.ndarray | None, repair: Repair
+    table: str, check: Check, durs: dict[str, np.ndarray], start: np.ndarray | None, repair: Repair
 ) -> dict[str, np.ndarray]:
-    """Per duration column, the values that are impossible: not finite, negative, or ending more than
-    MARGIN_US past the file's last start (``start``: the rows' starts, None without a start column;
-    a null is counted where the table requires the value)."""
+    """Per duration column (``durs``: its values as floats, null NaN), the values that are impossible: not finite,
+    negative, or ending more than MARGIN_US past the file's last start (``start``: the rows' starts, None without a
+    start column; a null is counted where the table requires the value)."""
     end_limit = np.inf
     if check.window and start is not None and np.isfinite(start).any():
         end_limit = float(np.nanmax(start)) + MARGIN_US
     out: dict[str, np.ndarray] = {}
-    for col in check.durs:
-        if col not in df.columns:
-            continue
-        d = _floats(df[col])
+    for col, d in durs.items():
         if np.isfinite(d).all() and not (d < 0).any():  # (the usual file: only a late end can be wrong)
-            if start is not None and np.isfinite(end_limit):
-                with np.errstate(invalid="ignore", over="ignore"):
-                    late = start + d > end_limit
-                _count(repair, table, col, "runs past the capture's end", late)
-                out[col] = late
-            else:
-                out[col] = np.zeros(len(d), dtype=bool)
-            continue
-        null = np.isnan(d)
-        if check.required:
-            _count(repair, table, col, "missing", null)
-        infinite = ~null & ~np.isfinite(d)
-        negative = ~null & np.isfinite(d) & (d < 0)
-        _count(repair, table, col, "not finite", infinite)
-        _count(repair, table, col, "negative", negative)
-        late = np.zeros(len(d), dtype=bool)
+            bad = np.zeros(len(d), dtype=bool)
+        else:
+            null = np.isnan(d)
+            if check.required:
+                _count(repair, table, col, "missing", null)
+            infinite = ~null & ~np.isfinite(d)
+            negative = ~null & np.isfinite(d) & (d < 0)
+            _count(repair, table, col, "not finite", infinite)
+            _count(repair, table, col, "negative", negative)
+            bad = infinite | negative
         if start is not None and np.isfinite(end_limit):
             with np.errstate(invalid="ignore", over="ignore"):
                 late = np.isfinite(d) & (d >= 0) & (start + d > end_limit)
-        _count(repair, table, col, "runs past the capture's end", late)
-        out[col] = infinite | negative | late
+            _count(repair, table, col, "runs past the capture's end", late)
+            bad = bad | late
+        out[col] = bad
     return out
 
 
