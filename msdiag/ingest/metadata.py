@@ -321,12 +321,11 @@ def read_profiler_metadata(path: Path) -> dict[str, Any]:
             raise ParseError(path, f"parallel_group_info['{gid}'] should be a JSON object, found {_type_name(g)}")
         ranks = g.get("global_ranks")
         if ranks is not None:
-            # a list of plain ints as it is (a world group lists every rank: thousands at scale), else each taken
-            # as _opt_int takes it
-            numbers = list(ranks) if isinstance(ranks, list) and all(type(r) is int for r in ranks) else None
-            if numbers is None:
-                numbers = [_opt_int(r) for r in ranks] if isinstance(ranks, list) else [None]
-            if any(r is None for r in numbers):
+            # a list of plain ints taken as it is (a world group lists every rank: thousands at scale), else each
+            # entry as _opt_int takes it
+            numbers = (list(ranks) if all(type(r) is int for r in ranks) else [_opt_int(r) for r in ranks]) \
+                if isinstance(ranks, list) else None
+            if numbers is None or any(r is None for r in numbers):
                 raise ParseError(path, f"parallel_group_info['{gid}'].global_ranks should be a list of rank numbers")
         groups.append(
             {
