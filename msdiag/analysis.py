@@ -18,7 +18,7 @@ from msdiag.ingest.loader import Tiered, describe, load
 from msdiag.ingest.paths import within
 from msdiag.metrics.breakdown import step_breakdown
 from msdiag.metrics.registry import Context, Value, compute_all, declared_params, rank_rows
-from msdiag.model import STEPS, Capture, RankData
+from msdiag.model import STEPS, Capture, RankData, entry, frame_of
 from msdiag.options import Options
 from msdiag.rules.advice import for_framework
 from msdiag.rules.engine import SEVERITY_RANK, evaluate, finding, verdict
@@ -121,8 +121,8 @@ def _joined(cap: Capture, name: str, frames: list[pd.DataFrame]) -> pd.DataFrame
     """``pd.concat(frames, ignore_index=True)``: the capture's table ``name`` itself when ``frames`` are every rank's
     frame of it (Capture.table, kept or joined: a frame of hundreds of ranks' rows concatenated once, not at every
     call). Callers must not modify it."""
-    holders = [rd.tables[name] for rd in cap.ranks if name in rd.tables and len(rd.tables[name])]
-    if len(holders) > 1 and len(holders) == len(frames) and all(a is b for a, b in zip(holders, frames)):
+    holders = [x for rd in cap.ranks if name in rd.tables and len(x := entry(rd.tables, name))]
+    if len(holders) > 1 and len(holders) == len(frames) and all(frame_of(a) is b for a, b in zip(holders, frames)):
         return cap.table(name)
     return pd.concat(frames, ignore_index=True)
 

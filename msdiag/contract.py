@@ -18,7 +18,7 @@ from msdiag import __version__
 from msdiag.analysis import Analysis, finite_or_none
 from msdiag.metrics import kernel_types as ktypes
 from msdiag.metrics.registry import all_metrics
-from msdiag.model import SCHEMA_VERSION
+from msdiag.model import SCHEMA_VERSION, entry
 
 STEP_COLUMNS = [
     "rank", "step", "total_us", "computing_us", "communication_us", "communication_exposed_us",
@@ -44,7 +44,7 @@ def _top_kernels_per_rank(a: Analysis, n: int = TOP_KERNELS) -> list[list[dict[s
     type): each group counts, sums and averages the same rows in the same order as a grouping of the rank's own
     kernels would."""
     out: list[list[dict[str, Any]]] = [[] for _ in a.capture.ranks]
-    lengths = [(i, len(rd.tables["kernels"])) for i, rd in enumerate(a.capture.ranks) if "kernels" in rd.tables]
+    lengths = [(i, len(entry(rd.tables, "kernels"))) for i, rd in enumerate(a.capture.ranks) if "kernels" in rd.tables]
     lengths = [(i, m) for i, m in lengths if m]
     if not lengths:
         return out

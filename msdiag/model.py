@@ -692,6 +692,97 @@ class RankInfo:
 _RANK_INFO_FIELDS = tuple(f.name for f in dataclasses.fields(RankInfo))
 
 
+class Rows:
+    """Rows ``lo`` to ``hi`` of ``whole``: a rank's frame of a table held as one frame of several ranks' rows (a pool
+    task's, a joined table), cut when it is first read (:class:`Frames`). Cutting a row slice costs pandas ~50-100 us a
+    table; at 512 ranks of ~20 tables each, twice over (a task's tables unpacked, then joined), a second of the parent's
+    time, while the analysis reads few ranks' frames one by one (it reads the joined tables)."""
+
+    __slots__ = ("whole", "lo", "hi", "_frame")
+
+    def __init__(self, whole: pd.DataFrame, lo: int, hi: int) -> None:
+        self.whole, self.lo, self.hi = whole, lo, hi
+        self._frame: pd.DataFrame | None = None
+
+    def __len__(self) -> int:
+        return self.hi - self.lo
+
+    def frame(self) -> pd.DataFrame:
+        """The rows as a frame of their own (a view of ``whole``, the index 0..n-1), cut once."""
+        if self._frame is None:
+            part = self.whole.iloc[self.lo : self.hi]
+            part.index = pd.RangeIndex(self.hi - self.lo)
+            self._frame = part
+        return self._frame
+
+
+def rows_of(whole: pd.DataFrame, counts: Iterable[int]) -> list[Rows]:
+    """:func:`row_slices`' cut of ``whole``, each part a :class:`Rows` cut only when read."""
+    out, lo = [], 0
+    for n in counts:
+        out.append(Rows(whole, lo, lo + n))
+        lo += n
+    return out
+
+
+class Frames(dict):  # type: ignore[type-arg]  # str -> pd.DataFrame, as read
+    """A rank's tables (``RankData.tables``): name -> frame, where a frame may be held as :class:`Rows` of a larger
+    frame until it is read. Reading an entry (``[]``, ``get``, ``items``, ``values``, ``pop``, iteration's
+    look-ups, ``dict(frames)``) gives the frame; :func:`entry` gives what is held (how the join and
+    ``Capture.table`` know a rank's frame is a slice of a table already whole, without cutting it)."""
+
+    def __getitem__(self, name: str) -> pd.DataFrame:
+        v = dict.__getitem__(self, name)
+        return v.frame() if isinstance(v, Rows) else v
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self[name] if name in self else default
+
+    def __iter__(self) -> Iterator[str]:  # defined: dict(frames) and {**frames} then read through __getitem__
+        return dict.__iter__(self)
+
+    def items(self) -> list[tuple[str, pd.DataFrame]]:  # type: ignore[override]
+        return [(n, self[n]) for n in self]
+
+    def values(self) -> list[pd.DataFrame]:  # type: ignore[override]
+        return [self[n] for n in self]
+
+    def pop(self, name: str, *default: Any) -> Any:
+        if name not in self and default:
+            return default[0]
+        v = self[name]
+        dict.pop(self, name)
+        return v
+
+    def setdefault(self, name: str, default: Any = None) -> Any:
+        if name not in self:
+            self[name] = default
+        return self[name]
+
+    def copy(self) -> Frames:
+        return Frames((n, dict.__getitem__(self, n)) for n in self)
+
+    def __reduce__(self) -> tuple[Any, ...]:  # pickled as the frames
+        return (Frames, (dict(self.items()),))
+
+
+def entry(tables: dict[str, pd.DataFrame], name: str) -> pd.DataFrame | Rows:
+    """What ``tables`` holds for ``name``: the frame, or the :class:`Rows` it is cut from when read (Frames)."""
+    return dict.__getitem__(tables, name)  # type: ignore[no-any-return]
+
+
+def frame_of(x: pd.DataFrame | Rows) -> pd.DataFrame:
+    """The frame of an :func:`entry`."""
+    return x.frame() if isinstance(x, Rows) else x
+
+
+def hold(rd: RankData, name: str, x: pd.DataFrame | Rows) -> None:
+    """``x`` (a frame, or Rows of one) held as ``rd``'s table ``name``, its tables made a :class:`Frames` first."""
+    if not isinstance(rd.tables, Frames):
+        rd.tables = Frames(rd.tables)
+    dict.__setitem__(rd.tables, name, x)
+
+
 @dataclass
 class RankData:
     """Everything read from one rank's capture folder."""
@@ -822,14 +913,14 @@ def _cut_whole(frames: list[pd.DataFrame], wholes: list[pd.DataFrame], where: di
     return whole
 
 
-def _runs(name: str, frames: list[pd.DataFrame], cut: list[tuple[str, Any, list[Any]]],
-          where: dict[int, tuple[int, int, int]]) -> tuple[Any, list[tuple[pd.DataFrame, pd.DataFrame]]]:
-    """``frames`` (the ranks' frames of table ``name``) as pieces to concatenate (Capture.join_tables):
+def _runs(name: str, frames: list[pd.DataFrame | Rows], cut: list[tuple[str, Any, list[Any]]],
+          where: dict[int, tuple[int, int, int]]) -> tuple[Any, list[tuple[pd.DataFrame | Rows, pd.DataFrame | Rows]]]:
+    """``frames`` (the ranks' frames of table ``name``, as held: :func:`entry`) as pieces to concatenate (Capture.join_tables):
     each run of consecutive slices of one frame of ``cut`` (``where``: id of a slice -> (entry, first
     row, end row); ``cut`` holds the slices, so an id there is that slice's) becomes one row slice of
     that frame, any other frame stays itself. Returns (the frame of ``cut`` when ``frames`` are all its
     slices in order, else None; [(piece, the first rank's frame in it), ...])."""
-    pieces: list[tuple[pd.DataFrame, pd.DataFrame]] = []
+    pieces: list[tuple[pd.DataFrame | Rows, pd.DataFrame | Rows]] = []
     run: list[Any] | None = None  # [entry, first row, end row, first frame]
     for f in frames:
         got = where.get(id(f))
@@ -873,16 +964,16 @@ class Capture:
         for the same table many times; with a thousand ranks, concatenating each time dominates).
         Callers must not modify the frame returned (it may be a rank's own table).
         """
-        parts = [r.tables[name] for r in self.ranks if name in r.tables and len(r.tables[name])]
+        parts = [x for r in self.ranks if name in r.tables and len(x := entry(r.tables, name))]
         if not parts:
             return TABLES[name].empty()
         if len(parts) == 1:
-            return parts[0]
+            return frame_of(parts[0])
         ident = tuple(id(p) for p in parts)
         kept = self._tables.get(name)
         if kept is not None and kept[0] == ident:
             return kept[1]
-        whole = pd.concat(parts, ignore_index=True)
+        whole = pd.concat([frame_of(p) for p in parts], ignore_index=True)
         self._tables[name] = (ident, whole, parts)  # parts held: their ids stay theirs
         return whole
 
@@ -904,20 +995,21 @@ class Capture:
         among other frames (ranks read again deep, or parsed) is concatenated as one piece."""
         where = slice_positions((k, parts) for k, (_, whole, parts) in enumerate(cut or ()) if not whole.attrs)
         for name in dict.fromkeys(n for r in self.ranks for n in r.tables):
-            holders = [r for r in self.ranks if name in r.tables and len(r.tables[name])]
+            holders = [r for r in self.ranks if name in r.tables and len(entry(r.tables, name))]
             if len(holders) < 2:
                 continue
-            frames = [r.tables[name] for r in holders]
+            frames = [entry(r.tables, name) for r in holders]
             whole, pieces = _runs(name, frames, cut or [], where)
             if whole is not None:  # the ranks' frames are the slices of one frame, all of it in order
                 self._tables[name] = (tuple(id(p) for p in frames), whole, frames)
                 continue
-            if not joinable([first for _, first in pieces]):  # a run's frames: its frame's columns and dtypes
+            # a run's frames: its frame's columns and dtypes (Rows: its whole's, index and attrs as the cut's)
+            if not joinable([f.whole if isinstance(f, Rows) else f for _, f in pieces]):
                 continue
-            whole = pd.concat([f for f, _ in pieces], ignore_index=True)
-            parts = row_slices(whole, [len(r.tables[name]) for r in holders])
+            whole = pd.concat([frame_of(f) for f, _ in pieces], ignore_index=True)
+            parts = rows_of(whole, [len(f) for f in frames])
             for r, part in zip(holders, parts):
-                r.tables[name] = part  # the rank's own frame is freed
+                hold(r, name, part)  # the rank's own frame is freed
             self._tables[name] = (tuple(id(p) for p in parts), whole, parts)
 
     def joined(self) -> list[tuple[str, Any, list[Any]]]:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import pickle
 import numpy as np
 import pandas as pd
 import pandas.testing as pdt
 
-from msdiag.model import Capture, RankData
+from msdiag.model import Capture, Frames, RankData, Rows, entry, rows_of
 
 
 def _kernels(rank: int, starts: list[float], names: list[str | None]) -> pd.DataFrame:
@@ -106,3 +107,54 @@ def test_a_replaced_rank_among_slices_is_concatenated_anew() -> None:
     cap = Capture(path="/job", ranks=ranks)
     cap.join_tables([("kernels", whole, parts)])
     assert cap.ranks[1].tables["kernels"] is odd and cap.ranks[0].tables["kernels"] is parts[0]
+
+
+def test_joined_ranks_hold_rows_cut_only_when_read() -> None:
+    # model.Rows / Frames: the join gives each rank its rows of the whole without cutting a frame; the capture's table
+    # is the whole, and a rank's frame is cut once, when read, equal to its frame before the join
+    cap, frames = _capture()
+    cap.join_tables()
+    held = [entry(r.tables, "kernels") for r in cap.ranks]
+    assert all(isinstance(x, Rows) and x._frame is None for x in held)
+    assert [len(x) for x in held] == [2, 1, 3]  # the row counts without a cut
+    whole = cap.table("kernels")
+    assert all(x.whole is whole and x._frame is None for x in held)  # Capture.table cuts nothing
+    got = cap.ranks[2].tables["kernels"]
+    pdt.assert_frame_equal(got, frames[2], check_exact=True)
+    assert cap.ranks[2].tables["kernels"] is got and held[2]._frame is got  # cut once
+    assert np.shares_memory(got["start_us"].to_numpy(), whole["start_us"].to_numpy())  # a view of the whole
+    assert cap.table("kernels") is whole  # reading a rank's frame does not make the capture concatenate again
+
+
+def test_frames_read_as_a_dict_of_frames() -> None:
+    # every way of reading a Frames gives the frames, never the Rows they are held as
+    whole = pd.concat([_kernels(0, [1.0, 2.0], ["a", "b"]), _kernels(1, [3.0], ["c"])], ignore_index=True)
+    own = _kernels(7, [5.0], ["x"])
+
+    def fresh() -> Frames:
+        a, b = rows_of(whole, [2, 1])
+        return Frames([("kernels", b), ("other", own), ("first", a)])
+
+    want = {"kernels": whole.iloc[2:3].reset_index(drop=True), "other": own, "first": whole.iloc[0:2].reset_index(drop=True)}
+
+    def same(got: object) -> None:
+        assert isinstance(got, dict) and list(got) == list(want)
+        for n, df in want.items():
+            pdt.assert_frame_equal(got[n], df, check_exact=True)
+
+    f = fresh()
+    same(f)
+    same(dict(f))
+    same({**f})
+    same(dict(f.items()))
+    same(dict(zip(f, f.values())))
+    same(f.copy())
+    same(pickle.loads(pickle.dumps(f)))
+    assert f.get("other") is own and f.get("none") is None and f.get("none", 3) == 3
+    assert f.setdefault("other") is own
+    f = fresh()
+    pdt.assert_frame_equal(f.pop("first"), want["first"], check_exact=True)
+    assert list(f) == ["kernels", "other"] and f.pop("first", None) is None
+    f = fresh()
+    f["kernels"] = own  # a frame set as usual replaces the Rows
+    assert entry(f, "kernels") is own and f["kernels"] is own

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -136,3 +137,31 @@ def test_meanwhile_runs_once_here_while_the_workers_read(tmp_path: Path) -> None
     with parallel.meanwhile(note):  # no pool (one job): not run, and gone after the block
         parallel.read_ranks(dirs, _small, jobs=1)
     assert len(ran) == 1 and parallel._MEANWHILE == []
+
+
+def _marked(d: RankDir) -> RankData:
+    """A rank whose read leaves a mark beside its folder (that it was read, whoever waits)."""
+    (d.path.parent / f"read{d.rank}").touch()
+    return _small(d)
+
+
+def test_a_few_tasks_are_handed_out_whole_while_this_process_works_meanwhile(tmp_path: Path) -> None:
+    # a read of at most WHOLE_READ_TASKS tasks per worker with meanwhile work pending (a deep pass while the first
+    # pass is joined): every task is given to the workers before that work begins, so they read on meanwhile. The
+    # meanwhile function waits for every rank's mark: with only IN_FLIGHT tasks a worker given, the others would be
+    # handed out after it returns and the wait would end with none of their marks
+    n = parallel.WHOLE_READ_TASKS * 2
+    assert n > parallel.IN_FLIGHT * 2
+    dirs = _dirs(tmp_path, n)
+    seen: list[int] = []
+
+    def wait_for_marks() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(list(tmp_path.glob("read*"))) < n:
+            time.sleep(0.01)
+        seen.append(len(list(tmp_path.glob("read*"))))
+
+    with parallel.meanwhile(wait_for_marks), parallel.Workers() as w:
+        ranks, _ = parallel.read_ranks(dirs, _marked, jobs=2, workers=w)
+    assert seen == [n] and [r.rank for r in ranks] == list(range(n))
+    # without meanwhile work, at most IN_FLIGHT tasks a worker (a worker that grew is then not given more: above)

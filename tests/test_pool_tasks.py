@@ -22,7 +22,7 @@ from msdiag.contract import build
 from msdiag.errors import InputError
 from msdiag.ingest import discover, loader, parallel
 from msdiag.ingest.discover import RankDir
-from msdiag.model import Capture, RankData
+from msdiag.model import Capture, RankData, Rows, entry
 from msdiag.options import Options
 
 pytestmark = pytest.mark.skipif(parallel._pool_context() is None, reason="pool tasks are measured on fork platforms")
@@ -53,10 +53,12 @@ def test_packed_ranks_come_back_as_they_were(corpus: Path, capture: str) -> None
         # the concatenation of the ranks' frames in order, and each rank's frame a view of it
         holders = [r for r in want if name in r.tables]
         pd.testing.assert_frame_equal(whole, pd.concat([r.tables[name] for r in holders], ignore_index=True), check_exact=True)
-        assert [id(p) for p in parts] == [id(r.tables[name]) for r in got if name in r.tables]
+        # each rank holds its part as model.Rows of the whole, cut into a frame (a view of it) when read
+        assert [id(p) for p in parts] == [id(entry(r.tables, name)) for r in got if name in r.tables]
+        assert all(isinstance(p, Rows) and p.whole is whole for p in parts)
         numeric = [c for c in whole.columns if whole[c].dtype == np.float64]
         if numeric and len(parts[-1]):
-            assert np.shares_memory(parts[-1][numeric[0]].to_numpy(), whole[numeric[0]].to_numpy())
+            assert np.shares_memory(parts[-1].frame()[numeric[0]].to_numpy(), whole[numeric[0]].to_numpy())
 
 
 def test_a_table_whose_frames_differ_travels_as_it_was(corpus: Path) -> None:

@@ -24,7 +24,7 @@ from msdiag.ingest.engine import RankDir, read_rank, skips_when_shallow
 from msdiag.ingest.engine import prefetch as engine_prefetch
 from msdiag.ingest.formats import BY_NAME
 from msdiag.ingest.paths import within
-from msdiag.model import FAILED, SKIPPED, Capture, RankData
+from msdiag.model import FAILED, SKIPPED, Capture, RankData, entry, hold
 
 
 @contextlib.contextmanager
@@ -226,7 +226,7 @@ def _share_alike(again: RankData, first: RankData) -> None:
     for name, df in again.tables.items():
         had = first.tables.get(name)
         if had is not None and had is not df and _alike(df, had):
-            again.tables[name] = had
+            hold(again, name, entry(first.tables, name))  # as first holds it (model.Rows of the joined table)
 
 
 def _alike(a: pd.DataFrame, b: pd.DataFrame) -> bool:

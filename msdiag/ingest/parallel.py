@@ -10,7 +10,8 @@ what the analysis needs, not with the traces' size.
   are current; only the others are parsed. Pool workers write their entries themselves; entries
   of ranks parsed on Dask workers are written by the parent, which owns the cache folder.
 - Local pool (:class:`Workers`): ``jobs`` worker processes (default: the CPUs); at most two tasks per
-  worker are in flight, so results do not pile up unread. The pool is replaced when a worker's peak
+  worker are in flight, so results do not pile up unread (a deep pass of a few tasks, while this process
+  joins the first pass, is handed out whole). The pool is replaced when a worker's peak
   memory grew by more than ``WORKER_GROWTH_KB`` since it started, so a worker that parsed a huge trace
   does not keep its memory for the rest of the run; otherwise it reads every rank, and the caller may
   keep it for another call (a tiered load's deep pass). One rank, or ``jobs=1``: read in this process.
@@ -42,7 +43,7 @@ from msdiag.forking import frozen, release_freed
 from msdiag.forking import peak_kb as _peak_kb  # (a module name here: the tests replace it)
 from msdiag.ingest.cache import CacheStats, RankCache
 from msdiag.ingest.discover import RankDir
-from msdiag.model import SCHEMA_VERSION, RankData, concat_alike, row_slices
+from msdiag.model import SCHEMA_VERSION, Frames, RankData, concat_alike, rows_of
 
 LoadRank = Callable[[RankDir], RankData]
 Reduce = Callable[[RankData], RankData]
@@ -57,6 +58,12 @@ WORKER_GROWTH_KB = 256 * 1024
 TASKS_PER_WORKER = 16
 #: Tasks in flight per worker.
 IN_FLIGHT = 2
+#: A read of at most this many tasks per worker with ``meanwhile`` work pending is handed out whole (a tiered
+#: load's second pass: a handful of ranks, a task each, while this process joins the first pass' ranks), so that
+#: the workers read on instead of waiting for that work to end to get their next task (512 bench ranks: they
+#: idled ~0.4 s of the deep pass with two tasks each in flight). Such a pool is not replaced for a worker's growth
+#: before its last task (each worker's heap is reused from rank to rank; the pool ends with the read).
+WHOLE_READ_TASKS = 2 * IN_FLIGHT
 #: Ranks per pool task, at most: a task reads its ranks one by one and sends them back with each table's frames
 #: concatenated (``Packed``), so the parent unpickles and joins a frame per task and table, not one per rank.
 #: 512 bench ranks cold, three alternated runs: 8.15-9.67 s with 16, 7.79-9.10 s with 32 (each kind of file read
@@ -360,19 +367,20 @@ def pack(ranks: list[RankData], wholes: dict[str, pd.DataFrame] | None = None) -
 
 
 def unpack(p: Packed) -> tuple[list[RankData], list[tuple[str, Any, list[Any]]]]:
-    """The ranks of ``p``, each frame of a concatenated table a row slice of it (a view, the index 0..n-1), and
-    those tables as ``Capture.join_tables`` takes them: (name, the concatenation, each rank's slice in order)."""
-    sliced: list[dict[str, pd.DataFrame]] = [{} for _ in p.ranks]
+    """The ranks of ``p``, each frame of a concatenated table a row slice of it (a view, the index 0..n-1; held as
+    ``model.Rows``, cut when read), and those tables as ``Capture.join_tables`` takes them: (name, the
+    concatenation, each rank's Rows in order)."""
+    sliced: list[dict[str, Any]] = [{} for _ in p.ranks]
     cut: list[tuple[str, Any, list[Any]]] = []
     for name, whole in p.wholes.items():
         holders = [k for k, rows in enumerate(p.rows) if name in rows]
-        parts = row_slices(whole, [p.rows[k][name] for k in holders])
+        parts = rows_of(whole, [p.rows[k][name] for k in holders])  # cut when read (model.Frames)
         for k, part in zip(holders, parts):
             sliced[k][name] = part
         cut.append((name, whole, parts))
     for r, own, order in zip(p.ranks, sliced, p.order):
         own.update(r.tables)
-        r.tables = {n: own[n] for n in order}
+        r.tables = Frames((n, own[n]) for n in order)
     return p.ranks, cut
 
 
@@ -453,6 +461,7 @@ class Workers:
     def read(self, workers: int, b: Batch) -> None:
         """Read the ranks of ``b`` on at most ``workers`` workers."""
         queue = deque(task_cuts(b.todo, workers))
+        whole = bool(_MEANWHILE) and len(queue) <= WHOLE_READ_TASKS * workers
         # a pool kept from an earlier read: its workers' first tasks here give back the pages the earlier ones freed
         # (the parent joins that read's ranks meanwhile: loader._read_tiered)
         trims = IN_FLIGHT * workers if self._pool is not None and self._tasks else 0
@@ -471,7 +480,7 @@ class Workers:
                     # out of the garbage collector then, or a collection in a worker would touch, and so copy,
                     # every page of them (forking.frozen)
                     with frozen() if fresh else contextlib.nullcontext():
-                        while queue and len(pending) < IN_FLIGHT * self._workers and not retire:
+                        while queue and (whole or len(pending) < IN_FLIGHT * self._workers) and not retire:
                             task = queue.popleft()
                             pending[pool.submit(_read_in_worker, [b.dirs[i] for i in task], b.load_rank, b.reduce, b.cache,
                                                 [b.keys[i] for i in task], b.prepare, self._spool, trims > 0)] = task
