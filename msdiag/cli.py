@@ -28,12 +28,27 @@ EXIT_ERROR = 2
 EXIT_INTERNAL = 3
 _DEBUG = "msdiag_debug"  # ctx.meta key: --debug was given (shared by the group's and the command's contexts)
 
+#: What this process set in its own environment for its own work (each only where the user set nothing): a job
+#: ``msdiag capture`` runs gets the user's environment without them (:func:`_user_environ`).
+_OWN_ENV: dict[str, str] = {}
+
+
+def _own_env(key: str, value: str) -> None:
+    if key not in os.environ:
+        os.environ[key] = _OWN_ENV[key] = value
+
+
+def _user_environ() -> dict[str, str]:
+    """This process' environment less what msdiag set in it for itself (:data:`_OWN_ENV`)."""
+    return {k: v for k, v in os.environ.items() if not (k in _OWN_ENV and v == _OWN_ENV[k])}
+
+
 # The command's Arrow-backed string columns (pandas' "string") are allocated through the C library's
 # malloc rather than pyarrow's default mimalloc pool, which hands freed pages back to the kernel and
 # faults them in again for every large column: on a 200 MB trace that was about three times the
 # system CPU time of the whole command. Read when pyarrow first allocates (pandas is imported later,
 # by the commands); a value the user set is kept.
-os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
+_own_env("ARROW_DEFAULT_MEMORY_POOL", "system")
 
 
 def _parse_set(values: tuple[str, ...]) -> dict[str, str]:
@@ -534,6 +549,7 @@ def capture(
                 wait_for_steps=wait_for_steps, profile_memory=not no_memory, minddata=not no_minddata,
                 minddata_interval_ms=minddata_interval,
             ),
+            env=_user_environ(),  # not the settings msdiag made for itself (ARROW_DEFAULT_MEMORY_POOL)
         )
     except MsdiagError as e:
         _fail(e, debug)

@@ -276,6 +276,22 @@ def test_a_job_that_never_imports_mindspore_leaves_no_capture_folder(tmp_path: P
 
 
 @pytest.mark.slow
+def test_the_job_gets_the_users_environment_not_what_msdiag_set_for_itself(tmp_path: Path) -> None:
+    # msdiag.cli sets ARROW_DEFAULT_MEMORY_POOL for its own pandas work where the user set none: the job must not
+    # inherit it (runner.py: the only changes to the job's environment are the capture's own); a value the user
+    # set reaches the job as it was
+    code = "import os; print('pool', os.environ.get('ARROW_DEFAULT_MEMORY_POOL'))"
+    env = _fake_mindspore(tmp_path)
+    env.pop("ARROW_DEFAULT_MEMORY_POOL", None)
+    r = _msdiag(["capture", "--", sys.executable, "-c", code], tmp_path, env=env)
+    assert r.returncode == 0, r.stderr
+    assert "pool None" in r.stdout.splitlines()
+    r = _msdiag(["capture", "--", sys.executable, "-c", code], tmp_path, env=dict(env, ARROW_DEFAULT_MEMORY_POOL="jemalloc"))
+    assert r.returncode == 0, r.stderr
+    assert "pool jemalloc" in r.stdout.splitlines()
+
+
+@pytest.mark.slow
 def test_a_job_killed_by_a_signal_says_it_as_the_exit_code_does(tmp_path: Path) -> None:
     job = [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"]
     r = _msdiag(["capture", "--out", "cap", "--", *job], tmp_path, env=_fake_mindspore(tmp_path))

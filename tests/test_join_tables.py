@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+
 import numpy as np
 import pandas as pd
 import pandas.testing as pdt

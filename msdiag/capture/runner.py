@@ -101,10 +101,12 @@ def child_env(opts: CaptureOptions, boot: Path, base: dict[str, str] | None = No
     return env, notes
 
 
-def run_capture(command: list[str], opts: CaptureOptions, log: Callable[[str], None] | None = None) -> CaptureResult:
+def run_capture(command: list[str], opts: CaptureOptions, log: Callable[[str], None] | None = None,
+                env: dict[str, str] | None = None) -> CaptureResult:
     """Run ``command`` under the capture and return what was captured (raises InputError before the
     job starts, having created nothing, when it cannot run: command not found, MindSpore missing,
-    --out already used)."""
+    --out already used). ``env``: the environment the job starts from (this process' by default; the CLI's is
+    the user's, without what msdiag set for itself)."""
     say = log or (lambda msg: print(f"msdiag: {one_line(msg)}", file=sys.stderr, flush=True))
     if not command:
         raise InputError("COMMAND", "no command given: msdiag capture [options] -- python train.py ...")
@@ -113,7 +115,7 @@ def run_capture(command: list[str], opts: CaptureOptions, log: Callable[[str], N
     boot = _bootstrap_dir()
     created: Path | None = None
     try:
-        env, notes = child_env(opts, boot)
+        env, notes = child_env(opts, boot, env)
         python, ms_version = check_mindspore(command, env)
         created = make_out(out)
         say(
