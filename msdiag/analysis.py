@@ -18,7 +18,7 @@ from msdiag.ingest.loader import Tiered, describe, load
 from msdiag.ingest.paths import within
 from msdiag.metrics.breakdown import step_breakdown
 from msdiag.metrics.registry import Context, Value, compute_all, declared_params, rank_rows
-from msdiag.model import STEPS, Capture, RankData, entry, frame_of
+from msdiag.model import STEPS, Capture, RankData, Rows, entry, frame_of
 from msdiag.options import Options
 from msdiag.rules.advice import for_framework
 from msdiag.rules.engine import SEVERITY_RANK, evaluate, finding, verdict
@@ -70,15 +70,15 @@ INCOMPLETE_TIMELINE = 0.05
 
 def _steps_for(cap: Capture) -> tuple[pd.DataFrame, pd.DataFrame, list[dict[str, Any]], list[str]]:
     """Steps from each rank's timeline, cross-checked against the profiler's own rows."""
-    ours: list[pd.DataFrame] = []
-    theirs: list[pd.DataFrame] = []
+    # each rank's frames as held (model.entry: a frame, or Rows of a joined one, not cut here: _joined concatenates)
+    ours: list[pd.DataFrame | Rows] = []
+    theirs: list[pd.DataFrame | Rows] = []
     notes: list[str] = []
     per_rank = []
     for rd in cap.ranks:
-        prof = rd.tables.get("profiler_steps")
-        mine = rd.tables.get("steps")  # computed where the rank was read (metrics/reduce.py)
-        if mine is None:
-            mine = step_breakdown(rd)
+        prof = entry(rd.tables, "profiler_steps") if "profiler_steps" in rd.tables else None
+        # computed where the rank was read (metrics/reduce.py)
+        mine = entry(rd.tables, "steps") if "steps" in rd.tables else step_breakdown(rd)
         per_rank.append((rd, mine, prof, prof is not None and len(prof) > 0))
     # one comparison over every rank (rows keep the ranks' order): not a merge per rank
     pairs = [(mine, prof) for _, mine, prof, has_prof in per_rank if has_prof and len(mine)]
@@ -117,14 +117,14 @@ def _steps_for(cap: Capture) -> tuple[pd.DataFrame, pd.DataFrame, list[dict[str,
     return steps, prof_all, checks, notes
 
 
-def _joined(cap: Capture, name: str, frames: list[pd.DataFrame]) -> pd.DataFrame:
-    """``pd.concat(frames, ignore_index=True)``: the capture's table ``name`` itself when ``frames`` are every rank's
-    frame of it (Capture.table, kept or joined: a frame of hundreds of ranks' rows concatenated once, not at every
-    call). Callers must not modify it."""
+def _joined(cap: Capture, name: str, frames: list[pd.DataFrame | Rows]) -> pd.DataFrame:
+    """``pd.concat(frames, ignore_index=True)`` (``frames``: as ranks hold them, model.entry): the capture's table
+    ``name`` itself when ``frames`` are every rank's frame of it (Capture.table, kept or joined: a frame of hundreds of
+    ranks' rows concatenated once, not at every call). Callers must not modify it."""
     holders = [x for rd in cap.ranks if name in rd.tables and len(x := entry(rd.tables, name))]
-    if len(holders) > 1 and len(holders) == len(frames) and all(frame_of(a) is b for a, b in zip(holders, frames)):
+    if len(holders) > 1 and len(holders) == len(frames) and all(a is b for a, b in zip(holders, frames)):
         return cap.table(name)
-    return pd.concat(frames, ignore_index=True)
+    return pd.concat([frame_of(f) for f in frames], ignore_index=True)
 
 
 def _mark_warmup(steps: pd.DataFrame) -> list[str]:

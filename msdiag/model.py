@@ -907,10 +907,38 @@ def _cut_whole(frames: list[pd.DataFrame], wholes: list[pd.DataFrame], where: di
             return None
         end = at[2]
     whole = wholes[k]
-    index = whole.index
-    if end != len(whole) or whole.attrs or not (isinstance(index, pd.RangeIndex) and index.start == 0 and index.step == 1):
+    if end != len(whole) or not _plain(whole):
         return None
     return whole
+
+
+def _merged(parts: list[pd.DataFrame | Rows]) -> list[pd.DataFrame]:
+    """``parts`` (entries) as frames to concatenate: each run of Rows of one frame, one after the other, as one row
+    slice of it (the frame itself where the run is all of it), not a frame cut per rank; any other part its frame."""
+    out: list[pd.DataFrame] = []
+    run: list[Any] | None = None  # [whole, first row, end row]
+
+    def flush() -> None:
+        if run is not None:
+            whole, lo, hi = run
+            out.append(whole if lo == 0 and hi == len(whole) else whole.iloc[lo:hi])
+
+    for p in parts:
+        if isinstance(p, Rows) and run is not None and run[0] is p.whole and run[2] == p.lo:
+            run[2] = p.hi
+            continue
+        flush()
+        run = [p.whole, p.lo, p.hi] if isinstance(p, Rows) else None
+        if run is None:
+            out.append(p)
+    flush()
+    return out
+
+
+def _plain(df: pd.DataFrame) -> bool:
+    """Whether ``df`` is as ``pd.concat([df], ignore_index=True)`` would give it: the index 0..n-1, no attrs."""
+    index = df.index
+    return not df.attrs and isinstance(index, pd.RangeIndex) and index.start == 0 and index.step == 1
 
 
 def _runs(name: str, frames: list[pd.DataFrame | Rows], cut: list[tuple[str, Any, list[Any]]],
@@ -973,7 +1001,8 @@ class Capture:
         kept = self._tables.get(name)
         if kept is not None and kept[0] == ident:
             return kept[1]
-        whole = pd.concat([frame_of(p) for p in parts], ignore_index=True)
+        pieces = _merged(parts)
+        whole = pieces[0] if len(pieces) == 1 and _plain(pieces[0]) else pd.concat(pieces, ignore_index=True)
         self._tables[name] = (ident, whole, parts)  # parts held: their ids stay theirs
         return whole
 
