@@ -18,7 +18,7 @@ from msdiag import __version__
 from msdiag.analysis import Analysis, finite_or_none
 from msdiag.metrics import kernel_types as ktypes
 from msdiag.metrics.registry import all_metrics
-from msdiag.model import SCHEMA_VERSION, entry
+from msdiag.model import SCHEMA_VERSION, Rows, entry
 
 STEP_COLUMNS = [
     "rank", "step", "total_us", "computing_us", "communication_us", "communication_exposed_us",
@@ -44,8 +44,7 @@ def _top_kernels_per_rank(a: Analysis, n: int = TOP_KERNELS) -> list[list[dict[s
     type): each group counts, sums and averages the same rows in the same order as a grouping of the rank's own
     kernels would."""
     out: list[list[dict[str, Any]]] = [[] for _ in a.capture.ranks]
-    lengths = [(i, len(entry(rd.tables, "kernels"))) for i, rd in enumerate(a.capture.ranks) if "kernels" in rd.tables]
-    lengths = [(i, m) for i, m in lengths if m]
+    lengths = [(i, m) for i, rd in enumerate(a.capture.ranks) if (m := _rows(rd, "kernels"))]
     if not lengths:
         return out
     k = a.capture.table("kernels")  # those ranks' kernels, one after the other (kept by the capture)
@@ -70,23 +69,31 @@ def _top_kernels_per_rank(a: Analysis, n: int = TOP_KERNELS) -> list[list[dict[s
     return out
 
 
-def _sum(col: pd.Series) -> float:
-    """``float(col.sum())`` of a float column, on its array: pandas' nansum (nulls as 0, then numpy's sum)."""
+def _sum(held: pd.DataFrame | Rows, name: str) -> float:
+    """``float(frame[name].sum())`` of a rank's frame as it is held (``model.entry``: Rows of a joined table are read
+    as the whole's column between their rows, not cut into a frame), a float column on its array: pandas' nansum
+    (nulls as 0, then numpy's sum, over the same values in the same order)."""
+    col, lo, hi = (held.whole[name], held.lo, held.hi) if isinstance(held, Rows) else (held[name], 0, len(held))
     if col.dtype != np.float64:
-        return float(col.sum())
-    x = col.to_numpy()
+        return float(col.iloc[lo:hi].sum())
+    x = col.to_numpy()[lo:hi]
     return float(np.where(np.isnan(x), 0.0, x).sum())
+
+
+def _rows(rd: Any, name: str) -> int:
+    """The rank's rows of table ``name`` (0 without it), not cut from a joined table to be counted."""
+    return len(entry(rd.tables, name)) if name in rd.tables else 0
 
 
 def _comm_summary(rd: Any) -> dict[str, Any] | None:
     """The rank's communication: its own tables (the capture's rows of that rank, in the same order), not the
     capture's filtered once per rank (a thousand ranks: a thousand scans of every rank's rows)."""
-    ops = rd.table("comm_ops")
-    if len(ops):
+    if _rows(rd, "comm_ops"):
+        ops = entry(rd.tables, "comm_ops")
         return {
             "source": "communication analysis",
-            "ops": int(len(ops)),
-            **{f"{c}_us": _sum(ops[f"{c}_us"]) for c in ("elapse", "transit", "wait", "sync", "idle")},
+            "ops": len(ops),
+            **{f"{c}_us": _sum(ops, f"{c}_us") for c in ("elapse", "transit", "wait", "sync", "idle")},
         }
     k = rd.table("kernels")
     k = k.loc[k["kind"] == "communication", ["dur_us"]]
@@ -97,7 +104,6 @@ def _comm_summary(rd: Any) -> dict[str, Any] | None:
 
 def _rank_entry(a: Analysis, rd: Any, steps: int, top: list[dict[str, Any]]) -> dict[str, Any]:
     """One rank's entry; ``steps``: its step rows, ``top``: its top_kernels (both computed for every rank at once)."""
-    k = rd.table("kernels")
     peak = a.metrics["memory_peak_allocated_mb"].per_rank.get(rd.rank) if "memory_peak_allocated_mb" in a.metrics else None
     return {
         "rank": int(rd.rank),
@@ -106,7 +112,7 @@ def _rank_entry(a: Analysis, rd: Any, steps: int, top: list[dict[str, Any]]) -> 
         "rank_from": rd.info.rank_from,
         "steps": steps,
         "steps_from": rd.info.steps_from,
-        "kernels": int(len(k)),
+        "kernels": _rows(rd, "kernels"),
         "kernels_from": rd.info.kernels_from,
         "top_kernels": top,
         "communication": _comm_summary(rd),

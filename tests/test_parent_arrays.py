@@ -20,7 +20,7 @@ from msdiag.ingest.cache import RankCache
 from msdiag.metrics import balance, collectives, device_memory, mfu, steps
 from msdiag.metrics.memory import column_max, framework_column, framework_rows
 from msdiag.metrics.registry import Context
-from msdiag.model import Capture, ParallelGroup, RankData
+from msdiag.model import Capture, Frames, ParallelGroup, RankData, Rows, entry, frame_of, rows_of
 from msdiag.options import Options
 
 REAL = ("level1", "level0", "ascend/torchnpu-2rank-level1-db")
@@ -413,17 +413,45 @@ def test_steps_taken_from_the_joined_table_as_concatenated(job8_analysis: Analys
     from msdiag.analysis import _joined, _steps_for
 
     cap = job8_analysis.capture
+    held = [entry(rd.tables, "steps") for rd in cap.ranks]  # as the ranks hold them (Rows of the joined table)
     frames = [rd.tables["steps"] for rd in cap.ranks]
-    whole = _joined(cap, "steps", frames)
+    whole = _joined(cap, "steps", held)
     assert whole is cap.table("steps")
     pdt.assert_frame_equal(whole, pd.concat(frames, ignore_index=True), check_exact=True)
-    for other in (frames[:5], frames[::-1], [f.copy() for f in frames]):
+    for other in (held[:5], held[::-1], frames, [f.copy() for f in frames]):  # (frames: cut from what is held)
         got = _joined(cap, "steps", other)
         assert got is not cap.table("steps")
-        pdt.assert_frame_equal(got, pd.concat(other, ignore_index=True), check_exact=True)
+        pdt.assert_frame_equal(got, pd.concat([frame_of(x) for x in other], ignore_index=True), check_exact=True)
     before = cap.table("steps").copy()
     steps, prof, _, _ = _steps_for(cap)
     assert steps is not cap.table("steps") and "warmup" in steps.columns
     pdt.assert_frame_equal(cap.table("steps"), before, check_exact=True)  # the capture's table unchanged
     pdt.assert_frame_equal(steps.drop(columns=["warmup"]), job8_analysis.steps.drop(columns=["warmup"]), check_exact=True)
     pdt.assert_frame_equal(prof, pd.concat([rd.tables["profiler_steps"] for rd in cap.ranks], ignore_index=True), check_exact=True)
+
+
+def test_a_ranks_communication_sums_read_from_what_it_holds(job8_analysis: Analysis) -> None:
+    """contract._comm_summary reads a rank's comm_ops as held (model.Rows of the joined table: the whole's column
+    between its rows, no frame cut): each sum is pandas' sum of the rank's own frame, to the bit; the kernel counts
+    (contract._rows) are the frames' lengths."""
+    from msdiag.contract import _comm_summary, _rows
+
+    cap = job8_analysis.capture
+    assert all(isinstance(entry(rd.tables, "comm_ops"), Rows) for rd in cap.ranks)  # joined: held as Rows
+    for rd in cap.ranks:
+        got = _comm_summary(rd)
+        ops = rd.tables["comm_ops"]
+        assert got is not None and got["ops"] == len(ops) > 0
+        for c in ("elapse", "transit", "wait", "sync", "idle"):
+            assert got[f"{c}_us"] == float(ops[f"{c}_us"].sum())
+        assert _rows(rd, "kernels") == len(rd.tables["kernels"]) and _rows(rd, "no such table") == 0
+    # NaN as 0, a signed zero, a float column pandas holds as Float64 (its own sum): held as Rows and as a frame
+    ops = pd.DataFrame({f"{c}_us": [np.nan, -0.0, 1e16, 1.0, -1e16, 3.5] for c in ("elapse", "transit", "wait", "sync")})
+    ops["idle_us"] = pd.array([1.5, None, 2.0, 0.25, None, 4.0], dtype="Float64")
+    for held in (rows_of(ops, [2, 4])[1], ops.iloc[2:6].reset_index(drop=True)):
+        rd = RankData(rank=1, family="ascend_pt", path="/r1", tables=Frames({"comm_ops": held}))
+        got = _comm_summary(rd)
+        mine = ops.iloc[2:6].reset_index(drop=True)
+        assert got is not None and got["ops"] == 4
+        for c in ("elapse", "transit", "wait", "sync", "idle"):
+            assert got[f"{c}_us"] == float(mine[f"{c}_us"].sum())
