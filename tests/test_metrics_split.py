@@ -13,7 +13,7 @@ import pytest
 from msdiag import analysis, forking
 from msdiag.analysis import analyze
 from msdiag.contract import build
-from msdiag.metrics import registry
+from msdiag.metrics import device_memory, registry
 from msdiag.options import Options
 
 
@@ -82,10 +82,19 @@ def test_split_metrics_equal_one_process(job8: Path, monkeypatch: pytest.MonkeyP
         return out
 
     monkeypatch.setattr(analysis, "compute_all", compute_all)
+    composed: list[int] = []  # the memory composition view (registry.WITH_METRICS): computed once, in the child
+    real_rows = device_memory._composition_rows
+
+    def rows(ctx: registry.Context):  # type: ignore[no-untyped-def]
+        composed.append(os.getpid())
+        return real_rows(ctx)
+
+    monkeypatch.setattr(device_memory, "_composition_rows", rows)
     assert build(analyze(job8, Options(jobs=2))) == serial
     assert calls == [] and seen == {}  # called in the child: this process' lists are untouched
     pids = {k: v for k, v in caches[0].items() if k.startswith("test.pid.")}
     assert len(pids) == 3 and all(pid != os.getpid() for pid in pids.values())
+    assert composed == [] and "device_memory.composition_rows" in caches[0]  # came back: not computed here
 
 
 def test_a_failed_child_is_replaced_by_the_parent(job8: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -62,7 +62,7 @@ import pandas as pd
 
 from msdiag.metrics.flops import kernel_flops
 from msdiag.metrics.memory import KB_PER_MB, MB_PER_GB, _capacity, column_max, framework_column, framework_rows
-from msdiag.metrics.registry import Context, Reads, Value, key_rows, metric, rank_rows
+from msdiag.metrics.registry import Context, Reads, Value, key_rows, metric, rank_rows, with_its_metrics
 from msdiag.model import row_slices
 from msdiag.units import FLOPS_PER_TFLOPS
 
@@ -302,11 +302,17 @@ def _period_us(ts: np.ndarray) -> float:
     return float(np.median(np.diff(t))) if len(t) > 1 else 0.0
 
 
+@with_its_metrics
 def composition_rows(ctx: Context) -> list[dict[str, Any]]:
-    """JSON ``memory_composition``: per rank, the device footprint at its peak, by component group.
+    """JSON ``memory_composition``: per rank, the device footprint at its peak, by component group (computed once,
+    with this module's metrics where a forked child computes them: registry.WITH_METRICS).
 
     Ranks with framework memory samples only get a row with the pool's peak and a reason for the rest.
     """
+    return ctx.once("device_memory.composition_rows", lambda: _composition_rows(ctx))
+
+
+def _composition_rows(ctx: Context) -> list[dict[str, Any]]:
     rows = framework_rows(ctx)
     peaks = device_peaks(ctx)
     arrays = _series(ctx)[1]

@@ -275,10 +275,29 @@ def _split(ctx: Context) -> bool:
     return held is not None and held <= SPLIT_MAX_RSS_MB * 1024
 
 
+#: Helpers of the views (their results small, each kept in ``ctx.cache`` by its own ``once``) that a forked child
+#: computing their module's metrics computes after them (``_computed_aside``): what they read is there, already
+#: computed (512 ranks: the memory composition read the framework rows, 74 MB, too large to come back, and
+#: computed them again here). Registered with :func:`with_its_metrics`.
+WITH_METRICS: list[Callable[[Context], Any]] = []
+
+
+def with_its_metrics(fn: Callable[[Context], T]) -> Callable[[Context], T]:
+    """Register ``fn`` (a view's helper, caching its result in ``ctx.cache``) in :data:`WITH_METRICS`."""
+    WITH_METRICS.append(fn)
+    return fn
+
+
 def _computed_aside(ctx: Context, aside: list[Metric], had: set[str]) -> tuple[dict[str, Value], dict[str, bytes]]:
-    """In the child: the metrics set aside, and each helper they cached that pickles to at most KEPT_MAX_BYTES
+    """In the child: the metrics set aside, then the helpers of their modules registered WITH_METRICS (an error there
+    is left to the view that asks for it again), and each helper they cached that pickles to at most KEPT_MAX_BYTES
     (another is computed again by whoever asks for it)."""
     values = {m.id: _computed(ctx, m) for m in aside}
+    modules = {m.module for m in aside}
+    for fn in WITH_METRICS:
+        if fn.__module__ in modules:
+            with contextlib.suppress(Exception):
+                fn(ctx)
     kept = {}
     for key, value in ctx.cache.items():
         if key not in had:
