@@ -6,12 +6,15 @@ frame of the same columns, dtypes and Arrow types (``cache._arrow_table``); the 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 pa = pytest.importorskip("pyarrow")
 
@@ -101,3 +104,46 @@ def test_rank_info_json_is_asdict(job8: Path, corpus: Path) -> None:
            RankInfo(groups=[ParallelGroup(group_id="1", group_name=None, group_rank=0, global_ranks=[0, 1], hash="1")])]
     for info in odd:
         assert info.to_json() == dataclasses.asdict(info) and json.dumps(info.to_json()) == json.dumps(dataclasses.asdict(info))
+
+
+class _F(float):
+    pass
+
+
+class _I(int):
+    pass
+
+
+def _same(a: Any, b: Any) -> bool:
+    """``a`` is ``b`` as JSON gives it back: the same types all through, equal values (NaN as NaN)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, float) and np.isnan(a):
+        return bool(np.isnan(b))
+    return bool(a == b)
+
+
+_scalars = st.one_of(
+    st.none(), st.booleans(), st.integers(), st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=4),
+    st.integers().map(_I), st.floats(allow_nan=False).map(_F),
+)
+_values = st.recursive(
+    _scalars,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=6), st.lists(inner, max_size=3).map(tuple),
+        st.dictionaries(st.one_of(st.text(max_size=3), st.integers()), inner, max_size=4),
+    ),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_values)
+def test_json_exact_says_what_the_round_trip_says(value: Any) -> None:
+    # cache._json_exact (a rank's head is stored only when it comes back from JSON as it is): its one walk, with
+    # its pass over a list's types at once, answers as json.dumps then json.loads and a comparison of types and values
+    assert C._json_exact(value) == _same(json.loads(json.dumps(value)), value)

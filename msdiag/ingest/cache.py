@@ -575,13 +575,24 @@ def _json_exact(value: Any) -> bool:
     infinities too), booleans and None, each of exactly that type (a tuple comes back a list, a float or int
     subclass a float or int, a key that is not a text a text). One walk, not a parse of the text and a comparison."""
     kind = type(value)
-    if kind is str or kind is int or kind is float or kind is bool or value is None:
+    if kind in _JSON_SCALARS:
         return True
     if kind is dict:
-        return all(type(k) is str for k in value) and all(_json_exact(v) for v in value.values())
+        return set(map(type, value)) <= _STR and _all_exact(value.values())
     if kind is list:
-        return all(_json_exact(v) for v in value)
+        return _all_exact(value)
     return False
+
+
+#: The types of JSON's scalars, exactly (a value of one comes back from JSON as it is).
+_JSON_SCALARS = frozenset({str, int, float, bool, type(None)})
+_STR = frozenset({str})
+
+
+def _all_exact(values: Any) -> bool:
+    """:func:`_json_exact` of every value: a list of scalars (a group's thousand ranks) in one pass over their types."""
+    values = list(values)
+    return set(map(type, values)) <= _JSON_SCALARS or all(_json_exact(v) for v in values)
 
 
 def _checked_head(head: Any, key: dict[str, Any]) -> dict[str, Any]:
