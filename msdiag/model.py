@@ -819,12 +819,7 @@ def row_slices(whole: pd.DataFrame, counts: Iterable[int]) -> list[pd.DataFrame]
     ``reset_index(drop=True)`` gives, without its copy of the blocks). How a frame of several ranks' rows (a joined
     table, a cache hit converted whole, a pool task's tables, a bulk read) gives each rank its frame. Within
     :func:`noting_cuts`, each cut is noted there: (whole, its slices)."""
-    out, lo = [], 0
-    for n in counts:
-        part = whole.iloc[lo : lo + n]
-        part.index = pd.RangeIndex(n)
-        out.append(part)
-        lo += n
+    out = [part.frame() for part in rows_of(whole, counts)]
     if _NOTED:
         _NOTED[-1].append((whole, out))
     return out
