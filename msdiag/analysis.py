@@ -18,7 +18,7 @@ from msdiag.ingest.loader import Tiered, describe, load
 from msdiag.ingest.paths import within
 from msdiag.metrics.breakdown import step_breakdown
 from msdiag.metrics.registry import Context, Value, compute_all, declared_params, rank_rows
-from msdiag.model import STEPS, Capture, RankData, Rows, entry, frame_of
+from msdiag.model import STEPS, Capture, RankData, Rows, entry, pieces
 from msdiag.options import Options
 from msdiag.rules.advice import for_framework
 from msdiag.rules.engine import SEVERITY_RANK, evaluate, finding, verdict
@@ -124,7 +124,7 @@ def _joined(cap: Capture, name: str, frames: list[pd.DataFrame | Rows]) -> pd.Da
     holders = [x for rd in cap.ranks if name in rd.tables and len(x := entry(rd.tables, name))]
     if len(holders) > 1 and len(holders) == len(frames) and all(a is b for a, b in zip(holders, frames)):
         return cap.table(name)
-    return pd.concat([frame_of(f) for f in frames], ignore_index=True)
+    return pd.concat(pieces(frames), ignore_index=True)  # (runs of Rows of one frame as one slice: model.pieces)
 
 
 def _mark_warmup(steps: pd.DataFrame) -> list[str]:

@@ -907,7 +907,7 @@ def _cut_whole(frames: list[pd.DataFrame], wholes: list[pd.DataFrame], where: di
     return whole
 
 
-def _merged(parts: list[pd.DataFrame | Rows]) -> list[pd.DataFrame]:
+def pieces(parts: list[pd.DataFrame | Rows]) -> list[pd.DataFrame]:
     """``parts`` (entries) as frames to concatenate: each run of Rows of one frame, one after the other, as one row
     slice of it (the frame itself where the run is all of it), not a frame cut per rank; any other part its frame."""
     out: list[pd.DataFrame] = []
@@ -996,8 +996,8 @@ class Capture:
         kept = self._tables.get(name)
         if kept is not None and kept[0] == ident:
             return kept[1]
-        pieces = _merged(parts)
-        whole = pieces[0] if len(pieces) == 1 and _plain(pieces[0]) else pd.concat(pieces, ignore_index=True)
+        got = pieces(parts)
+        whole = got[0] if len(got) == 1 and _plain(got[0]) else pd.concat(got, ignore_index=True)
         self._tables[name] = (ident, whole, parts)  # parts held: their ids stay theirs
         return whole
 
