@@ -9,12 +9,15 @@ the readers file by file: a rank read within a prefetch is the rank read alone, 
 
 from __future__ import annotations
 
+import io
 import shutil
 from pathlib import Path
 from typing import Callable
 
 import pandas as pd
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from msdiag.errors import ParseError
 from msdiag.ingest import _csv, ascend_stats, communication, discover, engine, loader
@@ -327,3 +330,10 @@ def test_a_task_s_tables_are_its_bulk_reads_frames_where_the_ranks_kept_their_sl
         back = concat_alike(ranks[::-1], cuts)
         assert id(back["comm_ops"]) not in read
         _same(back["comm_ops"], pd.concat([r.tables["comm_ops"] for r in ranks[::-1]], ignore_index=True))
+
+
+@given(st.binary(max_size=300), st.integers(min_value=0, max_value=400), st.integers(min_value=0, max_value=300))
+def test_a_bounded_read_gives_what_reading_limit_plus_one_bytes_gives(content: bytes, size: int, limit: int) -> None:
+    # _csv.read_bounded reads into a buffer of the size a file was stat'ed at (``size``); a file grown or shrunk since
+    # must still give exactly f.read(limit + 1): its first limit + 1 bytes at most (more than ``limit`` says too large)
+    assert _csv.read_bounded(io.BytesIO(content), limit, size) == content[: limit + 1]
