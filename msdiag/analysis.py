@@ -280,7 +280,15 @@ def analyze(path: str | Path, options: Options | None = None) -> Analysis:
     tlog, talone = training.train_log_for(path, opts.train_log)  # a training log: alone, or --train-log (issue 18)
     cap, identity, steps, prof, checks, log = _no_capture(*training.empty_capture(tlog), None) if talone and tlog else _read(path, opts)
     ctx = Context(capture=cap, steps=steps, options=opts, requests=log, train_log=tlog)
-    metrics = compute_all(ctx)
+    from msdiag.metrics import causes, cluster, collectives, device_memory, kernel_types, kernels
+
+    early: dict[str, Any] = {}  # views of the capture alone, computed while a forked child computes metrics
+
+    def meanwhile() -> None:
+        early["link_heatmap"] = cluster.link_heatmap(cap)
+        early["top_kernels"] = kernels.top_types_per_rank(cap)
+
+    metrics = compute_all(ctx, meanwhile)
     kind = phases.workload(ctx)
     if kind:
         identity["workload"] = kind
@@ -297,12 +305,13 @@ def analyze(path: str | Path, options: Options | None = None) -> Analysis:
     from msdiag import plan as planning
 
     plan = planning.project(ctx, metrics, findings, rules, log)  # adds each finding's projection (issue 16)
-    from msdiag.metrics import causes, cluster, collectives, device_memory, kernel_types
     from msdiag.metrics.views import ChartViews
 
     views = {
         "rank_table": cluster.rank_table(cap, steps, metrics, opts.ranks_per_node),
-        "link_heatmap": cluster.link_heatmap(cap),
+        "link_heatmap": early["link_heatmap"] if "link_heatmap" in early else cluster.link_heatmap(cap),
+        # each rank's compute kernel types by time (the JSON ranks' top_kernels)
+        "top_kernels": early["top_kernels"] if "top_kernels" in early else kernels.top_types_per_rank(cap),
         "collectives": collectives.collective_records(ctx),  # instances matched across ranks (issue 14)
         "causes": causes.cause_rows(ctx),  # what the host does while the device waits (issue 14)
         "memory_composition": device_memory.composition_rows(ctx),  # the device peak by component (issue 15)

@@ -18,55 +18,17 @@ from msdiag import __version__
 from msdiag.analysis import Analysis, finite_or_none
 from msdiag.metrics import kernel_types as ktypes
 from msdiag.metrics.registry import all_metrics
-from msdiag.model import SCHEMA_VERSION, Rows, entry
+from msdiag.model import SCHEMA_VERSION, Rows, entry, held_rows
 
 STEP_COLUMNS = [
     "rank", "step", "total_us", "computing_us", "communication_us", "communication_exposed_us",
     "overlapped_us", "free_us", "bubble_us", "preparing_us", "data_wait_us", "stage_us", "start_us", "end_us", "source", "warmup",
 ]
-TOP_KERNELS = 10
 
 
 def _records(df: pd.DataFrame, cols: list[str]) -> list[dict[str, Any]]:
     cols = [c for c in cols if c in df.columns]
     return [{c: finite_or_none(v) for c, v in zip(cols, row)} for row in df[cols].itertuples(index=False)]
-
-
-def _descending(v: np.ndarray) -> np.ndarray:
-    """The positions of ``v`` by descending value, ties and NaN placed as pandas' ``sort_values(ascending=False)``
-    places them (pandas sorts: a few values per rank)."""
-    return pd.Series(v).sort_values(ascending=False).index.to_numpy()
-
-
-def _top_kernels_per_rank(a: Analysis, n: int = TOP_KERNELS) -> list[list[dict[str, Any]]]:
-    """Each rank's compute kernel types by total time (in the capture's order of ranks; the first ``n``), with
-    count, mean and share of the rank's compute time, from one grouping of the capture's kernels over (rank,
-    type): each group counts, sums and averages the same rows in the same order as a grouping of the rank's own
-    kernels would."""
-    out: list[list[dict[str, Any]]] = [[] for _ in a.capture.ranks]
-    lengths = [(i, m) for i, rd in enumerate(a.capture.ranks) if (m := _rows(rd, "kernels"))]
-    if not lengths:
-        return out
-    k = a.capture.table("kernels")  # those ranks' kernels, one after the other (kept by the capture)
-    part = np.repeat(np.array([i for i, _ in lengths]), [m for _, m in lengths])
-    comp = (k["kind"] == "compute").to_numpy(bool, na_value=False)
-    c = k.loc[comp, ["type", "name", "dur_us"]]
-    g = c.groupby([part[comp], c["type"].fillna(c["name"])], dropna=False)["dur_us"].agg(["count", "sum", "mean"])
-    at = g.index.get_level_values(0).to_numpy()
-    types = g.index.get_level_values(1)
-    count, total_us, mean = g["count"].to_numpy(), g["sum"].to_numpy(float), g["mean"].to_numpy(float)
-    for i, _ in lengths:
-        lo, hi = int(np.searchsorted(at, i, side="left")), int(np.searchsorted(at, i, side="right"))
-        if lo == hi:
-            continue
-        order = lo + _descending(total_us[lo:hi])
-        total = float(np.nansum(total_us[order])) or 1.0  # pandas' sum of the sorted column
-        out[i] = [
-            {"type": str(types[j]), "count": int(count[j]), "total_us": float(total_us[j]), "mean_us": float(mean[j]),
-             "share": float(total_us[j]) / total}
-            for j in order[:n]
-        ]  # fmt: skip
-    return out
 
 
 def _sum(held: pd.DataFrame | Rows, name: str) -> float:
@@ -80,15 +42,10 @@ def _sum(held: pd.DataFrame | Rows, name: str) -> float:
     return float(np.where(np.isnan(x), 0.0, x).sum())
 
 
-def _rows(rd: Any, name: str) -> int:
-    """The rank's rows of table ``name`` (0 without it), not cut from a joined table to be counted."""
-    return len(entry(rd.tables, name)) if name in rd.tables else 0
-
-
 def _comm_summary(rd: Any) -> dict[str, Any] | None:
     """The rank's communication: its own tables (the capture's rows of that rank, in the same order), not the
     capture's filtered once per rank (a thousand ranks: a thousand scans of every rank's rows)."""
-    if _rows(rd, "comm_ops"):
+    if held_rows(rd, "comm_ops"):
         ops = entry(rd.tables, "comm_ops")
         return {
             "source": "communication analysis",
@@ -112,7 +69,7 @@ def _rank_entry(a: Analysis, rd: Any, steps: int, top: list[dict[str, Any]]) -> 
         "rank_from": rd.info.rank_from,
         "steps": steps,
         "steps_from": rd.info.steps_from,
-        "kernels": _rows(rd, "kernels"),
+        "kernels": held_rows(rd, "kernels"),
         "kernels_from": rd.info.kernels_from,
         "top_kernels": top,
         "communication": _comm_summary(rd),
@@ -144,6 +101,16 @@ def read_depth(a: Analysis) -> dict[str, Any] | None:
     why = {str(r): list(v) for r, v in rd["why"].items()}
     return {"mode": rd["mode"], "deep": list(rd["deep"]), "why": why, "shallow": int(rd["shallow"]),
             "summary": int(rd["summary"])}
+
+
+def top_kernels(a: Analysis) -> list[list[dict[str, Any]]]:
+    """Each rank's ``top_kernels`` (its compute kernel types by total time), in the capture's order of ranks: as the
+    analysis computed them (while it waited for the metrics computed apart: analysis.analyze), else now."""
+    if "top_kernels" in a.cluster:
+        return a.cluster["top_kernels"]  # type: ignore[no-any-return]
+    from msdiag.metrics import kernels  # (here: a module imported first registers its metrics first, the JSON's order)
+
+    return kernels.top_types_per_rank(a.capture)
 
 
 def kernel_type_rows(a: Analysis) -> tuple[list[dict[str, Any]], dict[str, str]]:
@@ -178,7 +145,7 @@ def build(a: Analysis) -> dict[str, Any]:
         "msdiag_version": __version__,
         "path": a.capture.path,
         "capture": a.identity,
-        "ranks": [_rank_entry(a, rd, n_steps.get(rd.rank, 0), top) for rd, top in zip(a.capture.ranks, _top_kernels_per_rank(a))],
+        "ranks": [_rank_entry(a, rd, n_steps.get(rd.rank, 0), top) for rd, top in zip(a.capture.ranks, top_kernels(a))],
         "ranks_left_out": ranks_left_out(a),  # ranks found but not analysed, with the file and why
         "runs_left_out": runs_left_out(a),  # other runs under the folder given: analysed apart, never mixed
         "read_depth": read_depth(a),  # which ranks were read deep (their Python frames) and why

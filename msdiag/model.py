@@ -771,6 +771,12 @@ def entry(tables: dict[str, pd.DataFrame], name: str) -> pd.DataFrame | Rows:
     return dict.__getitem__(tables, name)  # type: ignore[no-any-return]
 
 
+def held_rows(rd: RankData, name: str) -> int:
+    """The rank's rows of table ``name`` (0 without it), counted on what it holds: a joined table's Rows are not cut
+    to be counted."""
+    return len(entry(rd.tables, name)) if name in rd.tables else 0
+
+
 def frame_of(x: pd.DataFrame | Rows) -> pd.DataFrame:
     """The frame of an :func:`entry`."""
     return x.frame() if isinstance(x, Rows) else x

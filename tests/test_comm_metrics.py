@@ -249,6 +249,12 @@ def test_packet_metrics(corpus: Path, analyses: dict[str, Analysis], capture: st
         assert m["small_packet_share"].value == 1.0 and m["large_packet_ratio_min"].value == 0.0
     else:
         assert weighted[(0, "RDMA")] > 0.99  # 16 MB+ RDMA packets are large (> 0.5 MB)
+    # per rank: the lowest of its transports' weighted ratios, and its own time-weighted (1 - ratio)
+    for r in (0, 1):
+        assert m["large_packet_ratio_min"].per_rank[r] == pytest.approx(min(v for (q, _), v in weighted.items() if q == r), abs=1e-12)
+        mine = [xw for (q, _), v in lpr.items() if q == r for xw in v]
+        assert m["small_packet_share"].per_rank[r] == pytest.approx(sum((1 - x) * w for x, w in mine) / sum(w for _, w in mine), rel=1e-9)
+
 
 
 # ---- slow rank ------------------------------------------------------------------------------------

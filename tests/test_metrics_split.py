@@ -4,6 +4,7 @@ computed in the child, and a child that fails replaced by the parent computing i
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from pathlib import Path
@@ -13,7 +14,7 @@ import pytest
 from msdiag import analysis, forking
 from msdiag.analysis import analyze
 from msdiag.contract import build
-from msdiag.metrics import device_memory, registry
+from msdiag.metrics import device_memory, kernels, registry
 from msdiag.options import Options
 
 
@@ -75,13 +76,25 @@ def test_split_metrics_equal_one_process(job8: Path, monkeypatch: pytest.MonkeyP
 
     monkeypatch.setattr(registry, "_computed_aside", aside)
     caches: list[dict] = []
+    returned: list[bool] = []
 
-    def compute_all(ctx: registry.Context) -> dict[str, registry.Value]:
-        out = registry.compute_all(ctx)
+    def compute_all(ctx: registry.Context, meanwhile=None) -> dict[str, registry.Value]:  # type: ignore[no-untyped-def]
+        out = registry.compute_all(ctx, meanwhile)
         caches.append(dict(ctx.cache))
+        returned.append(True)
         return out
 
     monkeypatch.setattr(analysis, "compute_all", compute_all)
+    # the analysis' views of the capture alone (each rank's top kernel types) are made here while the child computes
+    early: list[tuple[int, bool]] = []
+    real_top = kernels.top_types_per_rank
+
+    def top(cap):  # type: ignore[no-untyped-def]
+        early.append((os.getpid(), bool(returned)))
+        return real_top(cap)
+
+    monkeypatch.setattr(kernels, "top_types_per_rank", top)
+
     composed: list[int] = []  # the memory composition view (registry.WITH_METRICS): computed once, in the child
     real_rows = device_memory._composition_rows
 
@@ -95,6 +108,7 @@ def test_split_metrics_equal_one_process(job8: Path, monkeypatch: pytest.MonkeyP
     pids = {k: v for k, v in caches[0].items() if k.startswith("test.pid.")}
     assert len(pids) == 3 and all(pid != os.getpid() for pid in pids.values())
     assert composed == [] and "device_memory.composition_rows" in caches[0]  # came back: not computed here
+    assert early == [(os.getpid(), False)]  # once, here, before the metrics were all back
 
 
 def test_a_failed_child_is_replaced_by_the_parent(job8: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -161,3 +175,25 @@ def test_no_fork_while_another_thread_runs() -> None:
     finally:
         stop.set()
         t.join()
+
+
+def test_the_callers_work_meanwhile_only_beside_a_child(job8: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """compute_all's ``meanwhile`` (work that reads no metric) is done while a forked child computes, in this process;
+    in one process nothing waits, and it is not called (the caller does the work when it needs it)."""
+    from msdiag.ingest.loader import load
+    from msdiag.metrics.reduce import reduce_rank
+
+    cap = load(job8, jobs=1, reduce=reduce_rank)
+    ctx = registry.Context(capture=cap, steps=analysis._steps_for(cap)[0], options=Options(jobs=2))
+    monkeypatch.setattr(forking, "fork_cpus", lambda: 2)
+    monkeypatch.setattr(registry, "SPLIT_MAX_RSS_MB", 1 << 20)
+    for split, want in ((10**9, []), (2, [os.getpid()])):
+        monkeypatch.setattr(registry, "SPLIT_MIN_RANKS", split)
+        ran: list[int] = []
+        ctx.cache.clear()
+        registry.compute_all(ctx, functools.partial(_append_pid, ran))
+        assert ran == want
+
+
+def _append_pid(to: list[int]) -> None:
+    to.append(os.getpid())

@@ -322,6 +322,18 @@ def _old_per_rank(a: Analysis) -> dict[str, dict[int, Any]]:
     linked, _ = comm._linked_groups(ctx)
     if linked is not None:
         out["groups_spanning_nodes"] = {int(r): float(g["spans"].sum()) for r, g in linked.groupby("rank")}
+    tr, _ = comm._packet_rows(ctx)
+    if tr is not None:  # a rank's lowest weighted ratio over its transports (in their sorted order), its small share
+        per_rt = {(int(r), str(t)): comm._weighted_lpr(g) for (r, t), g in tr.groupby(["rank", "transport"])}
+        lowest: dict[int, Any] = {}
+        for (r, _), v in per_rt.items():
+            lowest[r] = v if lowest.get(r) is None else min(v, lowest[r])
+        out["large_packet_ratio_min"] = lowest
+        out["small_packet_share"] = {int(r): 1.0 - comm._weighted_lpr(g) for r, g in tr.groupby("rank", sort=True)}
+    ops = ctx.capture.table("comm_ops")
+    if len(ops) and ops["group"].notna().any():
+        ops = ops[ops["group"].notna()]
+        out["comm_groups"] = {int(r): float(g["group"].nunique()) for r, g in ops.groupby("rank", sort=True)}
     return out
 
 
@@ -330,7 +342,8 @@ def test_per_rank_figures_as_the_groupby(analysed: Callable[[str], Analysis], jo
     a = job8_analysis if name == "job8" else analysed(name)
     old = _old_per_rank(a)
     if name == "job8":  # every figure has ranks to compare on the bench job
-        assert {"host_api_top", "bandwidth_utilization_min", "slow_link", "groups_spanning_nodes"} <= set(old)
+        assert {"host_api_top", "bandwidth_utilization_min", "slow_link", "groups_spanning_nodes", "large_packet_ratio_min",
+                "small_packet_share", "comm_groups"} <= set(old)
         assert all(len(v) == 8 for k, v in old.items() if k != "groups_spanning_nodes")
     for mid, want in old.items():
         got = a.metrics[mid].per_rank
@@ -433,8 +446,9 @@ def test_steps_taken_from_the_joined_table_as_concatenated(job8_analysis: Analys
 def test_a_ranks_communication_sums_read_from_what_it_holds(job8_analysis: Analysis) -> None:
     """contract._comm_summary reads a rank's comm_ops as held (model.Rows of the joined table: the whole's column
     between its rows, no frame cut): each sum is pandas' sum of the rank's own frame, to the bit; the kernel counts
-    (contract._rows) are the frames' lengths."""
-    from msdiag.contract import _comm_summary, _rows
+    (model.held_rows) are the frames' lengths."""
+    from msdiag.contract import _comm_summary
+    from msdiag.model import held_rows
 
     cap = job8_analysis.capture
     assert all(isinstance(entry(rd.tables, "comm_ops"), Rows) for rd in cap.ranks)  # joined: held as Rows
@@ -444,7 +458,7 @@ def test_a_ranks_communication_sums_read_from_what_it_holds(job8_analysis: Analy
         assert got is not None and got["ops"] == len(ops) > 0
         for c in ("elapse", "transit", "wait", "sync", "idle"):
             assert got[f"{c}_us"] == float(ops[f"{c}_us"].sum())
-        assert _rows(rd, "kernels") == len(rd.tables["kernels"]) and _rows(rd, "no such table") == 0
+        assert held_rows(rd, "kernels") == len(rd.tables["kernels"]) and held_rows(rd, "no such table") == 0
     # NaN as 0, a signed zero, a float column pandas holds as Float64 (its own sum): held as Rows and as a frame
     ops = pd.DataFrame({f"{c}_us": [np.nan, -0.0, 1e16, 1.0, -1e16, 3.5] for c in ("elapse", "transit", "wait", "sync")})
     ops["idle_us"] = pd.array([1.5, None, 2.0, 0.25, None, 4.0], dtype="Float64")

@@ -166,3 +166,28 @@ def test_bad_date_in_prof_folder_name_orders_by_mtime() -> None:
     assert prof_captured_ns(Path("PROF_000001_20231345142704322_COJGGGCANRMICFBC")) is None
     # 2023-08-18 14:27:04.322 UTC
     assert prof_captured_ns(Path("PROF_000001_20230818142704322_COJGGGCANRMICFBC")) == 1692368824322 * 10**6
+
+
+def test_a_rank_s_fingerprint_names_each_file_by_its_path_under_the_rank(tmp_path: Path) -> None:
+    # a rank folder built by hand: files at the top, two folders down, and a link to a folder elsewhere (followed:
+    # its files named under the link's name); each file's size is its text's length, its mtime set by hand
+    rank = tmp_path / "rank0_ascend_pt"
+    (rank / "ASCEND_PROFILER_OUTPUT" / "deeper").mkdir(parents=True)
+    (tmp_path / "elsewhere").mkdir()
+    files = {"profiler_info_0.json": b"{}", "ASCEND_PROFILER_OUTPUT/kernel_details.csv": b"a,b\n1,2\n",
+             "ASCEND_PROFILER_OUTPUT/deeper/x.json": b"[1]"}
+    for i, (rel, data) in enumerate(files.items()):
+        (rank / rel).write_bytes(data)
+        os.utime(rank / rel, ns=(0, 1_000_000_000 * (i + 1)))
+    (tmp_path / "elsewhere" / "y.csv").write_bytes(b"yy")
+    os.utime(tmp_path / "elsewhere" / "y.csv", ns=(0, 7))
+    (rank / "linked").symlink_to(tmp_path / "elsewhere")
+    # sorted by path: "ASCEND..." < "linked/..." < "profiler..."
+    assert cache.files_of(rank) == [
+        ["ASCEND_PROFILER_OUTPUT/deeper/x.json", 3, 3_000_000_000],
+        ["ASCEND_PROFILER_OUTPUT/kernel_details.csv", 8, 2_000_000_000],
+        ["linked/y.csv", 2, 7],
+        ["profiler_info_0.json", 2, 1_000_000_000],
+    ]
+    # a relative or unnormalised name of the folder gives the same names (as os.path.relpath of each file did)
+    assert cache.files_of(Path(os.path.relpath(rank)) / ".." / rank.name) == cache.files_of(rank)

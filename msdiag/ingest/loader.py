@@ -23,7 +23,7 @@ from msdiag.ingest.discover import MINDSPORE_CPU, MINDSPORE_LEGACY, Discovery, d
 from msdiag.ingest.engine import RankDir, read_rank, skips_when_shallow
 from msdiag.ingest.engine import prefetch as engine_prefetch
 from msdiag.ingest.formats import BY_NAME
-from msdiag.ingest.paths import within
+from msdiag.ingest.paths import within_any
 from msdiag.model import FAILED, SKIPPED, Capture, RankData, entry, hold
 
 
@@ -75,6 +75,8 @@ def load(
 
     disc: Discovery = discover(path)
     notes = list(disc.notes)
+    if cache is not None:
+        _outside(cache, disc)
     rcache = _open_cache(cache, disc, reduce, reduce_id) if cache is not None else None
     # ranks read shallow are other content: their own cache entries (the reduction is part of the key)
     scache = _open_cache(cache, disc, tiered.reduce, reduce_id) if cache is not None and tiered is not None else None
@@ -278,13 +280,18 @@ def _load_rank_shallow_or_mark(rd_dir: RankDir) -> RankData:
 
 
 def _open_cache(folder: str | Path, disc: Discovery, reduce: Callable[[RankData], RankData] | None, declared: str | None) -> Any:
-    """The rank cache at ``folder``, refused inside the capture (msdiag never writes into one)."""
+    """The rank cache at ``folder`` (:func:`_outside` the capture)."""
     from msdiag.ingest.cache import RankCache
 
-    for p in [disc.root, *(r.path for r in disc.ranks)]:
-        if within(folder, p):
-            raise InputError(folder, f"is inside the capture folder {p}; msdiag never writes into a capture: choose a cache folder outside it")
     return RankCache.open(Path(folder).expanduser().resolve(), _reduce_id(reduce, declared))
+
+
+def _outside(folder: str | Path, disc: Discovery) -> None:
+    """An InputError when the cache ``folder`` lies inside the capture or one of its rank folders: msdiag never writes
+    into a capture."""
+    p = within_any(folder, [disc.root, *(r.path for r in disc.ranks)])
+    if p is not None:
+        raise InputError(folder, f"is inside the capture folder {p}; msdiag never writes into a capture: choose a cache folder outside it")
 
 
 def _reduce_id(reduce: Callable[[RankData], RankData] | None, declared: str | None) -> str:

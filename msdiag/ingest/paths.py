@@ -39,11 +39,24 @@ def rank_number(digits: str) -> int | None:
 def within(path: str | Path, folder: str | Path) -> bool:
     """``path`` is ``folder`` or lies under it, links and ``~`` resolved: msdiag never writes there when
     ``folder`` is a capture (its cache folders, its reports)."""
+    return within_any(path, [folder]) is not None
+
+
+def within_any(path: str | Path, folders: Iterable[str | Path]) -> str | Path | None:
+    """The first of ``folders`` that :func:`within` says ``path`` lies in, or None; ``path`` resolved once (a cache
+    folder checked against the capture and each of its rank folders)."""
     try:
-        p, f = Path(path).expanduser().resolve(), Path(folder).expanduser().resolve()
+        p = Path(path).expanduser().resolve()
     except (OSError, RuntimeError):
-        return False
-    return p == f or f in p.parents
+        return None
+    above = {p, *p.parents}
+    for folder in folders:
+        try:
+            if Path(folder).expanduser().resolve() in above:
+                return folder
+        except (OSError, RuntimeError):
+            continue
+    return None
 
 
 def real_roots(*folders: str | Path | None) -> tuple[Path, ...]:

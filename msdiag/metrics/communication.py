@@ -125,10 +125,6 @@ def _floats(s: pd.Series) -> np.ndarray:
     return s.to_numpy(dtype=float, na_value=np.nan)
 
 
-def _per_rank(df: pd.DataFrame, fn: Callable[[pd.DataFrame], float | None]) -> dict[int, float | None]:
-    return {int(r): fn(g) for r, g in df.groupby("rank", sort=True)}
-
-
 def _option_norms(ctx: Context) -> dict[str, float]:
     """The bandwidth norms: the defaults, with the option bandwidth_norms laid over them."""
     return {**BANDWIDTH_NORMS_GBPS, **ctx.options.bandwidth_norms}
@@ -322,7 +318,17 @@ def _weighted_lpr(df: pd.DataFrame) -> float:
     given=_packet_rows,
 )
 def _lpr_min(ctx: Context, tr: pd.DataFrame) -> Value:
-    per_rt = {(int(r), str(t)): _weighted_lpr(g) for (r, t), g in tr.groupby(["rank", "transport"])}
+    # per rank and transport (the groups of tr.groupby(["rank", "transport"]): ranks ascending, transports sorted, no
+    # null key) on arrays: each group's rows in their order, _weighted_lpr's sums of the same values
+    lpr, t = _floats(tr["large_packet_ratio"]), _floats(tr["time_us"])
+    transport = tr["transport"].to_numpy(object)
+    per_rt: dict[tuple[int, str], float] = {}
+    for r, rows in rank_rows(tr):
+        names = transport[rows]
+        known = ~pd.isna(names)
+        for name in sorted(set(names[known])):
+            sub = rows[known & (names == name)]
+            per_rt[(r, str(name))] = float((lpr[sub] * t[sub]).sum() / t[sub].sum())
     per: dict[int, float | None] = {}
     for (r, _), v in per_rt.items():
         per[r] = v if per.get(r) is None else min(v, per[r])  # type: ignore[type-var]
@@ -339,7 +345,10 @@ def _lpr_min(ctx: Context, tr: pd.DataFrame) -> Value:
     given=_packet_rows,
 )
 def _small_share(ctx: Context, tr: pd.DataFrame) -> Value:
-    return Value(1.0 - _weighted_lpr(tr), _per_rank(tr, lambda g: 1.0 - _weighted_lpr(g)))
+    # per rank on arrays: 1 - _weighted_lpr of the rank's rows (the same values, in order)
+    lpr, t = _floats(tr["large_packet_ratio"]), _floats(tr["time_us"])
+    per: dict[int, float | None] = {r: 1.0 - float((lpr[rows] * t[rows]).sum() / t[rows].sum()) for r, rows in rank_rows(tr)}
+    return Value(1.0 - _weighted_lpr(tr), per)
 
 
 # ---- slow rank ---------------------------------------------------------------------------------
@@ -717,7 +726,8 @@ def _comm_groups(ctx: Context) -> Value:
     ops = ops[ops["group"].notna()]
     if not len(ops):
         return Value(None, reason="communication.json op keys carry no '@<group>' suffix")
-    return Value(int(ops["group"].nunique()), _per_rank(ops, lambda g: float(g["group"].nunique())))
+    per = ops.groupby("rank", sort=True)["group"].nunique()  # (one grouping, not a frame per rank)
+    return Value(int(ops["group"].nunique()), {int(r): float(n) for r, n in per.items()})
 
 
 def _linked_groups(ctx: Context) -> tuple[pd.DataFrame | None, str | None]:

@@ -4,15 +4,20 @@ dynamic-shape execution. Sources: the kernels table (kernel_details.csv on Ascen
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
 from msdiag.metrics.registry import Context, Value, metric, rank_rows
+from msdiag.model import Capture, held_rows
 
 # A kernel shorter than this mostly measures launch and scheduling, not work.
 SHORT_KERNEL_US = 10.0
 _MATMUL = r"^(?:Batch)?Mat[Mm]ul|^GroupedMatmul|^Dense$"
 _FP32 = {"FLOAT", "DT_FLOAT", "FLOAT32", "float32", "Float32"}
+#: the kernel types listed per rank (the JSON ranks' ``top_kernels``)
+TOP_TYPES = 10
 
 
 def _compute(ctx: Context, cols: tuple[str, ...]) -> pd.DataFrame:
@@ -173,3 +178,43 @@ def _per_step(ctx: Context) -> Value:
     if not counts:
         return Value(None, reason="steps carry no start/end times")
     return Value(float(pd.Series(counts).median()), per)
+
+
+# ---- each rank's top kernel types (the JSON ranks' top_kernels) ---------------------------------------
+
+
+def _descending(v: np.ndarray) -> np.ndarray:
+    """The positions of ``v`` by descending value, ties and NaN placed as pandas' ``sort_values(ascending=False)``
+    places them (pandas sorts: a few values per rank)."""
+    return pd.Series(v).sort_values(ascending=False).index.to_numpy()
+
+
+def top_types_per_rank(capture: Capture, n: int = TOP_TYPES) -> list[list[dict[str, Any]]]:
+    """Each rank's compute kernel types by total time (in the capture's order of ranks; the first ``n``), with
+    count, mean and share of the rank's compute time, from one grouping of the capture's kernels over (rank,
+    type): each group counts, sums and averages the same rows in the same order as a grouping of the rank's own
+    kernels would."""
+    out: list[list[dict[str, Any]]] = [[] for _ in capture.ranks]
+    lengths = [(i, m) for i, rd in enumerate(capture.ranks) if (m := held_rows(rd, "kernels"))]
+    if not lengths:
+        return out
+    k = capture.table("kernels")  # those ranks' kernels, one after the other (kept by the capture)
+    part = np.repeat(np.array([i for i, _ in lengths]), [m for _, m in lengths])
+    comp = (k["kind"] == "compute").to_numpy(bool, na_value=False)
+    c = k.loc[comp, ["type", "name", "dur_us"]]
+    g = c.groupby([part[comp], c["type"].fillna(c["name"])], dropna=False)["dur_us"].agg(["count", "sum", "mean"])
+    at = g.index.get_level_values(0).to_numpy()
+    types = g.index.get_level_values(1)
+    count, total_us, mean = g["count"].to_numpy(), g["sum"].to_numpy(float), g["mean"].to_numpy(float)
+    for i, _ in lengths:
+        lo, hi = int(np.searchsorted(at, i, side="left")), int(np.searchsorted(at, i, side="right"))
+        if lo == hi:
+            continue
+        order = lo + _descending(total_us[lo:hi])
+        total = float(np.nansum(total_us[order])) or 1.0  # pandas' sum of the sorted column
+        out[i] = [
+            {"type": str(types[j]), "count": int(count[j]), "total_us": float(total_us[j]), "mean_us": float(mean[j]),
+             "share": float(total_us[j]) / total}
+            for j in order[:n]
+        ]  # fmt: skip
+    return out
