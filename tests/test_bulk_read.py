@@ -337,3 +337,9 @@ def test_a_bounded_read_gives_what_reading_limit_plus_one_bytes_gives(content: b
     # _csv.read_bounded reads into a buffer of the size a file was stat'ed at (``size``); a file grown or shrunk since
     # must still give exactly f.read(limit + 1): its first limit + 1 bytes at most (more than ``limit`` says too large)
     assert _csv.read_bounded(io.BytesIO(content), limit, size) == content[: limit + 1]
+
+
+@given(st.lists(st.sampled_from([b"a", b",", b'"', b"\r", b"\n", b"\r\n", b"xy"]), max_size=30).map(b"".join))
+def test_the_last_line_judged_is_the_file_s_last_line_that_is_not_empty(data: bytes) -> None:
+    # _csv._last_line finds it without copying the file: the same bytes as stripping the line ends and splitting
+    assert _csv._last_line(data) == data.rstrip(b"\r\n").rpartition(b"\n")[2]

@@ -308,3 +308,23 @@ def test_step_rows_kept(tmp_path: Path, steps: list[str], want: list[int | None]
     got = ac.read_step_trace_time(path, 0)
     assert [None if pd.isna(v) else int(v) for v in got["step"]] == want
     assert got["total_us"].tolist() == [7.0] * len(want)
+
+
+@pytest.mark.parametrize("n", [0, 1, 34_000])
+def test_a_constant_text_column_is_the_object_arrays(n: int) -> None:
+    # _csv.const_texts repeats the text in Arrow; the readers' source and kind columns were built from n Python
+    # objects: the same values, dtype and storage (Arrow under pandas 3, Python objects under pandas 2)
+    want = pd.array(np.full(n, "memory_record", dtype=object), dtype=model.STR)
+    got = _csv.const_texts(n, "memory_record")
+    assert type(got) is type(want) and got.dtype == want.dtype and pa.array(got).type == pa.array(want).type
+    pd.testing.assert_extension_array_equal(got, want)
+
+
+@pytest.mark.parametrize("mask", [[], [True], [False], [True, False, False, True], [False] * 1000 + [True]])
+def test_a_two_valued_text_column_is_the_object_arrays(mask: list[bool]) -> None:
+    # _csv.either_text (a kernel's kind: communication or compute) chosen in Arrow, as np.where's object array gave it
+    m = np.array(mask, dtype=bool)
+    want = pd.array(np.where(m, "communication", "compute").astype(object), dtype=model.STR)
+    got = _csv.either_text(m, "communication", "compute")
+    assert type(got) is type(want) and got.dtype == want.dtype and pa.array(got).type == pa.array(want).type
+    pd.testing.assert_extension_array_equal(got, want)

@@ -28,6 +28,8 @@ from msdiag.errors import ParseError
 from msdiag.ingest._csv import (
     NA_VALUES,
     Cells,
+    const_texts,
+    either_text,
     read_cells,
     read_cells_many,
 )
@@ -215,7 +217,7 @@ def read_many(paths: list[Path], ranks: list[int], build: Build, required: Itera
 
 def _const(n: int, value: str) -> Column:
     """``value`` on n rows."""
-    return pd.array(np.full(n, value, dtype=object), dtype=model.STR)
+    return const_texts(n, value)
 
 
 def _present(cols: Mapping[str, Column | None]) -> dict[str, Column]:
@@ -321,7 +323,7 @@ def _kernel_details(df: Cells, path: Path, rank_of: RankOf, notes: list[str] | N
     name = cols["name"]
     assert core is not None and typ is not None and name is not None
     comm = _is(core, COMMUNICATION_CORE) | _starts_lower(typ, "hcom") | _starts_lower(name, "hcom")
-    cols["kind"] = pd.array(np.where(comm, "communication", "compute").astype(object), dtype=model.STR)
+    cols["kind"] = either_text(comm, "communication", "compute")
     if typ.isna().any():  # (the names are parsed only when a type is missing)
         cols["type"] = pd.Series(typ).fillna(type_from_kernel_name(pd.Series(name))).array
     return model.KERNELS.frame(_present(cols))
