@@ -305,8 +305,12 @@ def _packet_rows(ctx: Context) -> tuple[pd.DataFrame | None, str | None]:
 
 
 def _weighted_lpr(df: pd.DataFrame) -> float:
-    t = _floats(df["time_us"])
-    return float((_floats(df["large_packet_ratio"]) * t).sum() / t.sum())
+    return _weighted(_floats(df["large_packet_ratio"]), _floats(df["time_us"]))
+
+
+def _weighted(lpr: np.ndarray, t: np.ndarray) -> float:
+    """The large-packet ratios ``lpr`` weighted by the transit times ``t``."""
+    return float((lpr * t).sum() / t.sum())
 
 
 @metric(
@@ -328,7 +332,7 @@ def _lpr_min(ctx: Context, tr: pd.DataFrame) -> Value:
         known = ~pd.isna(names)
         for name in sorted(set(names[known])):
             sub = rows[known & (names == name)]
-            per_rt[(r, str(name))] = float((lpr[sub] * t[sub]).sum() / t[sub].sum())
+            per_rt[(r, str(name))] = _weighted(lpr[sub], t[sub])
     per: dict[int, float | None] = {}
     for (r, _), v in per_rt.items():
         per[r] = v if per.get(r) is None else min(v, per[r])  # type: ignore[type-var]
@@ -347,7 +351,7 @@ def _lpr_min(ctx: Context, tr: pd.DataFrame) -> Value:
 def _small_share(ctx: Context, tr: pd.DataFrame) -> Value:
     # per rank on arrays: 1 - _weighted_lpr of the rank's rows (the same values, in order)
     lpr, t = _floats(tr["large_packet_ratio"]), _floats(tr["time_us"])
-    per: dict[int, float | None] = {r: 1.0 - float((lpr[rows] * t[rows]).sum() / t[rows].sum()) for r, rows in rank_rows(tr)}
+    per: dict[int, float | None] = {r: 1.0 - _weighted(lpr[rows], t[rows]) for r, rows in rank_rows(tr)}
     return Value(1.0 - _weighted_lpr(tr), per)
 
 
