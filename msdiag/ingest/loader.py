@@ -77,9 +77,9 @@ def load(
     notes = list(disc.notes)
     if cache is not None:
         _outside(cache, disc)
-    rcache = _open_cache(cache, disc, reduce, reduce_id) if cache is not None else None
+    rcache = _open_cache(cache, reduce, reduce_id) if cache is not None else None
     # ranks read shallow are other content: their own cache entries (the reduction is part of the key)
-    scache = _open_cache(cache, disc, tiered.reduce, reduce_id) if cache is not None and tiered is not None else None
+    scache = _open_cache(cache, tiered.reduce, reduce_id) if cache is not None and tiered is not None else None
     if cache is not None:
         try:
             import pyarrow.parquet  # noqa: F401
@@ -279,7 +279,7 @@ def _load_rank_shallow_or_mark(rd_dir: RankDir) -> RankData:
     return _load_rank_or_mark(rd_dir, shallow=True)
 
 
-def _open_cache(folder: str | Path, disc: Discovery, reduce: Callable[[RankData], RankData] | None, declared: str | None) -> Any:
+def _open_cache(folder: str | Path, reduce: Callable[[RankData], RankData] | None, declared: str | None) -> Any:
     """The rank cache at ``folder`` (:func:`_outside` the capture)."""
     from msdiag.ingest.cache import RankCache
 
