@@ -85,7 +85,10 @@ def test_step_rows_built_from_arrays_as_from_a_frame_of_them(corpus: Path, captu
 
     def both(rows: list[dict[str, object]]) -> pd.DataFrame:
         got = fast(rows)
-        pd.testing.assert_frame_equal(got, STEPS.frame(pd.DataFrame(rows)), check_exact=True)
+        want = STEPS.frame(pd.DataFrame(rows))
+        pd.testing.assert_frame_equal(got, want, check_exact=True)
+        # the same array classes too (an IntegerArray, a "string" array of the same storage), not only equal cells
+        assert [type(got[c].array) for c in got.columns] == [type(want[c].array) for c in want.columns]
         seen.append(len(rows))
         return got
 
@@ -97,3 +100,26 @@ def test_step_rows_built_from_arrays_as_from_a_frame_of_them(corpus: Path, captu
     rows: list[dict[str, object]] = [{"rank": np.int64(1), "step": None, "total_us": 2.0, "source": "timeline"}]
     pd.testing.assert_frame_equal(fast(rows), STEPS.frame(pd.DataFrame(rows)), check_exact=True)
     assert fast([]).equals(STEPS.frame(pd.DataFrame([])))
+
+
+@pytest.mark.parametrize("capture", ["ascend/torchnpu-2rank-level1", "ascend/torchnpu-2rank-p2p-2024",
+                                     "mindspore-cpu/msrun_dp2_pynative", "mindspore-cpu/legacy_Profiler_graph_mem"])
+def test_device_ops_read_once_as_the_columns_compared(corpus: Path, capture: str) -> None:
+    # breakdown.placed_ops reads a rank's placed device ops once as arrays; each is what the column gave compared row by
+    # row as before (kind == "communication" / "compute" on the object array, starts and durations as floats), on the
+    # kernels of Ascend ranks and on the device ops a MindSpore CPU timeline gives
+    from msdiag.ingest import discover, loader
+    from msdiag.metrics import breakdown
+
+    seen = 0
+    for d in discover.discover(corpus / capture).ranks:
+        ops = breakdown.placed_ops(loader.load_rank(d))
+        f = ops.frame
+        kind = f["kind"].to_numpy()
+        assert ops.is_comm.dtype == bool and (ops.is_comm == (kind == "communication")).all()
+        assert (ops.is_comp == (kind == "compute")).all()
+        assert np.array_equal(ops.starts, f["start_us"].to_numpy(float), equal_nan=True)
+        assert np.array_equal(ops.durs, f["dur_us"].to_numpy(float), equal_nan=True)
+        assert not np.isnan(ops.starts).any()
+        seen += len(ops)
+    assert seen > 0

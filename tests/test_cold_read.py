@@ -312,10 +312,10 @@ def test_step_rows_kept(tmp_path: Path, steps: list[str], want: list[int | None]
 
 @pytest.mark.parametrize("n", [0, 1, 34_000])
 def test_a_constant_text_column_is_the_object_arrays(n: int) -> None:
-    # _csv.const_texts repeats the text in Arrow; the readers' source and kind columns were built from n Python
+    # model.const_texts repeats the text in Arrow; the readers' source and kind columns were built from n Python
     # objects: the same values, dtype and storage (Arrow under pandas 3, Python objects under pandas 2)
     want = pd.array(np.full(n, "memory_record", dtype=object), dtype=model.STR)
-    got = _csv.const_texts(n, "memory_record")
+    got = model.const_texts(n, "memory_record")
     assert type(got) is type(want) and got.dtype == want.dtype and pa.array(got).type == pa.array(want).type
     pd.testing.assert_extension_array_equal(got, want)
 

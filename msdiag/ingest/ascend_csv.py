@@ -28,7 +28,6 @@ from msdiag.errors import ParseError
 from msdiag.ingest._csv import (
     NA_VALUES,
     Cells,
-    const_texts,
     either_text,
     read_cells,
     read_cells_many,
@@ -217,7 +216,7 @@ def read_many(paths: list[Path], ranks: list[int], build: Build, required: Itera
 
 def _const(n: int, value: str) -> Column:
     """``value`` on n rows."""
-    return const_texts(n, value)
+    return model.const_texts(n, value)
 
 
 def _present(cols: Mapping[str, Column | None]) -> dict[str, Column]:

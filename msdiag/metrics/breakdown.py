@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 
 from msdiag import intervals as iv
 from msdiag.metrics.registry import Reads, declare_reads
-from msdiag.model import FLOAT, INT, STEPS, STR, RankData
+from msdiag.model import FLOAT, INT, STEPS, STR, RankData, const_texts
 
 _RECEIVE = ("receive", "recv")
 
@@ -54,12 +54,12 @@ def _parts(comp: iv.Intervals, comm: iv.Intervals, bubble: iv.Intervals, lo: flo
 
 def _device_ops(rd: RankData) -> tuple[pd.DataFrame, str]:
     """The device tasks of a rank with their kind and step: from kernels, else from the timeline."""
-    k = rd.table("kernels")
-    if len(k):
+    k = rd.tables.get("kernels")
+    if k is not None and len(k):
         return k, "kernels"  # (its columns step, name, kind, start_us and dur_us read by name: no copy of them)
-    tl = rd.table("timeline")
-    dev = tl[tl["lane"].isin(["device", "hccl"])]
-    if len(dev):
+    tl = rd.tables.get("timeline")
+    dev = tl[tl["lane"].isin(["device", "hccl"])] if tl is not None else None
+    if dev is not None and len(dev):
         out = pd.DataFrame(
             {
                 "step": pd.array([pd.NA] * len(dev), dtype="Int64"),
@@ -73,9 +73,9 @@ def _device_ops(rd: RankData) -> tuple[pd.DataFrame, str]:
     return pd.DataFrame(columns=["step", "name", "kind", "start_us", "dur_us"]), "none"
 
 
-def _comm_from_timeline(rd: RankData) -> pd.DataFrame:
-    tl = rd.table("timeline")
-    return tl[tl["lane"] == "hccl"]
+def _comm_from_timeline(rd: RankData) -> pd.DataFrame | None:
+    tl = rd.tables.get("timeline")
+    return tl[tl["lane"] == "hccl"] if tl is not None else None
 
 
 # Host events that are a step waiting on its input pipeline (MindSpore, torch_npu, msdiag capture).
@@ -107,8 +107,8 @@ def _lane(tl: pd.DataFrame, lane: str) -> np.ndarray:
 
 
 def _marker_steps(rd: RankData) -> dict[int, tuple[float, float]]:
-    tl = rd.table("timeline")
-    if not len(tl):  # (a rank read without its trace)
+    tl = rd.tables.get("timeline")
+    if tl is None or not len(tl):  # (a rank read without its trace)
         return {}
     at = _lane(tl, "step")
     out: dict[int, tuple[float, float]] = {}
@@ -121,7 +121,7 @@ def _marker_steps(rd: RankData) -> dict[int, tuple[float, float]]:
     return out
 
 
-def _repetition_windows(ops: pd.DataFrame) -> tuple[list[Window], str] | None:
+def _repetition_windows(ops: pd.DataFrame, all_ends: np.ndarray) -> tuple[list[Window], str] | None:
     """Steps from the structure of a host timeline: the op sequence that repeats once per step.
 
     The step count k is the most common number of launches per op name. When the launches split
@@ -132,7 +132,7 @@ def _repetition_windows(ops: pd.DataFrame) -> tuple[list[Window], str] | None:
     order = np.argsort(ops["start_us"].to_numpy(float), kind="stable")
     names = ops["name"].to_numpy()[order]
     starts = ops["start_us"].to_numpy(float)[order]
-    ends = _ends(ops)[order]
+    ends = all_ends[order]
     counts = pd.Series(names).value_counts()
     if not len(counts):
         return None
@@ -159,10 +159,10 @@ def _repetition_windows(ops: pd.DataFrame) -> tuple[list[Window], str] | None:
     return wins, how
 
 
-def _ends(ops: pd.DataFrame) -> np.ndarray:
+def _ends(starts: np.ndarray, durs: np.ndarray) -> np.ndarray:
     """Where each op ends, for bounding steps: an op whose duration was left out as impossible
     (ingest/bounds.py) ends where it starts; it adds no interval to any part."""
-    return ops["start_us"].to_numpy(float) + np.nan_to_num(ops["dur_us"].to_numpy(float, na_value=np.nan), nan=0.0)
+    return starts + np.nan_to_num(durs, nan=0.0)
 
 
 def _rows_by_step(step_of: np.ndarray, k: int) -> list[np.ndarray]:
@@ -172,13 +172,11 @@ def _rows_by_step(step_of: np.ndarray, k: int) -> list[np.ndarray]:
     return [order[cuts[i] : cuts[i + 1]] for i in range(k)]
 
 
-def _windows(
-    ops: pd.DataFrame, host_ops: bool, markers: dict[int, tuple[float, float]]
-) -> tuple[list[Window], str]:
-    starts = ops["start_us"].to_numpy(float)
-    ends = _ends(ops)
-    steps = ops["step"]
-    none = steps.isna().to_numpy(bool)
+def _windows(d: DeviceOps, markers: dict[int, tuple[float, float]]) -> tuple[list[Window], str]:
+    ops, starts = d.frame, d.starts
+    ends = _ends(starts, d.durs)
+    steps = ops["step"].array  # (the array: its methods without a Series' cost each)
+    none = np.asarray(steps.isna(), dtype=bool)
     if not none.all():
         numbers = steps.to_numpy(np.int64, na_value=0)
         ids = np.unique(numbers[~none])  # the step ids, ascending
@@ -197,8 +195,8 @@ def _windows(
                 wins.append(Window(step, lo, hi, rows))
         if wins:
             return wins, "ProfilerStep#N markers"
-    if host_ops:
-        found = _repetition_windows(ops)
+    if d.host_ops:
+        found = _repetition_windows(ops, ends)
         if found:
             return found
     everything = np.arange(len(ops))
@@ -207,16 +205,49 @@ def _windows(
     )
 
 
-def _placed_ops(rd: RankData) -> tuple[pd.DataFrame, str, bool]:
-    """The rank's device ops that have a start (an op without one cannot be placed; one without a duration
-    still marks its step: bounds.py), where they come from (_device_ops), and whether they are host ops (every
-    kernel on the CPU: steps may then be found from their repeating structure)."""
+@dataclass
+class DeviceOps:
+    """A rank's device ops that have a start (an op without one cannot be placed; one without a duration still
+    marks its step: bounds.py), read once as the arrays the breakdown and the projection cut by step."""
+
+    frame: pd.DataFrame  # the placed ops (columns step, name, kind, start_us, dur_us)
+    src: str  # where they come from (_device_ops): "kernels", "timeline" or "none"
+    host_ops: bool  # every kernel on the CPU: steps may then be found from their repeating structure
+    starts: np.ndarray
+    durs: np.ndarray  # (NaN: no duration)
+    is_comm: np.ndarray  # kind "communication"
+    is_comp: np.ndarray  # kind "compute"
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def receives(self) -> np.ndarray:
+        """Which ops are pipeline receives (:func:`_receives` of their names)."""
+        return _receives(self.frame["name"])
+
+
+def placed_ops(rd: RankData) -> DeviceOps:
+    """The rank's placed device ops (:class:`DeviceOps`)."""
     ops, src = _device_ops(rd)
-    placed = ops["start_us"].notna().to_numpy(bool)
+    starts = ops["start_us"].to_numpy(float, na_value=np.nan)
+    placed = ~np.isnan(starts)
     if not placed.all():
         ops = ops[placed].reset_index(drop=True)
-    k = rd.table("kernels")
-    return ops, src, src == "kernels" and len(k) > 0 and _all_cpu(k["core"])
+        starts = starts[placed]
+    k = rd.tables.get("kernels")
+    host_ops = src == "kernels" and k is not None and len(k) > 0 and _all_cpu(k["core"])
+    kind = ops["kind"]
+    return DeviceOps(ops, src, host_ops, starts, ops["dur_us"].to_numpy(float, na_value=np.nan),
+                     _text_is(kind, "communication"), _text_is(kind, "compute"))
+
+
+def _text_is(col: pd.Series, value: str) -> np.ndarray:
+    """Booleans: the column's text is ``value`` (null: False). In Arrow where the texts are Arrow's (one pass, no
+    Python object per row), else ``col.to_numpy() == value`` as before."""
+    arr = col.array
+    if isinstance(arr, pd.arrays.ArrowStringArray):
+        return np.asarray(pc.fill_null(pc.equal(pa.array(arr), value), False), dtype=bool)
+    return np.asarray(col.to_numpy() == value, dtype=bool)
 
 
 def _all_cpu(core: pd.Series) -> bool:
@@ -227,10 +258,11 @@ def _all_cpu(core: pd.Series) -> bool:
     return bool((core == "CPU").all())
 
 
-def _data_waits(tl: pd.DataFrame) -> tuple[int, iv.Intervals]:
-    """The count of the host lane's data waits (DATA_WAIT_PATTERN) and their intervals."""
-    is_host = _lane(tl, "host") if len(tl) else np.zeros(0, dtype=bool)
-    if not is_host.any():  # (a rank read without its trace: none)
+def _data_waits(tl: pd.DataFrame | None) -> tuple[int, iv.Intervals]:
+    """The count of the host lane's data waits (DATA_WAIT_PATTERN) and their intervals (``tl``: the timeline, None
+    where the rank has none)."""
+    is_host = _lane(tl, "host") if tl is not None and len(tl) else None
+    if tl is None or is_host is None or not is_host.any():  # (a rank read without its trace: none)
         return 0, iv.make(np.zeros(0), np.zeros(0))
     host_names = tl["name"][is_host]
     names = pd.Series(host_names.dropna().unique()).astype("string")  # distinct names: cheap on big traces
@@ -256,22 +288,19 @@ def step_breakdown(rd: RankData) -> pd.DataFrame:
 
     How the steps were found is recorded in ``rd.info.steps_from``.
     """
-    ops, src, host_ops = _placed_ops(rd)
+    ops = placed_ops(rd)
     if not len(ops):
         return STEPS.empty()
-    kind = ops["kind"].to_numpy()
-    is_comm = kind == "communication"
-    is_comp = kind == "compute"
+    src, host_ops, is_comm, is_comp = ops.src, ops.host_ops, ops.is_comm, ops.is_comp
     # Communication from the HCCL lane when the kernel table carries none (older kernel_details)
     extra_comm = _comm_from_timeline(rd) if src == "kernels" and not is_comm.any() else None
     markers = _marker_steps(rd)
-    windows, how = _windows(ops, host_ops, markers)
+    windows, how = _windows(ops, markers)
     rd.info.steps_from = how
 
-    n_waits, wait_iv = _data_waits(rd.table("timeline"))
-    starts = ops["start_us"].to_numpy(float)
-    durs = ops["dur_us"].to_numpy(float)
-    recv_all = _receives(ops["name"])
+    n_waits, wait_iv = _data_waits(rd.tables.get("timeline"))
+    starts, durs = ops.starts, ops.durs
+    recv_all = ops.receives()
     rows = []
     for w in windows:
         s, d, cp, cm, rv = starts[w.rows], durs[w.rows], is_comp[w.rows], is_comm[w.rows], recv_all[w.rows]
@@ -309,10 +338,14 @@ def _steps_frame(rows: list[dict[str, object]]) -> pd.DataFrame:
         kinds = set(map(type, values))
         if dtype == FLOAT and kinds <= {float, np.float64, type(None)}:
             cols[c] = np.array([np.nan if v is None else v for v in values], dtype=np.float64)
+        elif dtype == INT and kinds == {int}:  # (what pd.array(values, dtype=INT) gives, without its inference)
+            cols[c] = pd.arrays.IntegerArray(np.array(values, dtype=np.int64), np.zeros(len(values), dtype=bool))
         elif dtype == INT and kinds <= {int, type(None)}:
             cols[c] = pd.array(values, dtype=INT)
         elif dtype == STR and kinds == {str}:
-            cols[c] = pd.array(np.array(values, dtype=object), dtype=STR)
+            one = values[0]
+            same = all(v == one for v in values)
+            cols[c] = const_texts(len(values), one) if same else pd.array(np.array(values, dtype=object), dtype=STR)
         else:
             return STEPS.frame(pd.DataFrame(rows))
     return STEPS.frame(cols)

@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from msdiag import intervals as iv
-from msdiag.metrics.breakdown import _comm_from_timeline, _marker_steps, _placed_ops, _receives, _windows
+from msdiag.metrics.breakdown import _comm_from_timeline, _marker_steps, _windows, placed_ops
 from msdiag.metrics.causes import _Host, _Names, _spans, host_spans
 from msdiag.metrics.registry import Context, unread_host
 from msdiag.model import STEP_KINDS, STEP_KINDS_TABLE, RankData
@@ -82,15 +82,13 @@ def _window_kinds(comp: iv.Intervals, comm: iv.Intervals, recv: iv.Intervals, wa
 def _rank_windows(rd: RankData, spans: list[iv.Intervals]) -> list[tuple[int | None, float, float, dict[str, iv.Intervals]]]:
     """Each step window of a rank's timeline (cut as the breakdown cuts it): its step, lo, hi and kinds; ``spans``:
     the rank's host data waits and syncs (causes.host_spans)."""
-    ops, src, host_ops = _placed_ops(rd)
+    ops = placed_ops(rd)
     if not len(ops):
         return []
-    windows, _ = _windows(ops, host_ops, _marker_steps(rd))
-    kind = ops["kind"].to_numpy()
-    is_comm, is_comp = kind == "communication", kind == "compute"
-    starts, durs = ops["start_us"].to_numpy(float), ops["dur_us"].to_numpy(float)
-    recv = _receives(ops["name"])
-    extra = _comm_from_timeline(rd) if src == "kernels" and not is_comm.any() else None
+    windows, _ = _windows(ops, _marker_steps(rd))
+    is_comm, is_comp, starts, durs = ops.is_comm, ops.is_comp, ops.starts, ops.durs
+    recv = ops.receives()
+    extra = _comm_from_timeline(rd) if ops.src == "kernels" and not is_comm.any() else None
     extra_iv = iv.make(extra["start_us"].to_numpy(float), extra["dur_us"].to_numpy(float)) if extra is not None else iv.EMPTY
     waits, syncs = spans
     out = []
