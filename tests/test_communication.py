@@ -410,3 +410,45 @@ def test_link_numbers_beyond_exact_floats(tmp_path: Path, monkeypatch: pytest.Mo
     _from_records(monkeypatch)
     pd.testing.assert_frame_equal(arrays, read_communication_matrix(path, 5), check_exact=True)
     assert list(arrays.dtypes.astype(str)) == list(model.COMM_LINKS.columns.values())
+
+
+@pytest.mark.parametrize("value", [1.5, 0.0, -2.0, 3, 0, 2**60, True, False, None, "1.25", " 2 ", "x", [1], {"a": 1}])
+def test_a_plain_number_taken_as_the_checked_reading_gives_it(value: object) -> None:
+    # communication._plain_num takes a plain JSON number (float, or int but not a boolean) as it is; anything else is
+    # left to _num, which reads a text, gives NaN for null and names the link where the value is wrong
+    from msdiag.ingest import communication as c
+
+    d = {"k": value}
+    got = c._plain_num(d, "k")
+    if type(value) in (float, int):
+        assert got == c._num(Path("m.json"), "w", d, "k") and type(got) is float
+    else:
+        assert got is None
+    assert c._plain_num({}, "k") is None
+
+
+def test_link_numbers_below_exact_floats_left_to_from_records(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the mirror of the case above: a link "-9007199254740993-1" is not '<src>-<dst>' at all (the key's digits
+    # only), so the lowest a link end can be is 0; a src written as 2^53 exactly is still exact: built as arrays, the
+    # frame from_records gives (by hand: src 2^53, dst 7)
+    doc = {"step1": {"collective": {"allreduce-top1@g": {
+        "9007199254740992-7": {"Transport Type": "HCCS", "Transit Size(MB)": 1.0, "Transit Time(ms)": 0.5}}}}}
+    path = tmp_path / "communication_matrix.json"
+    path.write_text(json.dumps(doc))
+    arrays = read_communication_matrix(path, 5)
+    assert arrays["src"].tolist() == [2**53] and arrays["dst"].tolist() == [7]
+    _from_records(monkeypatch)
+    pd.testing.assert_frame_equal(arrays, read_communication_matrix(path, 5), check_exact=True)
+
+
+def test_plain_ints_within_exact_floats_only() -> None:
+    # communication._plain_ints: Python ints as an Int64 array, as pd.array(values, dtype="Int64") gives them, while every
+    # value lies within +-2^53 (a float64 holds them exactly, as from_records' column would); beyond, either side, None
+    from msdiag.ingest import communication as c
+
+    ok = (0, -(2**53), 2**53, 17)
+    got = c._plain_ints(ok)
+    pd.testing.assert_extension_array_equal(got, pd.array(list(ok), dtype="Int64"))
+    assert type(got) is type(pd.array(list(ok), dtype="Int64"))
+    assert c._plain_ints((1, -(2**53) - 1)) is None and c._plain_ints((2**53 + 1,)) is None
+    assert c._plain_ints((2**63,)) is None and c._plain_ints((-(2**63),)) is None

@@ -20,6 +20,7 @@ from typing import Any, Iterator
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from msdiag import model, units
 from msdiag.errors import ParseError
@@ -73,6 +74,19 @@ def _num(path: Path, where: str, d: dict[str, Any], key: str) -> float:
         except ValueError:
             pass
     raise ParseError(path, f"{where}: '{key}' should be a number, found {v!r}")
+
+
+def _plain_num(d: dict[str, Any], key: str) -> float | None:
+    """The key's number where it is written as a plain JSON number (float, or int but not a boolean): what
+    :func:`_num` gives for it, without its checks; None for anything else (absent, null, a text, a wrong kind), which
+    :func:`_num` then judges."""
+    v = d.get(key)
+    t = type(v)
+    if t is float:
+        return v  # type: ignore[no-any-return]
+    if t is int:
+        return float(v)  # type: ignore[arg-type]
+    return None
 
 
 def _obj(path: Path, where: str, x: Any) -> dict[str, Any]:
@@ -261,15 +275,34 @@ def _arrays(table: model.Table, cols: list[str], rows: list[tuple[Any, ...]]) ->
         kinds = set(map(type, values))
         if dtype == model.FLOAT and kinds == {float}:
             out[c] = np.array(values, dtype=np.float64)
+        elif dtype == model.INT and kinds == {int}:
+            ints = _plain_ints(values)
+            if ints is None:
+                return None
+            out[c] = ints
         elif dtype == model.INT and kinds <= {int, type(None)} and all(
             v is None or -_EXACT_INT <= v <= _EXACT_INT for v in values
         ):
             out[c] = pd.array(values, dtype=model.INT)
         elif dtype == model.STR and kinds <= {str, type(None)}:
-            out[c] = pd.array(np.array(values, dtype=object), dtype=model.STR)
+            # (Arrow takes the Python texts and Nones in one pass: what pd.array(np.array(values, dtype=object),
+            # dtype=STR) gives, at half its cost)
+            out[c] = model.string_array(pa.array(values, type=pa.large_string()))
         else:
             return None
     return out
+
+
+def _plain_ints(values: tuple[int, ...]) -> Any:
+    """Python ints as an Int64 array (what ``pd.array(values, dtype=INT)`` gives) built by numpy; None when one lies
+    beyond 2^53 (``DataFrame.from_records`` then judges the column, as it always did)."""
+    try:
+        a = np.array(values, dtype=np.int64)
+    except OverflowError:
+        return None
+    if len(a) and (int(a.min()) < -_EXACT_INT or int(a.max()) > _EXACT_INT):
+        return None
+    return pd.arrays.IntegerArray(a, np.zeros(len(a), dtype=bool))
 
 
 def read_communication_matrix(path: Path, rank: int) -> pd.DataFrame:
@@ -304,6 +337,7 @@ def _matrix_rows(path: Path) -> list[tuple[Any, ...]]:
     doc = load_json(path)
     spelled = _op_type_spellings(doc)
     rows: list[tuple[Any, ...]] = []
+    ends: dict[str, tuple[int, int]] = {}  # link key -> (src, dst): a file names the same links in every op
     for step_key, step, cat, entries in _steps(path, doc, "communication links"):
         for key, links in entries.items():
             if key == TOTAL_KEY:
@@ -318,13 +352,21 @@ def _matrix_rows(path: Path) -> list[tuple[Any, ...]]:
                 name, group = split_op_key(key)
                 op_type, variant = op_type_of(name), name
             for link, d in _obj(path, where, links).items():
-                lm = _LINK_RE.fullmatch(link)
-                if not lm:
-                    raise ParseError(path, f"{where}: link key '{link}' is not '<src>-<dst>'")
-                lwhere = f"{where}.'{link}'"
-                d = _obj(path, lwhere, d)
-                size = _num(path, lwhere, d, _SIZE)
-                time_ms = _num(path, lwhere, d, _TRANSIT)
+                src_dst = ends.get(link)
+                if src_dst is None:
+                    lm = _LINK_RE.fullmatch(link)
+                    if not lm:
+                        raise ParseError(path, f"{where}: link key '{link}' is not '<src>-<dst>'")
+                    src_dst = ends[link] = (int(lm.group(1)), int(lm.group(2)))
+                if type(d) is not dict:
+                    d = _obj(path, f"{where}.'{link}'", d)
+                # (a plain number taken as it is; anything else judged by _num, which names the link where it fails)
+                size = _plain_num(d, _SIZE)
+                if size is None:
+                    size = _num(path, f"{where}.'{link}'", d, _SIZE)
+                time_ms = _plain_num(d, _TRANSIT)
+                if time_ms is None:
+                    time_ms = _num(path, f"{where}.'{link}'", d, _TRANSIT)
                 bw = size / time_ms if time_ms > 0 and not math.isnan(size) else math.nan
                 transport = d.get("Transport Type")
                 rows.append(
@@ -334,8 +376,8 @@ def _matrix_rows(path: Path) -> list[tuple[Any, ...]]:
                         op_type,
                         variant,
                         group,
-                        int(lm.group(1)),
-                        int(lm.group(2)),
+                        src_dst[0],
+                        src_dst[1],
                         None if transport is None else str(transport),
                         size,
                         time_ms * units.US_PER_MS,

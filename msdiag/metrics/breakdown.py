@@ -345,7 +345,7 @@ def _steps_frame(rows: list[dict[str, object]]) -> pd.DataFrame:
         elif dtype == STR and kinds == {str}:
             one = values[0]
             same = all(v == one for v in values)
-            cols[c] = const_texts(len(values), one) if same else pd.array(np.array(values, dtype=object), dtype=STR)
+            cols[c] = const_texts(len(values), str(one)) if same else pd.array(np.array(values, dtype=object), dtype=STR)
         else:
             return STEPS.frame(pd.DataFrame(rows))
     return STEPS.frame(cols)
