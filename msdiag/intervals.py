@@ -107,3 +107,83 @@ def clip(iv: Intervals, lo: float, hi: float) -> Intervals:
     e2 = np.minimum(e, hi)
     keep = e2 > s2
     return s2[keep], e2[keep]
+
+
+# Interval sets of many windows at once: each interval carries its window's number ``g`` (an int array beside starts
+# and ends). Each function gives, window by window, exactly what its one-window counterpart gives for that window's
+# intervals in their order: the same floats in the same order (tests/test_intervals.py), so that figures summed per
+# window with :func:`group_lengths` are the one-window figures to the bit.
+Grouped = tuple[np.ndarray, np.ndarray, np.ndarray]  # (starts, ends, window numbers)
+
+
+def merge_groups(iv: Grouped) -> Grouped:
+    """:func:`merge` within each window, the windows ascending: the intervals ordered by (window, start; stable, as
+    merge sorts them), each window's running end taken by one cumulative maximum over (window, rank of the end)
+    keys, exact where a maximum of the floats shifted by window would round."""
+    s, e, g = iv
+    n = len(s)
+    if n == 0:
+        return s[:0], e[:0], g[:0]
+    order = np.lexsort((s, g))  # (stable: ties in a window keep their order, as merge's stable argsort)
+    s, e, g = s[order], e[order], g[order]
+    by_end = np.argsort(e, kind="stable")
+    rank = np.empty(n, dtype=np.int64)
+    rank[by_end] = np.arange(n)
+    key = g.astype(np.int64) * n + rank
+    run_end = e[by_end][np.maximum.accumulate(key) - g.astype(np.int64) * n]
+    new = np.empty(n, dtype=bool)
+    new[0] = True
+    new[1:] = (s[1:] > run_end[:-1]) | (g[1:] != g[:-1])
+    idx = np.flatnonzero(new)
+    starts = s[idx]
+    ends = np.append(run_end[idx[1:] - 1], run_end[-1])
+    keep = ends > starts
+    return starts[keep], ends[keep], g[idx][keep]
+
+
+def clip_groups(iv: Grouped, lo: np.ndarray, hi: np.ndarray) -> Grouped:
+    """:func:`clip` of each window's intervals to its own [lo, hi] (``lo``, ``hi``: per window number)."""
+    s, e, g = iv
+    s2 = np.maximum(s, lo[g])
+    e2 = np.minimum(e, hi[g])
+    keep = e2 > s2
+    return s2[keep], e2[keep], g[keep]
+
+
+def subtract_merged_groups(a: Grouped, b: Grouped) -> Grouped:
+    """:func:`subtract_merged` within each window (both sets merged per window, :func:`merge_groups`). One sweep over
+    every window's boundaries ordered by (window, point; stable over a's starts, a's ends, b's starts, b's ends, as the
+    one-window sweep lays them out): each window's counts return to zero at its end, so a running sum over all of them
+    is each window's own."""
+    if len(a[0]) == 0:
+        return a
+    pts = np.concatenate([a[0], a[1], b[0], b[1]])
+    gs = np.concatenate([a[2], a[2], b[2], b[2]])
+    na, nb = len(a[0]), len(b[0])
+    da = np.concatenate([np.ones(na), -np.ones(na), np.zeros(2 * nb)])
+    db = np.concatenate([np.zeros(2 * na), np.ones(nb), -np.ones(nb)])
+    order = np.lexsort((pts, gs))
+    pts, gs = pts[order], gs[order]
+    ca = np.cumsum(da[order])
+    cb = np.cumsum(db[order])
+    only_a = (ca[:-1] > 0) & (cb[:-1] <= 0)
+    s = pts[:-1][only_a]
+    e = pts[1:][only_a]
+    g = gs[:-1][only_a]
+    keep = e > s
+    return merge_groups((s[keep], e[keep], g[keep]))
+
+
+def concat_groups(a: Grouped, b: Grouped) -> Grouped:
+    """Two grouped sets as one (merged by :func:`merge_groups`, a window's intervals of ``a`` before those of ``b``,
+    as the one-window concatenation puts them)."""
+    return np.concatenate([a[0], b[0]]), np.concatenate([a[1], b[1]]), np.concatenate([a[2], b[2]])
+
+
+def group_lengths(merged: Grouped, windows: int) -> np.ndarray:
+    """:func:`length` of each window's merged intervals (windows 0..windows-1, in window order: :func:`merge_groups`'
+    output), each summed by numpy over its own slice, as the one-window sum is."""
+    s, e, g = merged
+    cuts = np.searchsorted(g, np.arange(windows + 1))
+    diff = e - s
+    return np.array([float(np.sum(diff[cuts[i]:cuts[i + 1]])) for i in range(windows)], dtype=np.float64)

@@ -875,6 +875,43 @@ def noting_cuts() -> Iterator[list[tuple[pd.DataFrame, list[pd.DataFrame]]]]:
         _NOTED.remove(got)
 
 
+@dataclass
+class TaskScope:
+    """The ranks of one pool task being read (:func:`task_scope`): the frames its bulk reads cut into files' frames
+    (``cuts``: (whole, its slices in order), what :func:`concat_alike` is given) and what per-rank work computed for
+    all of the task's ranks at once keeps for the others (``memo``), both gone with the task."""
+
+    cuts: list[tuple[pd.DataFrame, list[pd.DataFrame]]]
+    memo: dict[str, Any] = field(default_factory=dict)
+
+    def whole_of(self, frame: pd.DataFrame) -> tuple[pd.DataFrame, list[pd.DataFrame]] | None:
+        """The (whole, its slices) of ``cuts`` ``frame`` is one of the slices of (the very object), or None."""
+        for whole, parts in self.cuts:
+            if any(p is frame for p in parts):
+                return whole, parts
+        return None
+
+
+_TASKS: list[TaskScope] = []
+
+
+@contextmanager
+def task_scope(cuts: list[tuple[pd.DataFrame, list[pd.DataFrame]]]) -> Iterator[TaskScope]:
+    """Within the block, :func:`active_task` is a :class:`TaskScope` of ``cuts`` (a pool task's ranks read one by one
+    after their bulk reads: ingest/loader.prefetch)."""
+    scope = TaskScope(cuts)
+    _TASKS.append(scope)
+    try:
+        yield scope
+    finally:
+        _TASKS.remove(scope)
+
+
+def active_task() -> TaskScope | None:
+    """The innermost :func:`task_scope` in effect, or None."""
+    return _TASKS[-1] if _TASKS else None
+
+
 def joinable(frames: list[pd.DataFrame]) -> bool:
     """Whether the frames are alike enough to be row slices of their concatenation (Capture.join_tables)."""
     first = frames[0]

@@ -123,3 +123,34 @@ def test_device_ops_read_once_as_the_columns_compared(corpus: Path, capture: str
         assert not np.isnan(ops.starts).any()
         seen += len(ops)
     assert seen > 0
+
+
+def test_a_pool_tasks_step_rows_computed_at_once_are_each_ranks_own(corpus: Path, job8: Path) -> None:
+    # breakdown._task_steps computes the step rows of every rank of a pool task at once (ranks read shallow: no
+    # timeline, kernels from the task's bulk read of kernel_details.csv); each rank's rows are step_breakdown's for the
+    # rank alone, to the bit, with the same steps_from; the rows are slices of one frame, which concat_alike takes as it
+    # is. On the 8-rank replicated job (3 steps a rank) and the corpus' 2-rank captures.
+    from msdiag.ingest import discover, loader
+    from msdiag.metrics import breakdown
+    from msdiag.model import concat_alike
+
+    batched = 0
+    for job in (job8, corpus / "ascend/torchnpu-2rank-level1", corpus / "ascend/torchnpu-2rank-level0"):
+        dirs = discover.discover(job).ranks
+        with loader.prefetch(dirs) as cuts:
+            rds = [loader.load_rank_shallow(d) for d in dirs]
+            at_once = [breakdown.step_breakdown(r) for r in rds]
+            hows = [r.info.steps_from for r in rds]
+            batched += sum(breakdown._from_task(r) is not None for r in rds)
+            for r, f in zip(rds, at_once):
+                r.tables["steps"] = f
+            whole = concat_alike(rds, cuts)["steps"]
+        assert any(w is whole for w, _ in cuts)  # the task's frame itself, not a concatenation
+        for r, f, how in zip(rds, at_once, hows):
+            alone = breakdown.step_breakdown(r)  # outside the task: the rank by itself
+            assert how == r.info.steps_from == "the kernels' Step Id"
+            pd.testing.assert_frame_equal(f, alone, check_exact=True)
+            assert [type(f[c].array) for c in f.columns] == [type(alone[c].array) for c in alone.columns]
+            for c in f.columns[f.dtypes == "float64"]:
+                assert np.array_equal(f[c].to_numpy().view(np.int64), alone[c].to_numpy().view(np.int64)), c
+    assert batched == 8 + 2 + 2

@@ -90,3 +90,52 @@ def test_breakdown_parts_sum_to_the_step(comp: list[tuple[float, float]], comm: 
     assert all(-1e-9 <= s <= 1 + 1e-9 for s in shares)
     assert 0 <= p["overlapped_us"] <= min(p["computing_us"], p["communication_us"]) + 1e-6
     assert p["bubble_us"] <= total + 1e-6
+
+
+# windows of intervals: the floats drawn from a few values so that ties (equal starts, equal ends, touching) are common
+_tie_floats = st.sampled_from([0.0, 0.5, 1.0, 2.0, 2.5, 7.25, 10.0, 1e15, 1e15 + 0.25, 1e15 + 0.5]) | st.floats(0, 1000, allow_nan=False)
+windows = st.lists(st.lists(st.tuples(_tie_floats, _tie_floats), max_size=12), min_size=1, max_size=6)
+
+
+def _grouped(ws: list[list[tuple[float, float]]]) -> iv.Grouped:
+    s = np.array([a for w in ws for a, _ in w], dtype=float)
+    e = s + np.array([d for w in ws for _, d in w], dtype=float)
+    g = np.array([i for i, w in enumerate(ws) for _ in w], dtype=np.int64)
+    return s, e, g
+
+
+def _window(x: iv.Grouped, i: int) -> iv.Intervals:
+    return x[0][x[2] == i], x[1][x[2] == i]
+
+
+def _same(a: iv.Intervals, b: iv.Intervals) -> bool:
+    # the same floats in the same order, to the bit
+    return all(np.array_equal(np.asarray(p, dtype=float).view(np.int64), np.asarray(q, dtype=float).view(np.int64))
+               for p, q in zip(a, b))
+
+
+@settings(max_examples=300)
+@given(windows, windows)
+def test_grouped_functions_are_the_one_window_functions_window_by_window(wa: list[list[tuple[float, float]]],
+                                                                          wb: list[list[tuple[float, float]]]) -> None:
+    # merge_groups, clip_groups, subtract_merged_groups, concat_groups and group_lengths on several windows at once give,
+    # for each window, what merge, clip, subtract_merged, the concatenation and length give for it alone, to the bit
+    n = max(len(wa), len(wb))
+    wa, wb = wa + [[]] * (n - len(wa)), wb + [[]] * (n - len(wb))
+    a, b = _grouped(wa), _grouped(wb)
+    lo = np.array([min([x for x, _ in w] or [0.0]) for w in wa]) + 0.5
+    hi = lo + 5.0
+    ca, cb = iv.clip_groups(a, lo, hi), iv.clip_groups(b, lo, hi)
+    ma, mb = iv.merge_groups(ca), iv.merge_groups(cb)
+    sub = iv.subtract_merged_groups(ma, mb)
+    both = iv.merge_groups(iv.concat_groups(ma, mb))
+    for i in range(n):
+        one_a = iv.merge(iv.clip(_window(a, i), lo[i], hi[i]))
+        one_b = iv.merge(iv.clip(_window(b, i), lo[i], hi[i]))
+        assert _same(_window(ma, i), one_a) and _same(_window(mb, i), one_b)
+        assert _same(_window(sub, i), iv.subtract_merged(one_a, one_b))
+        assert _same(_window(both, i), iv.merge((np.concatenate([one_a[0], one_b[0]]), np.concatenate([one_a[1], one_b[1]]))))
+        assert _same(_window(iv.merge_groups(a), i), iv.merge(_window(a, i)))
+    for merged in (ma, mb, sub, both):
+        lengths = iv.group_lengths(merged, n)
+        assert [x.hex() for x in lengths] == [iv.length(_window(merged, i)).hex() for i in range(n)]

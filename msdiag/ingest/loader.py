@@ -24,7 +24,7 @@ from msdiag.ingest.engine import RankDir, read_rank, skips_when_shallow
 from msdiag.ingest.engine import prefetch as engine_prefetch
 from msdiag.ingest.formats import BY_NAME
 from msdiag.ingest.paths import within_any
-from msdiag.model import FAILED, SKIPPED, Capture, RankData, entry, hold
+from msdiag.model import FAILED, SKIPPED, Capture, RankData, entry, hold, task_scope
 
 
 @contextlib.contextmanager
@@ -36,7 +36,8 @@ def prefetch(dirs: list[RankDir]) -> Iterator[list[tuple[Any, list[Any]]]]:
     with contextlib.ExitStack() as stack:
         for name in dict.fromkeys(d.format for d in dirs):
             cuts.extend(stack.enter_context(engine_prefetch(BY_NAME[name], [d for d in dirs if d.format == name])))
-        yield cuts
+        with task_scope(cuts):  # (the ranks' own reads and reductions may add to ``cuts``: model.TaskScope)
+            yield cuts
 
 
 def load_rank(rd_dir: RankDir) -> RankData:

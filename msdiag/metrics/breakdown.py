@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 
 from msdiag import intervals as iv
 from msdiag.metrics.registry import Reads, declare_reads
-from msdiag.model import FLOAT, INT, STEPS, STR, RankData, const_texts
+from msdiag.model import FLOAT, INT, STEPS, STR, RankData, active_task, const_texts, entry, row_slices
 
 _RECEIVE = ("receive", "recv")
 
@@ -288,6 +288,9 @@ def step_breakdown(rd: RankData) -> pd.DataFrame:
 
     How the steps were found is recorded in ``rd.info.steps_from``.
     """
+    got = _from_task(rd)
+    if got is not None:
+        return got
     ops = placed_ops(rd)
     if not len(ops):
         return STEPS.empty()
@@ -322,6 +325,121 @@ def step_breakdown(rd: RankData) -> pd.DataFrame:
         r["source"] = f"timeline ({src})"
         rows.append(r)
     return _steps_frame(rows)
+
+
+_TASK_KEY = "breakdown.steps"
+_BY_STEP_ID = "the kernels' Step Id"
+
+
+def _from_task(rd: RankData) -> pd.DataFrame | None:
+    """The rank's step rows as computed for every rank of its pool task at once (:func:`_task_steps`), where the rank
+    is read without a timeline and its kernels are still the slice of the task's bulk read of kernel_details.csv
+    (``model.active_task``); None otherwise (computed for the rank alone)."""
+    scope = active_task()
+    if scope is None or "kernels" not in rd.tables:
+        return None
+    tl = entry(rd.tables, "timeline") if "timeline" in rd.tables else None
+    if tl is not None and len(tl):
+        return None
+    k = entry(rd.tables, "kernels")
+    found = scope.whole_of(k) if isinstance(k, pd.DataFrame) else None
+    if found is None:
+        return None
+    memo: dict[int, dict[int, tuple[pd.DataFrame, int]]] = scope.memo.setdefault(_TASK_KEY, {})
+    done = memo.get(id(found[0]))
+    if done is None:
+        done = memo[id(found[0])] = _task_steps(*found)
+        if done:  # the ranks' step rows are slices of one frame: stored and sent back as it is (model.concat_alike)
+            scope.cuts.append((done[_WHOLE][0], [f for key, (f, _) in done.items() if key != _WHOLE]))
+    hit = done.get(id(k))
+    if hit is None or hit[1] != rd.rank:
+        return None
+    rd.info.steps_from = _BY_STEP_ID
+    return hit[0]
+
+
+_WHOLE = -1  # (the key of _task_steps' whole frame)
+
+
+def _task_steps(whole: pd.DataFrame, parts: list[pd.DataFrame]) -> dict[int, tuple[pd.DataFrame, int]]:
+    """Step rows of every part of ``whole`` (the kernels of a pool task's ranks, each part a rank's, in order) whose
+    placed kernels carry a Step Id: id(part) -> (its STEPS frame, its rank), the frames row slices of one frame (at
+    :data:`_WHOLE`: (that frame, -1)). Each part's rows are what :func:`step_breakdown` computes for the rank alone
+    (no timeline: no markers, data waits or HCCL lane; windows from the Step Id), to the bit: the windows of all the
+    parts are cut at once and their interval sets merged, clipped and subtracted window by window by the grouped
+    functions of msdiag/intervals.py, each figure summed over its window's own slice (tests/test_breakdown.py)."""
+    if not len(whole) or not {"rank", "step", "kind", "start_us", "dur_us", "name"} <= set(whole.columns):
+        return {}
+    starts = whole["start_us"].to_numpy(float, na_value=np.nan)
+    durs = whole["dur_us"].to_numpy(float, na_value=np.nan)
+    steps = whole["step"].array
+    none = np.asarray(steps.isna(), dtype=bool)
+    numbers = steps.to_numpy(np.int64, na_value=0)
+    ranks = whole["rank"].array
+    if np.asarray(ranks.isna(), dtype=bool).any():
+        return {}
+    rank_of = ranks.to_numpy(np.int64)
+    kind = whole["kind"]
+    is_comm, is_comp = _text_is(kind, "communication"), _text_is(kind, "compute")
+    recv = _receives(whole["name"])
+    placed = ~np.isnan(starts)
+    # the parts taken: each with a placed kernel that carries a Step Id (else the rank's own read finds its steps)
+    bounds, lo = [], 0
+    for p in parts:
+        hi = lo + len(p)
+        if hi > lo and (placed[lo:hi] & ~none[lo:hi]).any() and (rank_of[lo:hi] == rank_of[lo]).all():
+            bounds.append((p, lo, hi))
+        lo = hi
+    if not bounds:
+        return {}
+    part_of = np.full(len(whole), -1, dtype=np.int64)
+    for i, (_, a, b) in enumerate(bounds):
+        part_of[a:b] = i
+    rows = np.flatnonzero((part_of >= 0) & placed & ~none)  # a row of no step belongs to no window
+    # windows: (part, step id) ascending; within one, the rows in their order (the rank's _rows_by_step)
+    order = np.lexsort((numbers[rows], part_of[rows]))
+    rows = rows[order]
+    key_part, key_step = part_of[rows], numbers[rows]
+    first = np.ones(len(rows), dtype=bool)
+    first[1:] = (key_part[1:] != key_part[:-1]) | (key_step[1:] != key_step[:-1])
+    at = np.flatnonzero(first)
+    n_win = len(at)
+    win = np.cumsum(first) - 1  # each row's window
+    s, d = starts[rows], durs[rows]
+    ends = _ends(s, d)
+    w_lo = np.minimum.reduceat(s, at)
+    w_hi = np.maximum.reduceat(ends, at)
+    ok = np.isfinite(s) & np.isfinite(d) & (d >= 0)  # (iv.make)
+    cp, cm = is_comp[rows] & ok, is_comm[rows] & ok
+    rv = cm & recv[rows]
+    comp = iv.merge_groups(iv.clip_groups((s[cp], s[cp] + d[cp], win[cp]), w_lo, w_hi))
+    comm = iv.merge_groups(iv.clip_groups((s[cm], s[cm] + d[cm], win[cm]), w_lo, w_hi))
+    exposed = iv.subtract_merged_groups(comm, comp)
+    busy = iv.merge_groups(iv.concat_groups(comp, comm))
+    bubble = iv.merge_groups(iv.clip_groups((s[rv], s[rv] + d[rv], win[rv]), w_lo, w_hi))
+    total = w_hi - w_lo
+    computing = iv.group_lengths(comp, n_win)
+    communication = iv.group_lengths(comm, n_win)
+    exposed_us = iv.group_lengths(exposed, n_win)
+    free = total - iv.group_lengths(busy, n_win)
+    free = np.where(free > 0.0, free, 0.0)  # (max(0.0, x))
+    bubble_us = iv.group_lengths(bubble, n_win)
+    win_part = key_part[at]
+    cols: dict[str, object] = {
+        "start_us": w_lo, "end_us": w_hi, "total_us": total, "computing_us": computing, "communication_us": communication,
+        "communication_exposed_us": exposed_us, "overlapped_us": communication - exposed_us, "free_us": free,
+        "bubble_us": bubble_us,
+        "rank": pd.arrays.IntegerArray(rank_of[rows][at], np.zeros(n_win, dtype=bool)),
+        "step": pd.arrays.IntegerArray(key_step[at], np.zeros(n_win, dtype=bool)),
+        "stage_us": total - bubble_us,
+        "source": const_texts(n_win, "timeline (kernels)"),
+    }
+    steps_whole = STEPS.frame(cols)
+    counts = np.bincount(win_part, minlength=len(bounds))
+    out: dict[int, tuple[pd.DataFrame, int]] = {_WHOLE: (steps_whole, -1)}
+    for (p, a, _), frame in zip(bounds, row_slices(steps_whole, counts.tolist())):
+        out[id(p)] = (frame, int(rank_of[a]))
+    return out
 
 
 def _steps_frame(rows: list[dict[str, object]]) -> pd.DataFrame:
