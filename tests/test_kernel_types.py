@@ -9,8 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from msdiag.contract import build
 from msdiag.ingest import ascend_csv, ascend_stats
@@ -275,3 +278,18 @@ def test_per_rank_mte2_share_on_arrays_orders_ties_as_the_rank_frame() -> None:
     rt = kt.bound_shares_by_rank(cap)[0]  # the rank's own frame gives the same figure, to the bit
     assert list(rt.index) == ["D", "A", "B", "C"]
     assert v.per_rank[0] == float(rt.loc[kt._mte2_bound(rt, opts.param("kernel-memory-bound.max_cube")), "share"].sum())
+
+
+_few = st.sampled_from([0.0, 1.0, 2.5, 2.5, 7.0, 1e6, float("nan"), float("inf"), -1.0])
+
+
+@settings(max_examples=400)
+@given(st.lists(_few | st.floats(allow_nan=True), max_size=60))
+def test_descending_positions_are_sort_values(values: list[float]) -> None:
+    # kernels._descending orders a rank's type totals as pd.Series(v).sort_values(ascending=False) does (the JSON's
+    # top_kernels order): ties, NaN and infinities included, values drawn from a few so that ties are common
+    from msdiag.metrics import kernels
+
+    v = np.array(values, dtype=float)
+    want = pd.Series(v).sort_values(ascending=False).index.to_numpy()
+    assert kernels._descending(v).tolist() == want.tolist()
