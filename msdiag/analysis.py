@@ -6,6 +6,7 @@ the ``Analysis`` it returns.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -455,6 +456,8 @@ def checked_rules(
 
 def finite_or_none(x: Any) -> Any:
     """JSON-safe numbers: NaN/inf and pandas NA become None; numpy scalars become Python."""
+    if type(x) is float:  # (the common case first: math's test, not numpy's on a Python float)
+        return x if math.isfinite(x) else None
     if x is None or x is pd.NA:
         return None
     if isinstance(x, (bool, np.bool_)):

@@ -31,18 +31,25 @@ def _records(df: pd.DataFrame, cols: list[str]) -> list[dict[str, Any]]:
     return [{c: finite_or_none(v) for c, v in zip(cols, row)} for row in df[cols].itertuples(index=False)]
 
 
-def _sum(held: pd.DataFrame | Rows, name: str) -> float:
+def _sum(held: pd.DataFrame | Rows, name: str, memo: dict[tuple[int, str], np.ndarray] | None = None) -> float:
     """``float(frame[name].sum())`` of a rank's frame as it is held (``model.entry``: Rows of a joined table are read
     as the whole's column between their rows, not cut into a frame), a float column on its array: pandas' nansum
-    (nulls as 0, then numpy's sum, over the same values in the same order)."""
-    col, lo, hi = (held.whole[name], held.lo, held.hi) if isinstance(held, Rows) else (held[name], 0, len(held))
-    if col.dtype != np.float64:
-        return float(col.iloc[lo:hi].sum())
-    x = col.to_numpy()[lo:hi]
-    return float(np.where(np.isnan(x), 0.0, x).sum())
+    (nulls as 0, then numpy's sum, over the same values in the same order). ``memo``: the whole's column with its
+    nulls as 0, made once for every rank held in it (a rank's sum is then numpy's over its own slice of it)."""
+    whole, lo, hi = (held.whole, held.lo, held.hi) if isinstance(held, Rows) else (held, 0, len(held))
+    zeroed = memo.get((id(whole), name)) if memo is not None else None
+    if zeroed is None:
+        col = whole[name]
+        if col.dtype != np.float64:
+            return float(col.iloc[lo:hi].sum())
+        x = col.to_numpy()
+        zeroed = np.where(np.isnan(x), 0.0, x)
+        if memo is not None:  # (the whole is held by its ranks: its id stays its own while the memo lives)
+            memo[(id(whole), name)] = zeroed
+    return float(zeroed[lo:hi].sum())
 
 
-def _comm_summary(rd: Any) -> dict[str, Any] | None:
+def _comm_summary(rd: Any, memo: dict[tuple[int, str], np.ndarray] | None = None) -> dict[str, Any] | None:
     """The rank's communication: its own tables (the capture's rows of that rank, in the same order), not the
     capture's filtered once per rank (a thousand ranks: a thousand scans of every rank's rows)."""
     if held_rows(rd, "comm_ops"):
@@ -50,7 +57,7 @@ def _comm_summary(rd: Any) -> dict[str, Any] | None:
         return {
             "source": "communication analysis",
             "ops": len(ops),
-            **{f"{c}_us": _sum(ops, f"{c}_us") for c in ("elapse", "transit", "wait", "sync", "idle")},
+            **{f"{c}_us": _sum(ops, f"{c}_us", memo) for c in ("elapse", "transit", "wait", "sync", "idle")},
         }
     k = rd.table("kernels")
     k = k.loc[k["kind"] == "communication", ["dur_us"]]
@@ -59,8 +66,10 @@ def _comm_summary(rd: Any) -> dict[str, Any] | None:
     return None
 
 
-def _rank_entry(a: Analysis, rd: Any, steps: int, top: list[dict[str, Any]]) -> dict[str, Any]:
-    """One rank's entry; ``steps``: its step rows, ``top``: its top_kernels (both computed for every rank at once)."""
+def _rank_entry(a: Analysis, rd: Any, steps: int, top: list[dict[str, Any]],
+                memo: dict[tuple[int, str], np.ndarray] | None = None) -> dict[str, Any]:
+    """One rank's entry; ``steps``: its step rows, ``top``: its top_kernels (both computed for every rank at once);
+    ``memo``: :func:`_sum`'s, shared by the ranks."""
     peak = a.metrics["memory_peak_allocated_mb"].per_rank.get(rd.rank) if "memory_peak_allocated_mb" in a.metrics else None
     return {
         "rank": int(rd.rank),
@@ -72,7 +81,7 @@ def _rank_entry(a: Analysis, rd: Any, steps: int, top: list[dict[str, Any]]) -> 
         "kernels": held_rows(rd, "kernels"),
         "kernels_from": rd.info.kernels_from,
         "top_kernels": top,
-        "communication": _comm_summary(rd),
+        "communication": _comm_summary(rd, memo),
         "memory_peak_allocated_mb": finite_or_none(peak),
         "notes": list(rd.notes),
     }
@@ -139,13 +148,14 @@ def build(a: Analysis) -> dict[str, Any]:
     }
     steps = a.steps.sort_values(["rank", "step"], na_position="first") if len(a.steps) else a.steps
     kernel_types, kernel_types_absent = kernel_type_rows(a)
+    memo: dict[tuple[int, str], np.ndarray] = {}  # (_sum's, for every rank's communication sums)
     n_steps = {int(r): int(m) for r, m in a.steps.groupby("rank").size().items()} if len(a.steps) else {}
     return {
         "schema_version": SCHEMA_VERSION,
         "msdiag_version": __version__,
         "path": a.capture.path,
         "capture": a.identity,
-        "ranks": [_rank_entry(a, rd, n_steps.get(rd.rank, 0), top) for rd, top in zip(a.capture.ranks, top_kernels(a))],
+        "ranks": [_rank_entry(a, rd, n_steps.get(rd.rank, 0), top, memo) for rd, top in zip(a.capture.ranks, top_kernels(a))],
         "ranks_left_out": ranks_left_out(a),  # ranks found but not analysed, with the file and why
         "runs_left_out": runs_left_out(a),  # other runs under the folder given: analysed apart, never mixed
         "read_depth": read_depth(a),  # which ranks were read deep (their Python frames) and why

@@ -452,13 +452,16 @@ def test_a_ranks_communication_sums_read_from_what_it_holds(job8_analysis: Analy
 
     cap = job8_analysis.capture
     assert all(isinstance(entry(rd.tables, "comm_ops"), Rows) for rd in cap.ranks)  # joined: held as Rows
+    memo: dict[tuple[int, str], np.ndarray] = {}  # (shared by the ranks, as contract.build shares it)
     for rd in cap.ranks:
         got = _comm_summary(rd)
         ops = rd.tables["comm_ops"]
         assert got is not None and got["ops"] == len(ops) > 0
         for c in ("elapse", "transit", "wait", "sync", "idle"):
             assert got[f"{c}_us"] == float(ops[f"{c}_us"].sum())
+        assert _comm_summary(rd, memo) == got  # the whole's zeroed column made once: the same sums
         assert held_rows(rd, "kernels") == len(rd.tables["kernels"]) and held_rows(rd, "no such table") == 0
+    assert len(memo) == 5  # one per column of the one joined table
     # NaN as 0, a signed zero, a float column pandas holds as Float64 (its own sum): held as Rows and as a frame
     ops = pd.DataFrame({f"{c}_us": [np.nan, -0.0, 1e16, 1.0, -1e16, 3.5] for c in ("elapse", "transit", "wait", "sync")})
     ops["idle_us"] = pd.array([1.5, None, 2.0, 0.25, None, 4.0], dtype="Float64")
@@ -469,3 +472,26 @@ def test_a_ranks_communication_sums_read_from_what_it_holds(job8_analysis: Analy
         assert got is not None and got["ops"] == 4
         for c in ("elapse", "transit", "wait", "sync", "idle"):
             assert got[f"{c}_us"] == float(mine[f"{c}_us"].sum())
+
+
+@pytest.mark.parametrize("x", [1.5, 0.0, -0.0, float("nan"), float("inf"), -float("inf"), 1e308, np.float64(2.5), np.float64("nan"),
+                               np.float32(0.1), np.int64(3), 7, True, np.bool_(False), None, pd.NA, "x"])
+def test_finite_or_none_is_its_old_self(x: object) -> None:
+    # analysis.finite_or_none takes a Python float first (math.isfinite); every value gives what the numpy checks gave
+    from msdiag.analysis import finite_or_none
+
+    def old(v: object) -> object:
+        if v is None or v is pd.NA:
+            return None
+        if isinstance(v, (bool, np.bool_)):
+            return bool(v)
+        if isinstance(v, np.integer):
+            return int(v)
+        if isinstance(v, (float, np.floating)):
+            return float(v) if np.isfinite(v) else None
+        return v
+
+    got, want = finite_or_none(x), old(x)
+    assert type(got) is type(want) and (got == want or got is want)
+    if isinstance(want, float):
+        assert np.copysign(1.0, got) == np.copysign(1.0, want)  # the sign of a zero kept
