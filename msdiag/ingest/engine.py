@@ -278,6 +278,10 @@ def _core(spec: Src, ctx: Ctx) -> bool:
 #: What prefetch read of a source's file for the rank reading it next, by (id of the source, path): each taken once
 #: by _call, the rest forgotten at the end of the ranks prefetch was given.
 _BULK: dict[tuple[int, str], tuple[Result, frozenset[str]]] = {}
+#: The file prefetch found (:func:`resolve`) and admitted (:func:`refusal`) for a source of a rank folder, by (id of
+#: the source, the folder), kept where its bulk read gave the rank's result: the rank's read takes both from here
+#: instead of finding and admitting the file a second time (the result it reads is the one read after that admission).
+_FOUND: dict[tuple[int, str], Path] = {}
 
 
 @contextmanager
@@ -295,6 +299,7 @@ def prefetch(fmt: Format, dirs: list[RankDir]) -> Iterator[list[tuple[Any, list[
         yield cuts
     finally:
         _BULK.clear()
+        _FOUND.clear()
 
 
 def _prefetch(fmt: Format, dirs: list[RankDir], cuts: list[tuple[pd.DataFrame, list[pd.DataFrame]]]) -> None:
@@ -310,7 +315,7 @@ def _prefetch(fmt: Format, dirs: list[RankDir], cuts: list[tuple[pd.DataFrame, l
             continue
     for spec in specs:
         assert spec.bulk is not None
-        paths, ranks = [], []
+        paths, ranks, folders = [], [], []
         for d, ctx in ctxs:
             try:
                 found = resolve(ctx, spec)
@@ -320,6 +325,7 @@ def _prefetch(fmt: Format, dirs: list[RankDir], cuts: list[tuple[pd.DataFrame, l
                 continue
             paths.append(found[0])
             ranks.append(d.rank)
+            folders.append(str(ctx.folder))
         if len(paths) < 2:
             continue
         before = len(cuts)
@@ -329,8 +335,9 @@ def _prefetch(fmt: Format, dirs: list[RankDir], cuts: list[tuple[pd.DataFrame, l
             got = None
         if got is not None and len(got) == len(paths):
             clean = _clean_tables(spec, got, cuts[before:])
-            for p, result, ok in zip(paths, got, clean):
+            for p, result, ok, folder in zip(paths, got, clean, folders):
                 _BULK[(id(spec), str(p))] = (result, ok)
+                _FOUND[(id(spec), folder)] = p
 
 
 def _tables_of(spec: Src, result: Result) -> dict[str, pd.DataFrame]:
@@ -434,6 +441,11 @@ def _read_one(ctx: Ctx, spec: Src, handle: Any, name: str, where: str) -> bool:
 def _file_source(ctx: Ctx, spec: Src, skip: bool = False) -> None:
     """Read a file source (each file of a glob); ``skip``: a deep-only source on a rank read shallow, listed (skipped
     when present, absent as usual) but never opened, the rank marked ``read_depth`` "summary"."""
+    found = _FOUND.pop((id(spec), str(ctx.folder)), None) if _FOUND and not skip and not spec.unused else None
+    if found is not None and (id(spec), str(found)) in _BULK:  # found and admitted by prefetch, its result waiting
+        name = spec.name.format(**ctx.vars)
+        _read_one(ctx, spec, found, name, str(found))
+        return
     paths = resolve(ctx, spec)
     if spec.unused:
         for p in paths:  # never opened: only said to be there and why it is not read
