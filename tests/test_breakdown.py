@@ -154,3 +154,71 @@ def test_a_pool_tasks_step_rows_computed_at_once_are_each_ranks_own(corpus: Path
             for c in f.columns[f.dtypes == "float64"]:
                 assert np.array_equal(f[c].to_numpy().view(np.int64), alone[c].to_numpy().view(np.int64)), c
     assert batched == 8 + 2 + 2
+
+
+def _oracle_rows(ops: pd.DataFrame, hccl: pd.DataFrame, windows: list[tuple[int, float, float]]) -> list[dict[str, float]]:
+    """The step parts of each window computed window by window with the one-window interval functions, as the
+    module doc defines them: computing = union of compute kernels, communication = union of communication ops (and of
+    the HCCL lane's ops, clipped to the window, when the kernels carry none), exposed = communication minus computing,
+    free = the span minus both, bubble = union of the receives."""
+    from msdiag import intervals as iv
+
+    out = []
+    for step, lo, hi in windows:
+        w = ops[ops["step"] == step]
+        kind, name = w["kind"].to_numpy(), w["name"].str.lower().to_numpy()
+        s, d = w["start_us"].to_numpy(float), w["dur_us"].to_numpy(float)
+        comp = iv.merge(iv.clip(iv.make(s[kind == "compute"], d[kind == "compute"]), lo, hi))
+        cm = kind == "communication"
+        comm_iv = iv.make(s[cm], d[cm])
+        if not cm.any():
+            extra = iv.clip(iv.make(hccl["start_us"].to_numpy(float), hccl["dur_us"].to_numpy(float)), lo, hi)
+            comm_iv = (np.concatenate([comm_iv[0], extra[0]]), np.concatenate([comm_iv[1], extra[1]]))
+        comm = iv.merge(iv.clip(comm_iv, lo, hi))
+        recv = cm & np.array(["recv" in x or "receive" in x for x in name], dtype=bool)
+        busy = iv.merge((np.concatenate([comp[0], comm[0]]), np.concatenate([comp[1], comm[1]])))
+        exposed = iv.length(iv.subtract_merged(comm, comp))
+        out.append({"start_us": lo, "end_us": hi, "total_us": hi - lo, "computing_us": iv.length(comp),
+                    "communication_us": iv.length(comm), "communication_exposed_us": exposed,
+                    "overlapped_us": iv.length(comm) - exposed, "free_us": max(0.0, (hi - lo) - iv.length(busy)),
+                    "bubble_us": iv.total(iv.clip(iv.make(s[recv], d[recv]), lo, hi))})
+    return out
+
+
+@pytest.mark.parametrize("with_comm", [True, False])
+def test_every_windows_parts_at_once_are_each_windows_own(with_comm: bool) -> None:
+    # breakdown.step_breakdown computes every window of a rank at once (_window_parts on the windows' intervals laid end
+    # to end); each row is the window-by-window computation to the bit: overlapping kernels, touching ones, a receive, a
+    # duration left out (NaN) and a negative one (both bound their step, add no interval), and, where the kernels carry
+    # no communication, the HCCL lane's ops clipped to each step (one of them spans two steps)
+    from msdiag.metrics import breakdown
+    from msdiag.model import KERNELS, TIMELINE, RankData
+
+    rng = np.random.default_rng(17)
+    rows = []
+    for step, base in ((1, 1.7e15), (2, 1.7e15 + 5000.0), (3, 1.7e15 + 9000.25)):
+        for i in range(40):
+            start = base + float(rng.integers(0, 3000)) + (0.25 if i % 3 else 0.0)
+            comm = with_comm and i % 4 == 0
+            name = "hcom_receive__1_2" if comm and i % 8 == 0 else ("hcom_allReduce__3_4" if comm else f"MatMul{i % 5}")
+            rows.append((step, name, "communication" if comm else "compute", start, float(rng.integers(1, 900))))
+        rows.append((step, "Cast", "compute", base + 10.0, np.nan))
+        rows.append((step, "Cast", "compute", base + 20.0, -3.0))
+    ops = pd.DataFrame(rows, columns=["step", "name", "kind", "start_us", "dur_us"])
+    k = KERNELS.frame({"rank": pd.array([3] * len(ops), dtype="Int64"), "step": pd.array(ops["step"].tolist(), dtype="Int64"),
+                       "name": pd.array(ops["name"].tolist(), dtype="string"), "kind": pd.array(ops["kind"].tolist(), dtype="string"),
+                       "core": pd.array(["AI_CORE"] * len(ops), dtype="string"),
+                       "start_us": ops["start_us"].to_numpy(float), "dur_us": ops["dur_us"].to_numpy(float)})
+    hccl = pd.DataFrame({"start_us": [1.7e15 + 100.0, 1.7e15 + 4900.0, 1.7e15 + 9500.0], "dur_us": [800.0, 400.0, 50.0]})
+    tl = TIMELINE.frame({"rank": pd.array([3] * 3, dtype="Int64"), "lane": pd.array(["hccl"] * 3, dtype="string"),
+                         "track": pd.array(["HCCL"] * 3, dtype="string"), "name": pd.array(["hcom_allReduce"] * 3, dtype="string"),
+                         "start_us": hccl["start_us"].to_numpy(), "dur_us": hccl["dur_us"].to_numpy()})
+    rd = RankData(rank=3, family="ascend_pt", path="/r3", tables={"kernels": k, "timeline": tl})
+    got = breakdown.step_breakdown(rd)
+    assert rd.info.steps_from == "the kernels' Step Id" and got["step"].tolist() == [1, 2, 3]
+    ends = ops["start_us"] + ops["dur_us"].fillna(0.0)
+    windows = [(st, float(ops.loc[ops["step"] == st, "start_us"].min()), float(ends[ops["step"] == st].max())) for st in (1, 2, 3)]
+    for (_, row), want in zip(got.iterrows(), _oracle_rows(ops, hccl, windows)):
+        for c, v in want.items():
+            assert float(row[c]).hex() == float(v).hex(), c
+    assert (got["bubble_us"] > 0).any() == with_comm and (got["communication_us"] > 0).all()

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from msdiag import intervals as iv
-from msdiag.metrics.breakdown import _parts
+from msdiag.metrics.breakdown import _window_parts
 
 spans = st.lists(
     st.tuples(st.floats(0, 1000, allow_nan=False), st.floats(0, 200, allow_nan=False)), max_size=40
@@ -16,6 +16,11 @@ spans = st.lists(
 
 def _iv(pairs: list[tuple[float, float]]) -> iv.Intervals:
     return iv.make([p[0] for p in pairs], [p[1] for p in pairs])
+
+
+def _one(x: iv.Intervals) -> iv.Grouped:
+    """One window's intervals in the grouped form (window 0)."""
+    return x[0], x[1], np.zeros(len(x[0]), dtype=np.int64)
 
 
 def _covered(x: iv.Intervals, grid: np.ndarray) -> np.ndarray:
@@ -34,7 +39,7 @@ def test_merge_is_idempotent_and_disjoint(pairs: list[tuple[float, float]]) -> N
 
 @given(spans, spans)
 def test_merged_shortcuts_give_what_the_merging_functions_give(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> None:
-    # the step breakdown merges each set once (_parts): length and subtract_merged of merged sets are total and subtract
+    # the step breakdown merges each set once (_window_parts): length and subtract_merged of merged sets are total and subtract
     # to the bit (a merged set merges to itself, so the same numbers are summed in the same order)
     x, y = _iv(a), _iv(b)
     mx, my = iv.merge(x), iv.merge(y)
@@ -82,7 +87,7 @@ def test_breakdown_parts_sum_to_the_step(comp: list[tuple[float, float]], comm: 
     if not len(allst):
         return
     lo, hi = float(allst.min()), float(np.concatenate([C[1], M[1]]).max())
-    p = _parts(C, M, _iv(recv), lo, hi)
+    p = {k: float(v[0]) for k, v in _window_parts(_one(C), _one(M), _one(_iv(recv)), np.array([lo]), np.array([hi])).items()}
     total = p["total_us"]
     # computing + exposed communication + free == the step's span
     assert abs(p["computing_us"] + p["communication_exposed_us"] + p["free_us"] - total) < 1e-6 * max(1.0, total)

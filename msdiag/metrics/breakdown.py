@@ -27,29 +27,39 @@ from msdiag.model import FLOAT, INT, STEPS, STR, RankData, active_task, const_te
 _RECEIVE = ("receive", "recv")
 
 
-def _parts(comp: iv.Intervals, comm: iv.Intervals, bubble: iv.Intervals, lo: float, hi: float) -> dict[str, float]:
-    # merged once: a merged set merges to itself, so its length and difference need no second merge (iv.length,
-    # iv.subtract_merged: the same figures to the bit as iv.total and iv.subtract)
-    comp_c = iv.merge(iv.clip(comp, lo, hi))
-    comm_c = iv.merge(iv.clip(comm, lo, hi))
-    exposed = iv.subtract_merged(comm_c, comp_c)
-    busy = iv.merge((np.concatenate([comp_c[0], comm_c[0]]), np.concatenate([comp_c[1], comm_c[1]])))
+def _window_parts(comp: iv.Grouped, comm: iv.Grouped, bubble: iv.Grouped, lo: np.ndarray, hi: np.ndarray) -> dict[str, np.ndarray]:
+    """Each window's parts (window i: [lo[i], hi[i]]; the intervals' window numbers in msdiag/intervals.py's grouped
+    form): computing, communication, exposed and overlapped communication, free and bubble time, each an array over the
+    windows. Each set is clipped and merged once per window (a merged set merges to itself, so its length and
+    difference need no second merge: iv.group_lengths, iv.subtract_merged_groups), each figure the one-window
+    computation's to the bit (tests/test_intervals.py)."""
+    n = len(lo)
+    comp_c = iv.merge_groups(iv.clip_groups(comp, lo, hi))
+    comm_c = iv.merge_groups(iv.clip_groups(comm, lo, hi))
+    exposed = iv.subtract_merged_groups(comm_c, comp_c)
+    busy = iv.merge_groups(iv.concat_groups(comp_c, comm_c))
     total = hi - lo
-    computing = iv.length(comp_c)
-    communication = iv.length(comm_c)
-    exposed_us = iv.length(exposed)
-    free = max(0.0, total - iv.length(busy))
+    communication = iv.group_lengths(comm_c, n)
+    exposed_us = iv.group_lengths(exposed, n)
+    free = total - iv.group_lengths(busy, n)
     return {
         "start_us": lo,
         "end_us": hi,
         "total_us": total,
-        "computing_us": computing,
+        "computing_us": iv.group_lengths(comp_c, n),
         "communication_us": communication,
         "communication_exposed_us": exposed_us,
         "overlapped_us": communication - exposed_us,
-        "free_us": free,
-        "bubble_us": iv.total(iv.clip(bubble, lo, hi)),
+        "free_us": np.where(free > 0.0, free, 0.0),  # (max(0.0, x))
+        "bubble_us": iv.group_lengths(iv.merge_groups(iv.clip_groups(bubble, lo, hi)), n),
     }
+
+
+def _intervals(s: np.ndarray, d: np.ndarray, g: np.ndarray, rows: np.ndarray) -> iv.Grouped:
+    """``iv.make``'s intervals of the ops at ``rows`` (a mask), with their windows ``g``: those with a finite start and
+    a finite, non-negative duration."""
+    ok = rows & np.isfinite(s) & np.isfinite(d) & (d >= 0)
+    return s[ok], s[ok] + d[ok], g[ok]
 
 
 def _device_ops(rd: RankData) -> tuple[pd.DataFrame, str]:
@@ -302,18 +312,21 @@ def step_breakdown(rd: RankData) -> pd.DataFrame:
     rd.info.steps_from = how
 
     n_waits, wait_iv = _data_waits(rd.tables.get("timeline"))
-    starts, durs = ops.starts, ops.durs
-    recv_all = ops.receives()
+    # every window's ops laid end to end, each with its window's number (a row in two windows is there twice)
+    at = np.concatenate([w.rows for w in windows])
+    g = np.repeat(np.arange(len(windows)), [len(w.rows) for w in windows])
+    s, d = ops.starts[at], ops.durs[at]
+    lo = np.array([w.lo for w in windows], dtype=float)
+    hi = np.array([w.hi for w in windows], dtype=float)
+    comm = _intervals(s, d, g, is_comm[at])
+    if extra_comm is not None and len(extra_comm):  # the HCCL lane's ops, clipped to each window, after its own
+        es, ee = iv.make(extra_comm["start_us"].to_numpy(float), extra_comm["dur_us"].to_numpy(float))
+        each = (np.tile(es, len(windows)), np.tile(ee, len(windows)), np.repeat(np.arange(len(windows)), len(es)))
+        comm = iv.concat_groups(comm, iv.clip_groups(each, lo, hi))
+    parts = _window_parts(_intervals(s, d, g, is_comp[at]), comm, _intervals(s, d, g, is_comm[at] & ops.receives()[at]), lo, hi)
     rows = []
-    for w in windows:
-        s, d, cp, cm, rv = starts[w.rows], durs[w.rows], is_comp[w.rows], is_comm[w.rows], recv_all[w.rows]
-        comp = iv.make(s[cp], d[cp])
-        comm = iv.make(s[cm], d[cm])
-        if extra_comm is not None and len(extra_comm):
-            c = iv.clip(iv.make(extra_comm["start_us"].to_numpy(float), extra_comm["dur_us"].to_numpy(float)), w.lo, w.hi)
-            comm = (np.concatenate([comm[0], c[0]]), np.concatenate([comm[1], c[1]]))
-        bubble = iv.make(s[cm & rv], d[cm & rv])
-        r: dict[str, object] = dict(_parts(comp, comm, bubble, w.lo, w.hi))
+    for i, w in enumerate(windows):
+        r: dict[str, object] = {k: float(v[i]) for k, v in parts.items()}
         r["rank"] = rd.rank
         r["step"] = w.step
         r["stage_us"] = float(r["total_us"]) - float(r["bubble_us"])  # type: ignore[arg-type]
@@ -409,29 +422,15 @@ def _task_steps(whole: pd.DataFrame, parts: list[pd.DataFrame]) -> dict[int, tup
     ends = _ends(s, d)
     w_lo = np.minimum.reduceat(s, at)
     w_hi = np.maximum.reduceat(ends, at)
-    ok = np.isfinite(s) & np.isfinite(d) & (d >= 0)  # (iv.make)
-    cp, cm = is_comp[rows] & ok, is_comm[rows] & ok
-    rv = cm & recv[rows]
-    comp = iv.merge_groups(iv.clip_groups((s[cp], s[cp] + d[cp], win[cp]), w_lo, w_hi))
-    comm = iv.merge_groups(iv.clip_groups((s[cm], s[cm] + d[cm], win[cm]), w_lo, w_hi))
-    exposed = iv.subtract_merged_groups(comm, comp)
-    busy = iv.merge_groups(iv.concat_groups(comp, comm))
-    bubble = iv.merge_groups(iv.clip_groups((s[rv], s[rv] + d[rv], win[rv]), w_lo, w_hi))
-    total = w_hi - w_lo
-    computing = iv.group_lengths(comp, n_win)
-    communication = iv.group_lengths(comm, n_win)
-    exposed_us = iv.group_lengths(exposed, n_win)
-    free = total - iv.group_lengths(busy, n_win)
-    free = np.where(free > 0.0, free, 0.0)  # (max(0.0, x))
-    bubble_us = iv.group_lengths(bubble, n_win)
+    cm = is_comm[rows]
+    figures = _window_parts(_intervals(s, d, win, is_comp[rows]), _intervals(s, d, win, cm),
+                            _intervals(s, d, win, cm & recv[rows]), w_lo, w_hi)
     win_part = key_part[at]
     cols: dict[str, object] = {
-        "start_us": w_lo, "end_us": w_hi, "total_us": total, "computing_us": computing, "communication_us": communication,
-        "communication_exposed_us": exposed_us, "overlapped_us": communication - exposed_us, "free_us": free,
-        "bubble_us": bubble_us,
+        **figures,
         "rank": pd.arrays.IntegerArray(rank_of[rows][at], np.zeros(n_win, dtype=bool)),
         "step": pd.arrays.IntegerArray(key_step[at], np.zeros(n_win, dtype=bool)),
-        "stage_us": total - bubble_us,
+        "stage_us": figures["total_us"] - figures["bubble_us"],
         "source": const_texts(n_win, "timeline (kernels)"),
     }
     steps_whole = STEPS.frame(cols)
