@@ -323,13 +323,18 @@ def _old_per_rank(a: Analysis) -> dict[str, dict[int, Any]]:
     if linked is not None:
         out["groups_spanning_nodes"] = {int(r): float(g["spans"].sum()) for r, g in linked.groupby("rank")}
     tr, _ = comm._packet_rows(ctx)
+
+    def _weighted_lpr(g: pd.DataFrame) -> float:  # (a group's large-packet ratio weighted by transit time, on its frame)
+        t = g["time_us"].to_numpy(dtype=float, na_value=np.nan)
+        return float((g["large_packet_ratio"].to_numpy(dtype=float, na_value=np.nan) * t).sum() / t.sum())
+
     if tr is not None:  # a rank's lowest weighted ratio over its transports (in their sorted order), its small share
-        per_rt = {(int(r), str(t)): comm._weighted_lpr(g) for (r, t), g in tr.groupby(["rank", "transport"])}
+        per_rt = {(int(r), str(t)): _weighted_lpr(g) for (r, t), g in tr.groupby(["rank", "transport"])}
         lowest: dict[int, Any] = {}
         for (r, _), v in per_rt.items():
             lowest[r] = v if lowest.get(r) is None else min(v, lowest[r])
         out["large_packet_ratio_min"] = lowest
-        out["small_packet_share"] = {int(r): 1.0 - comm._weighted_lpr(g) for r, g in tr.groupby("rank", sort=True)}
+        out["small_packet_share"] = {int(r): 1.0 - _weighted_lpr(g) for r, g in tr.groupby("rank", sort=True)}
     ops = ctx.capture.table("comm_ops")
     if len(ops) and ops["group"].notna().any():
         ops = ops[ops["group"].notna()]

@@ -304,10 +304,6 @@ def _packet_rows(ctx: Context) -> tuple[pd.DataFrame | None, str | None]:
     return tr, None
 
 
-def _weighted_lpr(df: pd.DataFrame) -> float:
-    return _weighted(_floats(df["large_packet_ratio"]), _floats(df["time_us"]))
-
-
 def _weighted(lpr: np.ndarray, t: np.ndarray) -> float:
     """The large-packet ratios ``lpr`` weighted by the transit times ``t``."""
     return float((lpr * t).sum() / t.sum())
@@ -323,7 +319,7 @@ def _weighted(lpr: np.ndarray, t: np.ndarray) -> float:
 )
 def _lpr_min(ctx: Context, tr: pd.DataFrame) -> Value:
     # per rank and transport (the groups of tr.groupby(["rank", "transport"]): ranks ascending, transports sorted, no
-    # null key) on arrays: each group's rows in their order, _weighted_lpr's sums of the same values
+    # null key) on arrays: each group's rows in their order, the sums of the same values
     lpr, t = _floats(tr["large_packet_ratio"]), _floats(tr["time_us"])
     transport = tr["transport"].to_numpy(object)
     per_rt: dict[tuple[int, str], float] = {}
@@ -349,10 +345,10 @@ def _lpr_min(ctx: Context, tr: pd.DataFrame) -> Value:
     given=_packet_rows,
 )
 def _small_share(ctx: Context, tr: pd.DataFrame) -> Value:
-    # per rank on arrays: 1 - _weighted_lpr of the rank's rows (the same values, in order)
+    # per rank on arrays: 1 - the weighted ratio of the rank's rows (the same values, in order)
     lpr, t = _floats(tr["large_packet_ratio"]), _floats(tr["time_us"])
     per: dict[int, float | None] = {r: 1.0 - _weighted(lpr[rows], t[rows]) for r, rows in rank_rows(tr)}
-    return Value(1.0 - _weighted_lpr(tr), per)
+    return Value(1.0 - _weighted(lpr, t), per)  # (the job's: every row, the arrays read once)
 
 
 # ---- slow rank ---------------------------------------------------------------------------------
