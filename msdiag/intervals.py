@@ -116,6 +116,13 @@ def clip(iv: Intervals, lo: float, hi: float) -> Intervals:
 Grouped = tuple[np.ndarray, np.ndarray, np.ndarray]  # (starts, ends, window numbers)
 
 
+def make_groups(starts: np.ndarray, durs: np.ndarray, groups: np.ndarray, rows: np.ndarray) -> Grouped:
+    """:func:`make`'s intervals of the ``rows`` (a mask) of several windows' starts and durations, each with its window
+    number from ``groups`` (a negative or NaN duration dropped, as make drops it)."""
+    ok = rows & np.isfinite(starts) & np.isfinite(durs) & (durs >= 0)
+    return starts[ok], starts[ok] + durs[ok], groups[ok]
+
+
 def merge_groups(iv: Grouped) -> Grouped:
     """:func:`merge` within each window, the windows ascending: the intervals ordered by (window, start; stable, as
     merge sorts them), each window's running end taken by one cumulative maximum over (window, rank of the end)

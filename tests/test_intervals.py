@@ -144,3 +144,18 @@ def test_grouped_functions_are_the_one_window_functions_window_by_window(wa: lis
     for merged in (ma, mb, sub, both):
         lengths = iv.group_lengths(merged, n)
         assert [x.hex() for x in lengths] == [iv.length(_window(merged, i)).hex() for i in range(n)]
+
+
+def test_make_groups_is_make_window_by_window() -> None:
+    # intervals.make_groups: make's intervals of the masked rows, each with its window; by hand: window 0 keeps its
+    # first op (the second has a NaN duration), window 1 keeps its first (the second's duration is negative, the third
+    # is masked out)
+    s = np.array([1.0, 2.0, 5.0, 6.0, 7.0])
+    d = np.array([0.5, np.nan, 1.0, -1.0, 2.0])
+    g = np.array([0, 0, 1, 1, 1])
+    rows = np.array([True, True, True, True, False])
+    got = iv.make_groups(s, d, g, rows)
+    assert got[0].tolist() == [1.0, 5.0] and got[1].tolist() == [1.5, 6.0] and got[2].tolist() == [0, 1]
+    for w in (0, 1):
+        one = iv.make(s[rows & (g == w)], d[rows & (g == w)])
+        assert _same(_window(got, w), one)

@@ -55,13 +55,6 @@ def _window_parts(comp: iv.Grouped, comm: iv.Grouped, bubble: iv.Grouped, lo: np
     }
 
 
-def _intervals(s: np.ndarray, d: np.ndarray, g: np.ndarray, rows: np.ndarray) -> iv.Grouped:
-    """``iv.make``'s intervals of the ops at ``rows`` (a mask), with their windows ``g``: those with a finite start and
-    a finite, non-negative duration."""
-    ok = rows & np.isfinite(s) & np.isfinite(d) & (d >= 0)
-    return s[ok], s[ok] + d[ok], g[ok]
-
-
 def _device_ops(rd: RankData) -> tuple[pd.DataFrame, str]:
     """The device tasks of a rank with their kind and step: from kernels, else from the timeline."""
     k = rd.tables.get("kernels")
@@ -318,12 +311,12 @@ def step_breakdown(rd: RankData) -> pd.DataFrame:
     s, d = ops.starts[at], ops.durs[at]
     lo = np.array([w.lo for w in windows], dtype=float)
     hi = np.array([w.hi for w in windows], dtype=float)
-    comm = _intervals(s, d, g, is_comm[at])
+    comm = iv.make_groups(s, d, g, is_comm[at])
     if extra_comm is not None and len(extra_comm):  # the HCCL lane's ops, clipped to each window, after its own
         es, ee = iv.make(extra_comm["start_us"].to_numpy(float), extra_comm["dur_us"].to_numpy(float))
         each = (np.tile(es, len(windows)), np.tile(ee, len(windows)), np.repeat(np.arange(len(windows)), len(es)))
         comm = iv.concat_groups(comm, iv.clip_groups(each, lo, hi))
-    parts = _window_parts(_intervals(s, d, g, is_comp[at]), comm, _intervals(s, d, g, is_comm[at] & ops.receives()[at]), lo, hi)
+    parts = _window_parts(iv.make_groups(s, d, g, is_comp[at]), comm, iv.make_groups(s, d, g, is_comm[at] & ops.receives()[at]), lo, hi)
     rows = []
     for i, w in enumerate(windows):
         r: dict[str, object] = {k: float(v[i]) for k, v in parts.items()}
@@ -423,8 +416,8 @@ def _task_steps(whole: pd.DataFrame, parts: list[pd.DataFrame]) -> dict[int, tup
     w_lo = np.minimum.reduceat(s, at)
     w_hi = np.maximum.reduceat(ends, at)
     cm = is_comm[rows]
-    figures = _window_parts(_intervals(s, d, win, is_comp[rows]), _intervals(s, d, win, cm),
-                            _intervals(s, d, win, cm & recv[rows]), w_lo, w_hi)
+    figures = _window_parts(iv.make_groups(s, d, win, is_comp[rows]), iv.make_groups(s, d, win, cm),
+                            iv.make_groups(s, d, win, cm & recv[rows]), w_lo, w_hi)
     win_part = key_part[at]
     cols: dict[str, object] = {
         **figures,
