@@ -743,12 +743,46 @@ class Rows:
         return self._frame
 
 
+class Stacked:
+    """A rank's rows of a table fed by several files (ingest/engine.put: the Ascend memory table, memory_record.csv's
+    rows then npu_module_mem.csv's), held as the files' :class:`Rows` one after the other and concatenated when first
+    read (:class:`Frames`): a pool task's ranks mostly leave theirs unread, and :func:`concat_alike` builds the task's
+    table from the files' bulk frames at once (``_stacked_whole``) rather than a frame per rank concatenated again."""
+
+    __slots__ = ("parts", "_frame")
+
+    def __init__(self, parts: list[Rows]) -> None:
+        self.parts = parts
+        self._frame: pd.DataFrame | None = None
+
+    def __len__(self) -> int:
+        return sum(len(p) for p in self.parts)
+
+    def frame(self) -> pd.DataFrame:
+        """``pd.concat`` of the parts' frames (index 0..n-1), once."""
+        if self._frame is None:
+            self._frame = pd.concat([p.frame() for p in self.parts], ignore_index=True)
+        return self._frame
+
+
 def rows_of(whole: pd.DataFrame, counts: Iterable[int]) -> list[Rows]:
     """:func:`row_slices`' cut of ``whole``, each part a :class:`Rows` cut only when read."""
     out, lo = [], 0
     for n in counts:
         out.append(Rows(whole, lo, lo + n))
         lo += n
+    return out
+
+
+def cut_rows(whole: pd.DataFrame, counts: Iterable[int]) -> list[Rows]:
+    """:func:`rows_of`, noted as :func:`row_slices` notes its cut (within :func:`noting_cuts`: (whole, the Rows)). How a
+    bulk read gives each file its frame (ingest/engine.prefetch): held as Rows by the rank that reads it
+    (:class:`Frames`), cut only where something reads that rank's frame; a table all of whose ranks still hold their
+    Rows travels and is stored as the whole (:func:`concat_alike`). Cutting a row slice costs pandas ~10 us a column
+    of a nullable or text dtype (a kernels frame ~0.2-0.35 ms), and a pool task's ranks mostly leave theirs uncut."""
+    out = rows_of(whole, counts)
+    if _NOTED:
+        _NOTED[-1].append((whole, out))  # type: ignore[arg-type]
     return out
 
 
@@ -760,7 +794,7 @@ class Frames(dict):  # type: ignore[type-arg]  # str -> pd.DataFrame, as read
 
     def __getitem__(self, name: str) -> pd.DataFrame:
         v = dict.__getitem__(self, name)
-        return v.frame() if isinstance(v, Rows) else v
+        return v.frame() if isinstance(v, (Rows, Stacked)) else v
 
     def get(self, name: str, default: Any = None) -> Any:
         return self[name] if name in self else default
@@ -794,8 +828,14 @@ class Frames(dict):  # type: ignore[type-arg]  # str -> pd.DataFrame, as read
 
 
 def entry(tables: dict[str, pd.DataFrame], name: str) -> pd.DataFrame | Rows:
-    """What ``tables`` holds for ``name``: the frame, or the :class:`Rows` it is cut from when read (Frames)."""
+    """What ``tables`` holds for ``name``: the frame, or the :class:`Rows` it is cut from when read (Frames; within a
+    pool task also a :class:`Stacked`, read as its frame by :func:`frame_of`)."""
     return dict.__getitem__(tables, name)  # type: ignore[no-any-return]
+
+
+def entries(tables: dict[str, pd.DataFrame]) -> list[tuple[str, pd.DataFrame | Rows]]:
+    """Every (name, :func:`entry`) of ``tables``, in order: nothing cut."""
+    return [(n, dict.__getitem__(tables, n)) for n in tables]
 
 
 def held_rows(rd: RankData, name: str) -> int:
@@ -804,9 +844,17 @@ def held_rows(rd: RankData, name: str) -> int:
     return len(entry(rd.tables, name)) if name in rd.tables else 0
 
 
+def column_array(x: pd.DataFrame | Rows, col: str) -> Any:
+    """Column ``col`` of an :func:`entry` as its pandas array (the rows' part of the whole's column, without cutting the
+    frame)."""
+    if isinstance(x, Rows):
+        return x.whole[col].array[x.lo : x.hi]
+    return frame_of(x)[col].array
+
+
 def frame_of(x: pd.DataFrame | Rows) -> pd.DataFrame:
     """The frame of an :func:`entry`."""
-    return x.frame() if isinstance(x, Rows) else x
+    return x.frame() if isinstance(x, (Rows, Stacked)) else x
 
 
 def hold(rd: RankData, name: str, x: pd.DataFrame | Rows) -> None:
@@ -884,8 +932,9 @@ class TaskScope:
     cuts: list[tuple[pd.DataFrame, list[pd.DataFrame]]]
     memo: dict[str, Any] = field(default_factory=dict)
 
-    def whole_of(self, frame: pd.DataFrame) -> tuple[pd.DataFrame, list[pd.DataFrame]] | None:
-        """The (whole, its slices) of ``cuts`` ``frame`` is one of the slices of (the very object), or None."""
+    def whole_of(self, frame: pd.DataFrame | Rows) -> tuple[pd.DataFrame, list[pd.DataFrame]] | None:
+        """The (whole, its slices) of ``cuts`` ``frame`` (as held: a frame or its Rows) is one of the slices of (the
+        very object), or None."""
         for whole, parts in self.cuts:
             if any(p is frame for p in parts):
                 return whole, parts
@@ -936,18 +985,22 @@ def concat_alike(ranks: list[RankData], cuts: Iterable[tuple[pd.DataFrame, list[
     where = slice_positions((k, parts) for k, (_, parts) in enumerate(noted))
     out: dict[str, pd.DataFrame] = {}
     for name in dict.fromkeys(n for r in ranks for n in r.tables):
-        frames = [r.tables[name] for r in ranks if name in r.tables]
-        if len(frames) < 2:
+        held = [entry(r.tables, name) for r in ranks if name in r.tables]  # (a bulk read's Rows left uncut)
+        if len(held) < 2:
             continue
-        whole = _cut_whole(frames, wholes, where) if where else None
+        whole = _cut_whole(held, wholes, where) if where else None
+        if whole is None:
+            whole = _stacked_whole(held)
         if whole is not None:
             out[name] = whole
-        elif joinable(frames):
+            continue
+        frames = [frame_of(x) for x in held]
+        if joinable(frames):
             out[name] = pd.concat(frames, ignore_index=True)
     return out
 
 
-def slice_positions(cuts: Iterable[tuple[int, list[pd.DataFrame]]]) -> dict[int, tuple[int, int, int]]:
+def slice_positions(cuts: Iterable[tuple[int, list[pd.DataFrame] | list[Rows]]]) -> dict[int, tuple[int, int, int]]:
     """id(slice) -> (the entry it was cut from, its first row, its end row), for each (entry, its slices in order) of
     ``cuts``: how a frame is known to be a row slice of another (concat_alike, Capture.join_tables)."""
     where: dict[int, tuple[int, int, int]] = {}
@@ -959,8 +1012,8 @@ def slice_positions(cuts: Iterable[tuple[int, list[pd.DataFrame]]]) -> dict[int,
     return where
 
 
-def _cut_whole(frames: list[pd.DataFrame], wholes: list[pd.DataFrame], where: dict[int, tuple[int, int, int]]) -> pd.DataFrame | None:
-    """The frame of ``wholes`` whose row slices ``frames`` are, all of it in order, when it is one with the index
+def _cut_whole(frames: list[pd.DataFrame | Rows], wholes: list[pd.DataFrame], where: dict[int, tuple[int, int, int]]) -> pd.DataFrame | None:
+    """The frame of ``wholes`` whose row slices ``frames`` (as held) are, all of it in order, when it is one with the index
     0..n-1 and no ``attrs`` (as pd.concat(frames, ignore_index=True) would give it); else None."""
     got = where.get(id(frames[0]))
     if got is None or got[1] != 0:
@@ -975,6 +1028,38 @@ def _cut_whole(frames: list[pd.DataFrame], wholes: list[pd.DataFrame], where: di
     if end != len(whole) or not _plain(whole):
         return None
     return whole
+
+
+def _stacked_whole(held: list[Any]) -> pd.DataFrame | None:
+    """The concatenation of ``held`` (the ranks' :class:`Stacked` entries of one table, in order) where each is the
+    Rows of the same frames in the same order (a bulk read per file kind) and each of those frames is all cut among
+    them, in order (the rows of every one of its files): those frames laid end to end once, then their rows taken in
+    the ranks' order, rank by rank and file by file. The same rows, values and dtypes as the ranks' frames concatenated
+    (each rank's the concatenation of its parts) when the frames are alike (:func:`joinable`); None otherwise."""
+    if not all(isinstance(x, Stacked) for x in held):
+        return None
+    first = held[0].parts
+    wholes = [p.whole for p in first]
+    ends = [0] * len(wholes)
+    take: list[np.ndarray] = []
+    for x in held:
+        if len(x.parts) != len(wholes):
+            return None
+        for k, p in enumerate(x.parts):
+            if p.whole is not wholes[k] or p.lo != ends[k]:
+                return None
+            ends[k] = p.hi
+    if any(end != len(w) for end, w in zip(ends, wholes)) or len({id(w) for w in wholes}) != len(wholes):
+        return None
+    if not all(_plain(w) for w in wholes) or not joinable(wholes):
+        return None
+    offsets = np.cumsum([0] + [len(w) for w in wholes])
+    for x in held:
+        take.extend(np.arange(offsets[k] + p.lo, offsets[k] + p.hi) for k, p in enumerate(x.parts))
+    stacked = pd.concat(wholes, ignore_index=True)
+    out = stacked.take(np.concatenate(take)) if take else stacked
+    out.index = pd.RangeIndex(len(out))
+    return out
 
 
 def pieces(parts: list[pd.DataFrame | Rows]) -> list[pd.DataFrame]:
@@ -1098,7 +1183,7 @@ class Capture:
                 self._tables[name] = (tuple(id(p) for p in frames), whole, frames)
                 continue
             # a run's frames: its frame's columns and dtypes (Rows: its whole's, index and attrs as the cut's)
-            if not joinable([f.whole if isinstance(f, Rows) else f for _, f in pieces]):
+            if not joinable([f.whole if isinstance(f, Rows) else frame_of(f) for _, f in pieces]):
                 continue
             whole = pd.concat([frame_of(f) for f, _ in pieces], ignore_index=True)
             parts = rows_of(whole, [len(f) for f in frames])

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from msdiag.errors import ParseError
 from msdiag.ingest import _csv, ascend_stats, communication, discover, engine, loader
 from msdiag.ingest import ascend_csv as ac
+from msdiag.model import Rows, frame_of
 
 # (file name, the reader of one file, the reader of several)
 READERS: list[tuple[str, Callable[[Path, int], pd.DataFrame], Callable[[list[Path], list[int]], list[pd.DataFrame] | None]]] = [
@@ -36,7 +37,9 @@ READERS: list[tuple[str, Callable[[Path, int], pd.DataFrame], Callable[[list[Pat
 ]
 
 
-def _same(got: pd.DataFrame, want: pd.DataFrame) -> None:
+def _same(got: pd.DataFrame | Rows, want: pd.DataFrame) -> None:
+    # (a bulk reader gives each file's frame as the Rows of its whole, cut when read: model.cut_rows)
+    got = frame_of(got)
     pd.testing.assert_frame_equal(got, want, check_exact=True, check_index_type=True, check_column_type=True)
     assert isinstance(got.index, pd.RangeIndex) and got.index.start == 0 and list(got.columns) == list(want.columns)
 
@@ -142,7 +145,7 @@ def test_file_boundaries_by_hand(corpus: Path, tmp_path: Path) -> None:
     assert [len(g) for g in got] == [5, 0, 3]
     for g, f, r in zip(got, lf, [0, 2, 3]):
         _same(g, ac.read_kernel_details(f, r))
-    assert got[2]["rank"].tolist() == [3, 3, 3]
+    assert frame_of(got[2])["rank"].tolist() == [3, 3, 3]
 
 
 def _mutants(corpus: Path) -> dict[str, bytes]:
@@ -307,18 +310,28 @@ def test_a_task_s_tables_are_its_bulk_reads_frames_where_the_ranks_kept_their_sl
     all of it in order, is that read's frame (nothing concatenated); the others are concatenated; either way what
     pd.concat of the frames gives (values, dtypes, index, columns)."""
     from msdiag.metrics.reduce import reduce_rank_shallow
-    from msdiag.model import concat_alike
+    from msdiag.model import Stacked, concat_alike, entry
 
     dirs = discover.discover(job8).ranks
     with loader.prefetch(dirs) as cuts:
         ranks = [reduce_rank_shallow(loader.load_rank_shallow(d)) for d in dirs]
+        # the bulk reads' frames are held as Rows, the memory table's two files' as Stacked Rows, none cut by the read
+        for r in ranks:
+            assert isinstance(entry(r.tables, "kernels"), Rows) and isinstance(entry(r.tables, "comm_links"), Rows)
+            memory = entry(r.tables, "memory")
+            assert isinstance(memory, Stacked) and [len(p) for p in memory.parts] == [
+                len(ac.read_memory_record(Path(r.path) / "ASCEND_PROFILER_OUTPUT/memory_record.csv", r.rank)[0]),
+                len(ac.read_npu_module_mem(Path(r.path) / "ASCEND_PROFILER_OUTPUT/npu_module_mem.csv", r.rank))]
+            assert all(x._frame is None for x in (entry(r.tables, "kernels"), memory, *memory.parts))
         taken = concat_alike(ranks, cuts)
         read = {id(whole) for whole, _ in cuts}
         # kernel_details.csv, communication.json and communication_matrix.json, read at once, stay as read, and so do
         # the step rows of these ranks read shallow (computed for the task's ranks at once: breakdown._task_steps adds
-        # their frame to the cuts); memory (two files' rows per rank) does not
+        # their frame to the cuts); memory (two files' rows per rank) does not: its two bulk frames laid end to end, the
+        # rows taken rank by rank (model._stacked_whole), with no rank's frame cut
         as_read = {name for name, whole in taken.items() if id(whole) in read}
         assert {"kernels", "comm_ops", "comm_transport", "comm_links", "steps"} <= as_read and "memory" not in as_read
+        assert all(x._frame is None for r in ranks for x in (entry(r.tables, "memory"), entry(r.tables, "kernels")))
         for name, whole in taken.items():
             _same(whole, pd.concat([r.tables[name] for r in ranks if name in r.tables], ignore_index=True))
             assert list(whole.dtypes) == list(concat_alike(ranks)[name].dtypes)
@@ -327,10 +340,14 @@ def test_a_task_s_tables_are_its_bulk_reads_frames_where_the_ranks_kept_their_sl
         again = concat_alike(ranks, cuts)
         assert id(again["kernels"]) not in read
         _same(again["kernels"], taken["kernels"])
-        # the ranks in another order: concatenated in that order
+        # the ranks in another order: concatenated in that order (memory too: its bulk frames' rows no longer in order)
         back = concat_alike(ranks[::-1], cuts)
         assert id(back["comm_ops"]) not in read
-        _same(back["comm_ops"], pd.concat([r.tables["comm_ops"] for r in ranks[::-1]], ignore_index=True))
+        for name in ("comm_ops", "memory"):
+            _same(back[name], pd.concat([r.tables[name] for r in ranks[::-1]], ignore_index=True))
+        # one rank's memory rows a frame of its own: the others' Stacked rows are concatenated with it, as read
+        ranks[2].tables["memory"] = ranks[2].tables["memory"].copy()
+        _same(concat_alike(ranks, cuts)["memory"], taken["memory"])
 
 
 @given(st.binary(max_size=300), st.integers(min_value=0, max_value=400), st.integers(min_value=0, max_value=300))

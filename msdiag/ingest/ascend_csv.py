@@ -188,11 +188,12 @@ class _Uneven(Exception):
 
 
 def read_many(paths: list[Path], ranks: list[int], build: Build, required: Iterable[str] = (),
-              any_of: Iterable[Iterable[str]] = ()) -> list[pd.DataFrame] | None:
+              any_of: Iterable[Iterable[str]] = ()) -> list[pd.DataFrame] | list[model.Rows] | None:
     """What a reader (``build`` of one file's cells) gives for each of several files of one header, each of its
     rank, built once on their cells laid end to end (``_csv.read_cells_many``: one split; each conversion and the
     frame once), then cut back into a frame per file: a row slice of it with the index 0..n-1, the frame the file
-    read alone gives (tests/test_bulk_read.py). None where that cannot be so: a file read_cells_many does not take,
+    read alone gives (tests/test_bulk_read.py), each given as the :class:`model.Rows` it is cut from when read
+    (``model.cut_rows``; ``model.frame_of`` gives the frame). None where that cannot be so: a file read_cells_many does not take,
     a reader that raises, writes a note (an error and a note name one file: the files are read one by one then) or
     keeps other rows than it was given."""
     got = read_cells_many(paths, required, any_of)
@@ -211,7 +212,7 @@ def read_many(paths: list[Path], ranks: list[int], build: Build, required: Itera
         frame = build(cells, paths[0], rank_of, notes)
     except Exception:  # noqa: BLE001 - each file is read alone then, with its own error
         return None
-    return None if notes or len(frame) != cells.n else model.row_slices(frame, counts)
+    return None if notes or len(frame) != cells.n else model.cut_rows(frame, counts)  # (held uncut until read)
 
 
 def _const(n: int, value: str) -> Column:

@@ -82,6 +82,9 @@ from msdiag.model import (
     RankInfo,
     Source,
     concat_alike,
+    entries,
+    frame_of,
+    held_rows,
     row_slices,
 )
 
@@ -344,7 +347,7 @@ def _pack_bytes(keys: Sequence[dict[str, Any] | None], ranks: list[RankData], he
     streams: list[tuple[dict[str, Any], Any]] = []
     for name, whole in joined.items():
         of = [k for k, r in enumerate(ranks) if name in r.tables]
-        streams.append(({"table": name, "ranks": of, "rows": [len(ranks[k].tables[name]) for k in of]}, whole))
+        streams.append(({"table": name, "ranks": of, "rows": [held_rows(ranks[k], name) for k in of]}, whole))
     for k, r in enumerate(ranks):
         if heads[k] is not None:
             streams.extend(({"table": n, "ranks": [k], "rows": [len(df)]}, df) for n, df in r.tables.items() if n not in joined)
@@ -563,7 +566,7 @@ def _rank_json(rd: RankData, named: dict[str, list[list[str]]] | None = None) ->
         "meta": rd.meta,
         "sources": sources,
         "notes": list(rd.notes),
-        "tables": {n: named[n] if named is not None and n in named else _dtypes(df) for n, df in rd.tables.items()},
+        "tables": {n: named[n] if named is not None and n in named else _dtypes(frame_of(x)) for n, x in entries(rd.tables)},
     }
     try:
         text = json.dumps(head, ensure_ascii=False)

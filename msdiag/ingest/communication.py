@@ -247,8 +247,8 @@ def _frame(table: model.Table, cols: list[str], rows: list[tuple[Any, ...]], ran
 
 def _frames_many(table: model.Table, cols: list[str], rows: list[list[tuple[Any, ...]]], ranks: list[int]) -> list[pd.DataFrame] | None:
     """What :func:`_frame` gives for each file's ``rows`` (of the rank beside it), its columns built once over the
-    files' rows laid end to end (``_arrays``) and cut back into a row slice per file (index 0..n-1; a file of no
-    rows the table's empty frame, as _frame gives); None when _arrays cannot build them (some file's frame is
+    files' rows laid end to end (``_arrays``) and cut back into a row slice per file (index 0..n-1, given as the
+    ``model.Rows`` it is cut from when read: ``model.cut_rows``; a file of no rows the table's empty frame, as _frame gives); None when _arrays cannot build them (some file's frame is
     then DataFrame.from_records'), or no file has rows."""
     every = [r for part in rows for r in part]
     if not every:
@@ -258,7 +258,7 @@ def _frames_many(table: model.Table, cols: list[str], rows: list[list[tuple[Any,
         return None
     counts = [len(part) for part in rows]
     whole = table.frame({"rank": model.rank_column(ranks, counts), **arrays})
-    return [part if n else table.empty() for part, n in zip(model.row_slices(whole, counts), counts)]
+    return [part if n else table.empty() for part, n in zip(model.cut_rows(whole, counts), counts)]
 
 
 _EXACT_INT = 2**53  # every int up to this is exact as a float: from_records' float64 column of ints and nulls

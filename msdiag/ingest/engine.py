@@ -32,7 +32,25 @@ from msdiag.errors import ParseError
 from msdiag.ingest import bounds
 from msdiag.ingest._sqlite import Db, DbDamaged, open_db
 from msdiag.ingest.paths import real_roots, refusal
-from msdiag.model import ABSENT, FAILED, PRESENT, SKIPPED, UNUSED, RankData, RankInfo, Source, noting_cuts, slice_positions
+from msdiag.model import (
+    ABSENT,
+    FAILED,
+    PRESENT,
+    SKIPPED,
+    UNUSED,
+    Frames,
+    RankData,
+    RankInfo,
+    Rows,
+    Source,
+    Stacked,
+    entry,
+    frame_of,
+    held_rows,
+    hold,
+    noting_cuts,
+    slice_positions,
+)
 
 
 @dataclass
@@ -212,7 +230,8 @@ def read_rank(fmt: Format, rd_dir: RankDir, shallow: bool = False) -> RankData:
     """Read one rank's folder with ``fmt``; raises ParseError when a core source is broken. ``shallow``: the
     sources declared ``deep_only`` whose condition holds are listed as skipped, not parsed (``read_depth``
     "summary")."""
-    rd = RankData(rank=rd_dir.rank, family=rd_dir.family, path=str(rd_dir.path))
+    # (a Frames: a bulk read's file frame is held as the Rows it gives, cut when read: model.cut_rows)
+    rd = RankData(rank=rd_dir.rank, family=rd_dir.family, path=str(rd_dir.path), tables=Frames())
     rd.info.rank_from = rd_dir.rank_from
     if rd_dir.captured_ns:
         rd.info.captured_ns = rd_dir.captured_ns
@@ -232,17 +251,22 @@ def read_rank(fmt: Format, rd_dir: RankDir, shallow: bool = False) -> RankData:
             fmt.finish(rd, ctx)
     for name, why in fmt.never:
         rd.sources.append(Source(rd.rank, name.format(**ctx.vars), ABSENT, None, why))
-    if not len(rd.table("kernels")) and not len(rd.table("timeline")):
+    if not held_rows(rd, "kernels") and not held_rows(rd, "timeline"):
         rd.notes.append("no kernels and no timeline: the step breakdown comes from step_trace_time.csv only")
     return rd
 
 
-def put(rd: RankData, table: str, df: pd.DataFrame) -> None:
-    """Add rows to a rank's table (a table can be fed by several files)."""
-    if table in rd.tables and len(rd.tables[table]):
-        rd.tables[table] = pd.concat([rd.tables[table], df], ignore_index=True)
+def put(rd: RankData, table: str, df: pd.DataFrame | Rows) -> None:
+    """Add rows to a rank's table (a table can be fed by several files); a bulk read's Rows are held uncut where
+    they are the table's first rows."""
+    if not held_rows(rd, table):
+        hold(rd, table, df)
+        return
+    held = entry(rd.tables, table)
+    if isinstance(df, Rows) and isinstance(held, (Rows, Stacked)):  # two bulk reads' rows: concatenated when read
+        hold(rd, table, Stacked([*(held.parts if isinstance(held, Stacked) else [held]), df]))
     else:
-        rd.tables[table] = df
+        rd.tables[table] = pd.concat([frame_of(held), frame_of(df)], ignore_index=True)
 
 
 _INFO_FIELDS = frozenset(f.name for f in dataclasses.fields(RankInfo))
@@ -253,7 +277,8 @@ def apply(ctx: Ctx, read: Read) -> None:
     rd = ctx.rd
     for t, df in read.tables.items():
         put(rd, t, df)
-    rd.tables.update(read.replace)
+    for t, df in read.replace.items():
+        hold(rd, t, df)
     unknown = set(read.info) - _INFO_FIELDS
     if unknown:
         raise TypeError(f"RankInfo has no field(s) {sorted(unknown)}")
@@ -405,7 +430,7 @@ def _screened(spec: Src, handle: Any, ctx: Ctx, where: str, repair: bounds.Repai
         for frames in (read.tables, read.replace):
             for t, df in frames.items():
                 if t not in clean:
-                    frames[t] = bounds.screen(t, df, repair)
+                    frames[t] = bounds.screen(t, frame_of(df), repair)
     except bounds.StoppedClock as e:
         raise ParseError(where, str(e)) from None
     return read
@@ -424,11 +449,11 @@ def _read_one(ctx: Ctx, spec: Src, handle: Any, name: str, where: str) -> bool:
             raise
         rd.sources.append(Source(rd.rank, name, FAILED, where, e.problem))
         return False
-    before = len(rd.tables[spec.table]) if spec.table in rd.tables else 0
+    before = held_rows(rd, spec.table) if spec.table is not None else 0
     apply(ctx, read)
     rows: int | None
     if read.rows is TABLE_ROWS:
-        rows = None if spec.table not in rd.tables else len(rd.tables[spec.table]) - before
+        rows = None if spec.table is None or spec.table not in rd.tables else held_rows(rd, spec.table) - before
     else:
         rows = read.rows  # type: ignore[assignment]
     rd.sources.append(Source(rd.rank, name, PRESENT, where, None, rows, repair.as_dict() if repair else None))

@@ -12,6 +12,7 @@ import dataclasses
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
 import pandas as pd
 
 from msdiag.errors import InputError
@@ -20,7 +21,7 @@ from msdiag.ingest.engine import Ctx, Format, Read, Result, Src, Why, why_no_mem
 from msdiag.ingest.folders import ASCEND_PT, ascend_rank, is_cpu_rank, is_rank_folder
 from msdiag.ingest.msdiag_markers import MARKERS_FILE, read_markers_source
 from msdiag.ingest.trace_view import read_trace_view
-from msdiag.model import RankData
+from msdiag.model import RankData, column_array, entry, held_rows
 
 OUT = "ASCEND_PROFILER_OUTPUT"
 CORE_FILES = ("kernel_details.csv", "trace_view.json", "step_trace_time.csv")
@@ -109,11 +110,13 @@ def _kernels_carry_steps(rd: RankData) -> bool:
     (HCCL tasks; an older file without them leaves the communication to trace_view.json's HCCL lane). Then
     trace_view.json adds only the host side (Python, dataset waits, syncs, step markers), the HCCL and overlap
     lanes and the counters, and a rank read shallow need not parse it (ingest/loader.Tiered)."""
-    k = rd.table("kernels")
-    if rd.info.kernels_from != "kernel_details.csv" or not len(k):
+    if rd.info.kernels_from != "kernel_details.csv" or not held_rows(rd, "kernels"):
         return False
-    # (the kinds' distinct values, a handful: cheaper than comparing every row, ~0.06 against ~0.18 ms a rank)
-    return bool(k["step"].count() > 0) and "communication" in set(k["kind"].unique())
+    # on the two columns as held (a bulk read's Rows are not cut into the rank's frame for this); the kinds' distinct
+    # values, a handful: cheaper than comparing every row
+    k = entry(rd.tables, "kernels")
+    steps, kinds = column_array(k, "step"), column_array(k, "kind")
+    return bool((~np.asarray(steps.isna(), dtype=bool)).any()) and "communication" in set(kinds.unique())
 
 
 # ---- why a source may be absent -------------------------------------------------------------

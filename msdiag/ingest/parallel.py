@@ -43,7 +43,7 @@ from msdiag.forking import frozen, release_freed
 from msdiag.forking import peak_kb as _peak_kb  # (a module name here: the tests replace it)
 from msdiag.ingest.cache import CacheStats, RankCache
 from msdiag.ingest.discover import RankDir
-from msdiag.model import SCHEMA_VERSION, Frames, RankData, concat_alike, rows_of
+from msdiag.model import SCHEMA_VERSION, Frames, RankData, concat_alike, entries, rows_of
 
 LoadRank = Callable[[RankDir], RankData]
 Reduce = Callable[[RankData], RankData]
@@ -358,10 +358,11 @@ def pack(ranks: list[RankData], wholes: dict[str, pd.DataFrame] | None = None) -
     already made."""
     if wholes is None:
         wholes = concat_alike(ranks)
+    held = [entries(r.tables) for r in ranks]  # (a table in ``wholes`` is not cut per rank: its rows are counted)
     return Packed(
-        ranks=[replace(r, tables={n: df for n, df in r.tables.items() if n not in wholes}) for r in ranks],
+        ranks=[replace(r, tables=Frames((n, x) for n, x in h if n not in wholes)) for r, h in zip(ranks, held)],
         wholes=wholes,
-        rows=[{n: len(df) for n, df in r.tables.items() if n in wholes} for r in ranks],
+        rows=[{n: len(x) for n, x in h if n in wholes} for h in held],
         order=[list(r.tables) for r in ranks],
     )
 

@@ -348,7 +348,7 @@ def _from_task(rd: RankData) -> pd.DataFrame | None:
     if tl is not None and len(tl):
         return None
     k = entry(rd.tables, "kernels")
-    found = scope.whole_of(k) if isinstance(k, pd.DataFrame) else None
+    found = scope.whole_of(k)  # (the bulk read's Rows of the rank, as held: model.cut_rows)
     if found is None:
         return None
     memo: dict[int, dict[int, tuple[pd.DataFrame, int]]] = scope.memo.setdefault(_TASK_KEY, {})
