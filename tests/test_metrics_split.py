@@ -197,3 +197,32 @@ def test_the_callers_work_meanwhile_only_beside_a_child(job8: Path, monkeypatch:
 
 def _append_pid(to: list[int]) -> None:
     to.append(os.getpid())
+
+
+@pytest.mark.parametrize("size", [0, 100, 5_000, 70_000])
+def test_a_helper_pickled_within_its_bound_is_pickle_s_bytes_else_none(size: int) -> None:
+    # the child brings a helper back only when its pickle fits KEPT_MAX_BYTES; pickled_within stops writing once past
+    # the bound: the bytes pickle.dumps gives where they fit, to the byte, _Full where they do not (bound one less)
+    import pickle
+
+    import numpy as np
+    import pandas as pd
+
+    value = {"frame": pd.DataFrame({"x": np.arange(size, dtype=np.float64), "s": ["t"] * size}), "n": [1, 2.5, None]}
+    whole = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    assert registry.pickled_within(value, len(whole)) == whole
+    with pytest.raises(registry._Full):
+        registry.pickled_within(value, len(whole) - 1)
+
+
+def test_the_cache_unpickles_a_kept_helper_where_it_is_read() -> None:
+    import pickle
+
+    cache = registry.Cache(a=1)
+    cache["b"] = registry.Pickled(pickle.dumps([1, 2]))
+    assert "b" in cache and isinstance(dict.__getitem__(cache, "b"), registry.Pickled)  # not read yet: still bytes
+    first = cache["b"]
+    assert first == [1, 2] and cache.get("b") is first  # unpickled once, then kept
+    cache["c"] = registry.Pickled(pickle.dumps({"k": 3}))
+    assert dict(cache.items()) == {"a": 1, "b": [1, 2], "c": {"k": 3}} and cache.values() == [1, [1, 2], {"k": 3}]
+    assert cache.setdefault("d", 4) == 4 and cache.get("missing", 5) == 5 and cache.pop("a") == 1 and "a" not in cache

@@ -14,12 +14,14 @@ import numpy as np
 import pandas as pd
 import pandas.testing as pdt
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from msdiag.analysis import Analysis
 from msdiag.ingest.cache import RankCache
 from msdiag.metrics import balance, collectives, device_memory, mfu, steps
 from msdiag.metrics.memory import column_max, framework_column, framework_rows
-from msdiag.metrics.registry import Context
+from msdiag.metrics.registry import Context, nan_sum
 from msdiag.model import Capture, Frames, ParallelGroup, RankData, Rows, entry, frame_of, rows_of
 from msdiag.options import Options
 
@@ -35,6 +37,19 @@ def _same(a: Any, b: Any) -> bool:
 
 def _ctx(a: Analysis, steps_frame: pd.DataFrame | None = None) -> Context:
     return Context(capture=a.capture, steps=a.steps if steps_frame is None else steps_frame, options=a.options)
+
+
+# ---- registry.nan_sum: np.nansum to the bit --------------------------------------------------------
+
+
+@given(st.lists(st.one_of(st.floats(allow_nan=True, allow_infinity=True, width=64), st.sampled_from([np.nan, -0.0, 0.0])),
+                max_size=300))
+def test_nan_sum_is_nansum_to_the_bit(values: list[float]) -> None:
+    # the array summed as it is where its sum is not NaN (no NaN in it: nansum would replace none), else np.nansum;
+    # lengths past numpy's pairwise blocks (8, 128) included, so the order of the additions is numpy's either way
+    a = np.array(values, dtype=np.float64)
+    want, got = np.nansum(a), nan_sum(a)
+    assert type(got) is type(want) and _same(float(got), float(want))
 
 
 # ---- memory: the framework rows' columns and pandas' max -----------------------------------------

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from msdiag.metrics.registry import Context, Value, metric, rank_rows
+from msdiag.metrics.registry import Context, Value, metric, nan_sum, rank_rows
 from msdiag.model import RankInfo
 
 _NO_STEPS = "no step with a measured duration in the capture"
@@ -40,7 +40,7 @@ def per_rank_computing_us(ctx: Context) -> dict[int, float]:
     s = _common_steps(s[s["computing_us"].notna()])
     # each rank's rows by position (rank_rows), summed on arrays (np.nansum: pandas' float sum, the same order)
     computing = s["computing_us"].to_numpy(float, na_value=np.nan)
-    return {r: float(np.nansum(computing[rows])) for r, rows in rank_rows(s)}
+    return {r: float(nan_sum(computing[rows])) for r, rows in rank_rows(s)}
 
 
 def spread(values: list[float]) -> float | None:

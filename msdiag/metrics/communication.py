@@ -18,7 +18,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from msdiag.metrics.registry import Context, Value, metric, rank_rows
+from msdiag.metrics.registry import Context, Value, metric, nan_sum, rank_rows
 from msdiag.model import ABSENT, FAILED, Capture
 from msdiag.options import TRANSPORTS
 from msdiag.units import US_PER_MS
@@ -159,8 +159,8 @@ def _time_ratio(num: Sequence[str], den: Sequence[str], what: str) -> Callable[[
         col = {c: _floats(ops[c]) for c in cols}
         per: dict[int, float | None] = {}
         for r, rows in rank_rows(ops):
-            d = float(sum(np.nansum(col[c][rows]) for c in den))
-            per[r] = float(sum(np.nansum(col[c][rows]) for c in num)) / d if d > 0 else None
+            d = float(sum(nan_sum(col[c][rows]) for c in den))
+            per[r] = float(sum(nan_sum(col[c][rows]) for c in num)) / d if d > 0 else None
         job = ratio(ops)
         if job is None:
             return Value(None, per, reason=f"{what}: the denominator is zero in every op")

@@ -62,7 +62,7 @@ import pandas as pd
 
 from msdiag.metrics.flops import kernel_flops
 from msdiag.metrics.memory import KB_PER_MB, MB_PER_GB, _capacity, column_max, framework_column, framework_rows
-from msdiag.metrics.registry import Context, Reads, Value, key_rows, metric, rank_rows, with_its_metrics
+from msdiag.metrics.registry import Context, Reads, Value, key_rows, metric, nan_sum, rank_rows, with_its_metrics
 from msdiag.model import row_slices
 from msdiag.units import FLOPS_PER_TFLOPS
 
@@ -445,7 +445,7 @@ def _peak_holders(ctx: Context) -> dict[int, Holders]:
         found = _fill_holders(h, rows, int(lo), int(hi), starts.get(int(rank), _NO_STARTS))
         if found is not None:
             held.append((rank, *found))
-            unexplained[rank] = float(h.allocated_mb or 0.0) - float(np.nansum(rows.mb[found[0]]))
+            unexplained[rank] = float(h.allocated_mb or 0.0) - float(nan_sum(rows.mb[found[0]]))
     _top_holders(out, rows, held)
     for rank, extra in unexplained.items():
         h = out[rank]
@@ -533,11 +533,11 @@ def _fill_holders(h: Holders, rows: _AllocRows, lo: int, hi: int, starts: np.nda
     cls, backward = _classify_by_step(rows.backward[lo:hi], rows.optimizer[lo:hi], alloc, release, starts)
     live = (alloc <= t) & (np.isnan(release) | (release > t))
     held_mb, held_cls = rows.mb[lo:hi][live], cls[live]  # per class on arrays (np.nansum: pandas' sum, missing sizes as 0)
-    h.classes = {c: float(np.nansum(held_mb[held_cls == c])) for c in HOLDER_CLASSES}
+    h.classes = {c: float(nan_sum(held_mb[held_cls == c])) for c in HOLDER_CLASSES}
     # allocated before the capture's first recorded allocation: parameters, optimizer state
-    h.classes["parameters_optimizer"] += max(0.0, float(h.allocated_mb or 0.0) - float(np.nansum(held_mb)))
+    h.classes["parameters_optimizer"] += max(0.0, float(h.allocated_mb or 0.0) - float(nan_sum(held_mb)))
     att = (held_cls == "activations") & rows.attention[lo:hi][live]
-    h.attention_mb = float(np.nansum(held_mb[att]))
+    h.attention_mb = float(nan_sum(held_mb[att]))
     if not backward:
         h.reason = "no backward operator among the allocations: activations and workspaces told apart by release only"
     return lo + np.flatnonzero(live), held_cls
@@ -654,7 +654,7 @@ def _per_step(ctx: Context, col: str, attention_only: bool) -> Value:
         if col == "flops" and len(g) and np.isnan(g).all():
             per[int(r)] = None
             continue
-        per[int(r)] = float(np.nansum(g)) / max(1, int(n)) / _SCALE[col]
+        per[int(r)] = float(nan_sum(g)) / max(1, int(n)) / _SCALE[col]
     vals = [float(v) for v in per.values() if v is not None]
     if not vals:
         return Value(None, per, "no forward kernel with a FLOPs formula and shapes (Level0 capture, or unknown op types)")

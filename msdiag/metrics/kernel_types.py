@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from msdiag.metrics import phases as ph
-from msdiag.metrics.registry import Context, Reads, Value, metric, rank_rows
+from msdiag.metrics.registry import Context, Reads, Value, metric, nan_sum, rank_rows
 from msdiag.model import Capture, RankData
 from msdiag.units import FLOPS_PER_TFLOPS
 
@@ -423,7 +423,7 @@ def _mte2_share(ctx: Context, t: pd.DataFrame) -> Value:
             continue
         rows = rows[np.argsort(-time[rows], kind="stable")]
         if has[rows].any():
-            per_rank[int(r)] = float(np.nansum(share[rows][hit[rows]]))
+            per_rank[int(r)] = float(nan_sum(share[rows][hit[rows]]))
     return Value(job, per_rank)
 
 

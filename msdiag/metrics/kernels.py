@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from msdiag.metrics.registry import Context, Value, metric, rank_rows
+from msdiag.metrics.registry import Context, Value, metric, nan_sum, rank_rows
 from msdiag.model import Capture, held_rows
 
 # A kernel shorter than this mostly measures launch and scheduling, not work.
@@ -49,8 +49,8 @@ def _per_rank_share(c: pd.DataFrame, mask: pd.Series) -> dict[int, float | None]
     dur, hit = c["dur_us"].to_numpy(float, na_value=np.nan), mask.to_numpy(bool)
     out: dict[int, float | None] = {}
     for r, rows in rank_rows(c):
-        tot = float(np.nansum(dur[rows]))
-        out[r] = float(np.nansum(dur[rows][hit[rows]])) / tot if tot > 0 else None
+        tot = float(nan_sum(dur[rows]))
+        out[r] = float(nan_sum(dur[rows][hit[rows]])) / tot if tot > 0 else None
     return out
 
 
@@ -126,7 +126,7 @@ def _fp32(ctx: Context) -> Value:
     fp32 = first.isin(_FP32)
     total = float(mm["dur_us"].sum())
     dur, hit = mm["dur_us"].to_numpy(float, na_value=np.nan), fp32.to_numpy(bool)  # per rank on arrays (pandas' sums)
-    per = {r: float(np.nansum(dur[rows][hit[rows]]) / np.nansum(dur[rows])) for r, rows in rank_rows(mm)}
+    per = {r: float(nan_sum(dur[rows][hit[rows]]) / nan_sum(dur[rows])) for r, rows in rank_rows(mm)}
     return Value(float(mm.loc[fp32, "dur_us"].sum()) / total if total else None, per)
 
 
@@ -215,7 +215,7 @@ def top_types_per_rank(capture: Capture, n: int = TOP_TYPES) -> list[list[dict[s
         if lo == hi:
             continue
         order = lo + _descending(total_us[lo:hi])
-        total = float(np.nansum(total_us[order])) or 1.0  # pandas' sum of the sorted column
+        total = float(nan_sum(total_us[order])) or 1.0  # pandas' sum of the sorted column
         out[i] = [
             {"type": str(types[j]), "count": int(count[j]), "total_us": float(total_us[j]), "mean_us": float(mean[j]),
              "share": float(total_us[j]) / total}

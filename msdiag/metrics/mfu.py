@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from msdiag.metrics import chip, devices, model_config, phases
-from msdiag.metrics.registry import Context, Value, metric, rank_rows
+from msdiag.metrics.registry import Context, Value, metric, nan_sum, rank_rows
 
 _RECOMPUTE = re.compile(r"recompute", re.IGNORECASE)
 #: What the FLOPs resolution reads of the compute kernels (only these are copied)
@@ -55,7 +55,7 @@ def _per_step_sum(ctx: Context, values: pd.Series, kernels: pd.DataFrame) -> dic
     at = kernels.groupby("rank").indices  # rank -> positions: no pass over every rank's kernels per rank
     arrays = values.dtype == np.float64 and kernels["start_us"].dtype == np.float64
     v_all, s_all = (values.to_numpy(), kernels["start_us"].to_numpy()) if arrays else (None, None)
-    total: Callable[[Any], Any] = np.nansum if arrays else (lambda x: x.sum())
+    total: Callable[[Any], Any] = nan_sum if arrays else (lambda x: x.sum())
     # each rank's steps by position (rank_rows: groupby("rank")'s groups, in order), their bounds as arrays
     step_lo = steps["start_us"].to_numpy(float, na_value=np.nan)
     step_hi = steps["end_us"].to_numpy(float, na_value=np.nan)

@@ -7,7 +7,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from msdiag.metrics.registry import Context, Value, metric, rank_rows, unread_host
+from msdiag.metrics.registry import Context, Value, metric, nan_sum, rank_rows, unread_host
 
 
 def _timed_steps(ctx: Context) -> pd.DataFrame:
@@ -53,7 +53,7 @@ def _share(col: str, rows: Callable[[Context], pd.DataFrame] = _timed_steps) -> 
         part = s[col].fillna(0.0)
         # per rank on arrays (rank_rows: each rank's rows in order; np.nansum: pandas' sum)
         num, total = part.to_numpy(float), s["total_us"].to_numpy(float, na_value=np.nan)
-        per_rank = {r: float(np.nansum(num[rows]) / np.nansum(total[rows])) for r, rows in rank_rows(s)}
+        per_rank = {r: float(nan_sum(num[rows]) / nan_sum(total[rows])) for r, rows in rank_rows(s)}
         return Value(float(part.sum() / s["total_us"].sum()), per_rank)
 
     return fn
@@ -130,7 +130,7 @@ def _host_bound(ctx: Context) -> Value:
     idle = (s["free_us"].fillna(0.0) - s["data_wait_us"].fillna(0.0)).clip(lower=0.0)
     # each rank's rows by position (rank_rows: groupby("rank")'s groups), summed on arrays (np.nansum: pandas' sum)
     idle_a, total = idle.to_numpy(float, na_value=np.nan), s["total_us"].to_numpy(float, na_value=np.nan)
-    per = {r: float(np.nansum(idle_a[rows]) / np.nansum(total[rows])) for r, rows in rank_rows(s)}
+    per = {r: float(nan_sum(idle_a[rows]) / nan_sum(total[rows])) for r, rows in rank_rows(s)}
     return Value(float(idle.sum() / s["total_us"].sum()), per)
 
 

@@ -29,7 +29,7 @@ from msdiag.metrics.collectives import collectives_table
 from msdiag.metrics.communication import _slowest_link, link_bandwidth
 from msdiag.metrics.device_memory import COMPOSITION_KEYS, DEVICE_SOURCE, device_peaks, device_series, peak_holders
 from msdiag.metrics.memory import framework_rows
-from msdiag.metrics.registry import Context, Value
+from msdiag.metrics.registry import Context, Value, nan_sum
 from msdiag.options import Options
 from msdiag.units import MIB_PER_GIB, US_PER_MS
 
@@ -321,7 +321,7 @@ def step_bars(capture: Any, steps: pd.DataFrame) -> StepBars:
     free = d["free_us"].fillna(0).to_numpy()
     bubble = np.minimum(d["bubble_us"].fillna(0).to_numpy(), exposed)
     total = d["total_us"].to_numpy()
-    if np.isnan(comp + exposed + free).all() or not np.nansum(total):
+    if np.isnan(comp + exposed + free).all() or not nan_sum(total):
         return StepBars("the step rows carry no computing / communication / free figures")
     return StepBars(None, labels, per_rank, nsteps, comp, exposed - bubble, bubble, free, total)
 
