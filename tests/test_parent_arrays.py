@@ -83,6 +83,29 @@ def test_framework_column_is_each_ranks_frame_column(analysed: Callable[[str], A
             assert (column_max(got[r]) is None) if pd.isna(want) else _same(column_max(got[r]), float(want))
 
 
+@pytest.mark.parametrize("name", REAL)
+def test_framework_rows_are_each_ranks_filtered_frame(analysed: Callable[[str], Analysis], name: str) -> None:
+    # the module doc's rule in pandas, rank by rank: the memory_record rows, of the first kind of component present
+    # ("*+GE", else PTA / MindSpore, else GE), in time order (a stable sort); framework_rows takes them by position
+    # and cuts every rank's frame only when one is read
+    from msdiag.metrics import memory
+
+    ctx = _ctx(analysed(name))
+    rows = framework_rows(ctx)
+    m = ctx.capture.table("memory")
+    m = m[m["source"].isin(memory.MEMORY_SOURCES).fillna(False)]
+    want: dict[int, pd.DataFrame] = {}
+    for r, g in m.groupby("rank"):
+        comp = g["component"].fillna("")
+        for hit in (comp.str.endswith(memory.COMBINED_SUFFIX), comp.isin(memory.FRAMEWORK_COMPONENTS), comp.eq(memory.GE_COMPONENT)):
+            if hit.any():
+                want[int(r)] = g[hit.to_numpy(bool)].sort_values("ts_us", kind="stable").reset_index(drop=True)
+                break
+    assert want and list(rows) == list(want) and len(rows) == len(want)
+    for r, frame in want.items():
+        pdt.assert_frame_equal(rows[r], frame, check_exact=True)
+
+
 def _old_peaks(ctx: Context) -> dict[int, pd.Series]:
     """device_memory._device_peaks before it read arrays: each rank's series and framework rows as frames."""
     rows = framework_rows(ctx)
