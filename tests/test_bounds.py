@@ -202,6 +202,43 @@ def test_a_span_judged_clean_is_one_screen_gives_back_as_it_is(files: list[list[
     assert bounds.clean_spans(table, ordinary, [(0, 3), (1, 3), (2, 2)]) == [True, True, True]
 
 
+_starts = st.one_of(st.floats(1.7e15, 1.7e15 + 5e6), st.sampled_from([1.7e15, 1.7e15 + 2.5e9, 1.7e15 + 8e9, 0.0]))
+_lengths = st.one_of(st.floats(0, 5e3), st.sampled_from([0.0, 3.6e9, 3.6e9 + 0.5, 4e9, 1e308]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(st.tuples(_starts, _lengths, st.sampled_from([1, 2, -1])), max_size=6), min_size=1, max_size=6),
+       st.sampled_from(["kernels", "comm_ops", "memory_allocs", "op_stats", "memory"]), st.booleans())
+def test_usual_spans_judged_at_once_as_one_by_one(files: list[list[tuple[float, float, int]]], table: str,
+                                                  stopped: bool) -> None:
+    # bounds._usual_spans (every span of a bulk read judged at once) gives what the per-span judgement gives
+    # (bounds._unchanged, the reference) wherever it answers: spans far apart in time (2.5e9 us, MARGIN_US / 2 is
+    # 1.8e9), stopped clocks (three rows at 1.7e15), ends at or past the last start + MARGIN_US (3.6e9, 3.6e9 + 0.5 us,
+    # 4e9, 1e308) and
+    # negative steps are drawn; it answers (not None) at least where nothing is impossible and the spans lie close
+    check = bounds.CHECKS[table]
+    if stopped:  # a clock that stands still: three rows at one instant, among the others
+        files = [*files[:1], [(1.7e15, 1.0, 1)] * 3, *files[1:]]
+    spans, lo = [], 0
+    for rows in files:
+        spans.append((lo, lo + len(rows)))
+        lo += len(rows)
+    rows = [r for f in files for r in f]
+    start = np.array([t for t, _, _ in rows]) if check.start is not None else None
+    durs = {c: np.array([d for _, d, _ in rows]) for c in check.durs}
+    step = np.array([float(s) for _, _, s in rows]) if check.step else None
+    want = [hi <= lo or bounds._unchanged(table, check, None if start is None else start[lo:hi],
+                                          {c: d[lo:hi] for c, d in durs.items()}, None if step is None else step[lo:hi])
+            for lo, hi in spans]  # fmt: skip
+    got = bounds._usual_spans(check, start, durs, step, spans)
+    if got is not None:
+        assert got == want
+    plain = step is None or not (step < 0).any()
+    close = start is None or all(hi == lo or np.ptp(start[lo:hi]) < 1e9 for lo, hi in spans)
+    if plain and close and all(np.isfinite(d).all() for d in durs.values()):
+        assert got is not None
+
+
 def test_bulk_read_files_with_impossible_values_are_screened_as_alone(job8: Path, tmp_path: Path) -> None:
     # four ranks of the bench job read within one prefetch: a negative kernel duration in one, a negative step id in
     # another; those files are screened (counted, noted) exactly as read alone, the clean files are taken as they

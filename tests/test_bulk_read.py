@@ -350,6 +350,31 @@ def test_a_task_s_tables_are_its_bulk_reads_frames_where_the_ranks_kept_their_sl
         _same(concat_alike(ranks, cuts)["memory"], taken["memory"])
 
 
+def test_writing_a_task_s_cache_file_cuts_no_rank_s_frame_of_a_whole_table(job8: Path, tmp_path: Path) -> None:
+    """RankCache.put_many of a task's ranks (as a pool worker writes them) stores each table held whole as that whole
+    and leaves the ranks' Rows of it uncut (a cut costs pandas ~0.1 ms a frame: it was ~1.2 ms a rank of the 512-rank
+    bench job's cold run, every frame of every rank); read back, every rank's tables equal what was stored."""
+    from msdiag.ingest.cache import CacheStats
+    from msdiag.metrics.reduce import reduce_rank_shallow
+    from msdiag.model import Stacked, concat_alike, entry
+
+    dirs = discover.discover(job8).ranks
+    cache = loader._open_cache(tmp_path / "cache", reduce_rank_shallow, None)
+    keys = [cache.key(d.rank, d.family, d.path, d.rank_from, d.captured_ns) for d in dirs]
+    with loader.prefetch(dirs) as cuts:
+        ranks = [reduce_rank_shallow(loader.load_rank_shallow(d)) for d in dirs]
+        wholes = concat_alike(ranks, cuts)
+        assert cache.put_many(keys, ranks, wholes) == [None] * len(ranks)
+    held = [entry(r.tables, name) for r in ranks for name in wholes if name in r.tables]
+    assert sum(isinstance(x, (Rows, Stacked)) for x in held) >= 4 * len(ranks)  # kernels, comm_*, memory, steps, ...
+    assert all(x._frame is None for x in held if isinstance(x, (Rows, Stacked)))
+    back = cache.get_many(keys, CacheStats(), [d.path for d in dirs])
+    for r, b in zip(ranks, back):
+        assert b is not None and sorted(b.tables) == sorted(r.tables)
+        for name in r.tables:
+            _same(b.tables[name], r.tables[name])
+
+
 @given(st.binary(max_size=300), st.integers(min_value=0, max_value=400), st.integers(min_value=0, max_value=300))
 def test_a_bounded_read_gives_what_reading_limit_plus_one_bytes_gives(content: bytes, size: int, limit: int) -> None:
     # _csv.read_bounded reads into a buffer of the size a file was stat'ed at (``size``); a file grown or shrunk since

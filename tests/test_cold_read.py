@@ -21,6 +21,8 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from msdiag import model
 from msdiag.errors import ParseError
@@ -328,3 +330,23 @@ def test_a_two_valued_text_column_is_the_object_arrays(mask: list[bool]) -> None
     got = _csv.either_text(m, "communication", "compute")
     assert type(got) is type(want) and got.dtype == want.dtype and pa.array(got).type == pa.array(want).type
     pd.testing.assert_extension_array_equal(got, want)
+
+
+@given(st.lists(st.sampled_from([b"a", b",", b"\n", b"\r", b"xyz,1.5"]), max_size=40), st.integers(0, 12))
+def test_lines_of_a_file_read_whole_as_the_block_scan_counts(parts: list[bytes], limit: int) -> None:
+    # _checked_lines counts a whole file's newlines where it cannot hold a line longer than MAX_LINE_BYTES; the block
+    # scan (_check_line_lengths, the reference) gives the same (lines, bytes) or raises at the same line. The limit is
+    # lowered to a few bytes so that files both under and over it, and lines over it, are drawn.
+    data = b"".join(parts)
+    path = Path("f.csv")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_csv, "MAX_LINE_BYTES", limit)
+        try:
+            want: tuple[int, int] | str = _csv._check_line_lengths(path, io.BytesIO(data))
+        except ParseError as e:
+            want = str(e)
+        try:
+            got: tuple[int, int] | str = _csv._checked_lines(path, data)
+        except ParseError as e:
+            got = str(e)
+    assert got == want

@@ -243,7 +243,7 @@ def read_cells(path: Path, required: Iterable[str] = (), any_of: Iterable[Iterab
     except OSError as e:
         raise ParseError(path, f"cannot be read ({e.strerror or e})") from None
     if data is not None and len(data) <= FAST_BYTES:
-        lines, size = _check_line_lengths(path, io.BytesIO(data))
+        lines, size = _checked_lines(path, data)
         plain = _arrow_rows(data, lines) if len(data) >= ARROW_BYTES else None
         if plain is None:
             plain = _plain_rows(data)
@@ -294,7 +294,7 @@ def read_cells_many(
                 data = read_bounded(f, FAST_BYTES, size)
             if not data or len(data) > FAST_BYTES:
                 return None
-            lines, size = _check_line_lengths(path, io.BytesIO(data))
+            lines, size = _checked_lines(path, data)
         except (OSError, ParseError):
             return None
         end = data.find(b"\n")
@@ -651,6 +651,14 @@ def _header_and_widths(path: Path, f: io.BufferedReader | io.BytesIO) -> tuple[l
     except csv.Error:
         pass
     return header, widths
+
+
+def _checked_lines(path: Path, data: bytes) -> tuple[int, int]:
+    """:func:`_check_line_lengths` of a file read whole: where the whole file is no longer than MAX_LINE_BYTES no line
+    can be, and its lines are its newlines, plus one for a last line without one (one count, no scan in blocks)."""
+    if len(data) > MAX_LINE_BYTES:
+        return _check_line_lengths(path, io.BytesIO(data))
+    return data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0), len(data)
 
 
 def _check_line_lengths(path: Path, f: io.BufferedReader | io.BytesIO) -> tuple[int, int]:

@@ -144,9 +144,50 @@ def clean_spans(table: str, whole: pd.DataFrame, spans: list[tuple[int, int]]) -
     start = _floats(whole[check.start]) if check.start is not None and check.start in cols else None
     durs = {c: _floats(whole[c]) for c in check.durs if c in cols}
     step = _floats(whole["step"]) if check.step and "step" in cols else None
+    fast = _usual_spans(check, start, durs, step, spans)
+    if fast is not None:
+        return fast
     return [hi <= lo or _unchanged(table, check, None if start is None else start[lo:hi],
                                    {c: d[lo:hi] for c, d in durs.items()}, None if step is None else step[lo:hi])
             for lo, hi in spans]  # fmt: skip
+
+
+def _usual_spans(check: Check, start: np.ndarray | None, durs: dict[str, np.ndarray], step: np.ndarray | None,
+                 spans: list[tuple[int, int]]) -> list[bool] | None:
+    """:func:`clean_spans` of the usual bulk read at once, None where it is not one: every start, duration and step
+    of the whole a plain time (finite, not negative), the spans one after the other from row 0 on, and each span's
+    starts within MARGIN_US / 2 of each other, so that none can lie outside its window (median +- at least
+    MARGIN_US). What is left to judge per span, on the whole's arrays by segment: a stopped clock (its starts all one
+    instant) and a duration ending past the span's last start + MARGIN_US, with _judge_durs' arithmetic."""
+    if start is not None and not (np.isfinite(start).all() and not (start < 0).any()):
+        return None
+    if any(not (np.isfinite(d).all() and not (d < 0).any()) for d in durs.values()):
+        return None
+    if step is not None and (step < 0).any():
+        return None
+    out = [True] * len(spans)
+    if start is None or not check.window:
+        return out
+    live = [k for k, (lo, hi) in enumerate(spans) if hi > lo]
+    if not live:
+        return out
+    los = np.array([spans[k][0] for k in live])
+    his = np.array([spans[k][1] for k in live])
+    if los[0] != 0 or his[-1] != len(start) or (los[1:] != his[:-1]).any():
+        return None
+    lows, highs = np.minimum.reduceat(start, los), np.maximum.reduceat(start, los)
+    if ((highs - lows) >= MARGIN_US / 2).any():
+        return None
+    n = his - los
+    bad = (n >= STOPPED_CLOCK_ROWS) & (lows == highs)
+    if durs:
+        limit = np.repeat(highs + MARGIN_US, n)
+        for d in durs.values():
+            with np.errstate(over="ignore"):
+                bad |= np.logical_or.reduceat(start + d > limit, los)
+    for k, b in zip(live, bad.tolist()):
+        out[k] = not b
+    return out
 
 
 def _unchanged(table: str, check: Check, start: np.ndarray | None, durs: dict[str, np.ndarray],

@@ -350,7 +350,9 @@ def _pack_bytes(keys: Sequence[dict[str, Any] | None], ranks: list[RankData], he
         streams.append(({"table": name, "ranks": of, "rows": [held_rows(ranks[k], name) for k in of]}, whole))
     for k, r in enumerate(ranks):
         if heads[k] is not None:
-            streams.extend(({"table": n, "ranks": [k], "rows": [len(df)]}, df) for n, df in r.tables.items() if n not in joined)
+            # (by name: a table of ``joined`` is not cut from its whole here, Frames.items would cut every one)
+            streams.extend(({"table": n, "ranks": [k], "rows": [len(r.tables[n])]}, r.tables[n]) for n in r.tables
+                           if n not in joined)
     entries = ",".join('{"key":null,"head":null}' if h is None else
                        '{"key":' + json.dumps(key, ensure_ascii=False) + ',"head":' + h + "}" for key, h in zip(keys, heads))
     header = '{"ranks":[' + entries + '],"streams":' + json.dumps([m for m, _ in streams], ensure_ascii=False) + "}\n"
