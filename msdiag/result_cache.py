@@ -113,10 +113,21 @@ def _as_stored(live: Any) -> bool:
     if kind is str or kind is int or kind is bool or live is None or isinstance(live, float):
         return True  # (a float that JSON cannot write, NaN or infinity, stopped json.dumps before)
     if isinstance(live, dict):
-        return all(type(k) is str for k in live) and all(_as_stored(v) for v in live.values())
+        return set(map(type, live)) <= _STR and _all_stored(live.values())
     if isinstance(live, (list, tuple)):
-        return all(_as_stored(v) for v in live)
+        return _all_stored(live)
     return False
+
+
+_STR = frozenset({str})
+#: The types whose values are stored as they are, exactly (a list of them is judged by its set of types, one pass).
+_PLAIN = frozenset({str, int, bool, float, type(None)})
+
+
+def _all_stored(values: Any) -> bool:
+    """:func:`_as_stored` of every value: a list of plain values (a rank's figures) by the set of their types."""
+    values = list(values)
+    return set(map(type, values)) <= _PLAIN or all(_as_stored(v) for v in values)
 
 
 def digest(value: Any) -> str:

@@ -218,10 +218,13 @@ def test_stored_only_what_comes_back_from_json_alike(cap: Path) -> None:
         report, {"a": [1, 2.5, True, None, "x", (3, 4)]}, {"f": np.float64(0.1)}, {"t": (1, (2, [3]))},
         {1: "int key"}, {"k": Level.HIGH}, {"k": Name("a str subclass")}, {"k": [{"deep": {2.5: 1}}]},
         {"surrogate": "\ud800"}, [], {}, "text", 10**30,
+        # lists judged by their set of types (_all_stored): a subclass among plain values, numpy floats among ints
+        {"l": [1, 2, Level.HIGH]}, {"l": ["a", Name("b")]}, {"l": [np.float64(1.5), 2, None]}, {"l": [[1.5], (2, 3)]},
     ]  # fmt: skip
     verdicts = []
     for value in cases:
         back = json.loads(json.dumps(value, ensure_ascii=False, allow_nan=False))
         assert result_cache._as_stored(value) == _reads_back_alike(value, back), value if value is not report else "report"
         verdicts.append(result_cache._as_stored(value))
-    assert verdicts == [True, True, True, True, False, False, False, False, True, True, True, True, True]
+    assert verdicts == [True, True, True, True, False, False, False, False, True, True, True, True, True,
+                        False, False, True, True]

@@ -92,8 +92,9 @@ def _instance(rank: np.ndarray, start: np.ndarray, own: np.ndarray) -> dict[str,
     last_arriver = ranks[int(np.argmax(start))] if len(ranks) > 1 and late > 0 else None
     return {
         "ranks": ranks,
-        "arrival_offset_ms": [round((a - first) / US_PER_MS, 3) for a in start],
-        "wait_ms": [round(max(0.0, release - a) / US_PER_MS, 3) for a in start],
+        # (np.round of the array: what round() of each numpy float gives, numpy's own rounding, in one call)
+        "arrival_offset_ms": list(np.round((start - first) / US_PER_MS, 3)),
+        "wait_ms": list(np.round(np.where(release - start > 0.0, release - start, 0.0) / US_PER_MS, 3)),  # (max(0.0, x))
         "last_arriver": last_arriver,
         "late_ms": round(late / US_PER_MS, 3) if len(ranks) > 1 else None,
         "release_after_last_ms": round(max(0.0, release - last) / US_PER_MS, 3),

@@ -31,6 +31,7 @@ import pandas as pd
 from msdiag.metrics.balance import _stage_of
 from msdiag.metrics.registry import Context, all_metrics
 from msdiag.metrics.steps import _timed_steps
+from msdiag.model import Rows, entry, frame_of
 
 
 def select_deep(ctx: Context) -> dict[int, list[str]]:
@@ -92,16 +93,26 @@ def _median_preparing(ctx: Context) -> pd.Series:
             if not pd.isna(st):
                 warm.setdefault(int(r), []).append(int(st))
     out: dict[int, float] = {}
-    for rd in ctx.capture.ranks:  # on arrays: a rank's frame read column by column, not cell by cell
-        p = rd.tables.get("profiler_steps")
+    floats: dict[tuple[int, str], np.ndarray] = {}  # a joined table's column as floats, converted once for its ranks
+
+    def column(x: pd.DataFrame | Rows, col: str) -> np.ndarray:
+        if not isinstance(x, Rows):
+            return frame_of(x)[col].to_numpy(float, na_value=np.nan)
+        key = (id(x.whole), col)
+        if key not in floats:
+            floats[key] = x.whole[col].to_numpy(float, na_value=np.nan)
+        return floats[key][x.lo : x.hi]
+
+    for rd in ctx.capture.ranks:  # on arrays: a rank's rows of the joined table, not its frame cut (~0.2 ms a rank)
+        p = entry(rd.tables, "profiler_steps") if "profiler_steps" in rd.tables else None
         if p is None or not len(p):
             continue
-        prep = p["preparing_us"].to_numpy(float, na_value=np.nan)
+        prep = column(p, "preparing_us")
         keep = ~np.isnan(prep)
         if not keep.any():
             continue
         if int(rd.rank) in warm:
-            step = p["step"].to_numpy(float, na_value=np.nan)
+            step = column(p, "step")
             keep &= ~np.isin(step, warm[int(rd.rank)])  # (a null step is no warm-up step)
         if keep.any():
             out[int(rd.rank)] = float(np.median(prep[keep]))

@@ -54,6 +54,7 @@ kernel (same name patterns).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,7 +64,7 @@ import pandas as pd
 from msdiag.metrics.flops import kernel_flops
 from msdiag.metrics.memory import KB_PER_MB, MB_PER_GB, _capacity, column_max, framework_column, framework_rows
 from msdiag.metrics.registry import Context, Reads, Value, key_rows, metric, nan_sum, rank_rows, with_its_metrics
-from msdiag.model import row_slices
+from msdiag.model import Rows, frame_of
 from msdiag.units import FLOPS_PER_TFLOPS
 
 DEVICE_SOURCE = "npu_module_mem"
@@ -92,14 +93,15 @@ _NO_DEVICE = (
 # ---- the device footprint ---------------------------------------------------------------------
 
 
-def device_series(ctx: Context) -> dict[int, pd.DataFrame]:
+def device_series(ctx: Context) -> Mapping[int, pd.DataFrame]:
     """Per rank, the device footprint over time: ts_us, total_mb, the four groups (null without
-    npu_module_mem), basis ("npu_module_mem" or "APP"). Computed once per analysis (ctx.cache)."""
+    npu_module_mem), basis ("npu_module_mem" or "APP"); each rank's frame cut when read. Computed once per analysis (ctx.cache)."""
     return _series(ctx)[0]
 
 
-def _series(ctx: Context) -> tuple[dict[int, pd.DataFrame], dict[int, tuple[np.ndarray, np.ndarray]]]:
-    """(device_series, per rank its ts_us and total_mb as float arrays): computed once per analysis."""
+def _series(ctx: Context) -> tuple[Mapping[int, pd.DataFrame], dict[int, tuple[np.ndarray, np.ndarray]], dict[int, _Row]]:
+    """(device_series, per rank its ts_us and total_mb as float arrays, per rank where its rows lie: :data:`_Row`):
+    computed once per analysis."""
     kept = ctx.cache.get("device_memory.series")
     if kept is None:
         kept = ctx.cache["device_memory.series"] = _device_series(ctx)
@@ -113,7 +115,33 @@ def _group_of(component: str) -> str:
     return "other"
 
 
-def _module_series(m: pd.DataFrame) -> tuple[dict[int, pd.DataFrame], dict[int, tuple[np.ndarray, np.ndarray]]]:
+#: Where a rank's device series lies: the columns of the frame that holds it, as arrays, and its first row there.
+_Row = tuple[dict[str, np.ndarray], int]
+
+
+class _Series(Mapping[int, pd.DataFrame]):
+    """:func:`device_series`: per rank its frame, held as :class:`model.Rows` of the ranks' one frame of module series
+    (cut when read: the views read one rank's, the metrics the arrays) or as a frame of its own."""
+
+    def __init__(self, held: dict[int, pd.DataFrame | Rows]) -> None:
+        self._held = held
+
+    def __getitem__(self, rank: int) -> pd.DataFrame:
+        return frame_of(self._held[rank])
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._held)
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+
+def _columns(df: pd.DataFrame) -> dict[str, np.ndarray]:
+    """Each column of ``df`` as the array its row Series (``df.iloc[i]``) takes its values from."""
+    return {c: df[c].to_numpy() for c in df.columns}
+
+
+def _module_series(m: pd.DataFrame) -> tuple[dict[int, Rows], dict[int, tuple[np.ndarray, np.ndarray]], dict[int, _Row]]:
     """Every rank's npu_module_mem rows -> per rank, one row per sample time: the groups and their sum.
 
     One pivot over (rank, sample time) for all ranks, not one per rank: each cell sums the same rows in
@@ -122,7 +150,7 @@ def _module_series(m: pd.DataFrame) -> tuple[dict[int, pd.DataFrame], dict[int, 
             & m["ts_us"].notna().to_numpy(bool) & m["rank"].notna().to_numpy(bool))
     g = m.loc[rows, ["rank", "ts_us", "component", "reserved_mb"]]  # the columns the pivot reads: no other text copied
     if not len(g):
-        return {}, {}
+        return {}, {}, {}
     # each distinct component classed once (the same group as _group_of on every row)
     codes, names = pd.factorize(g["component"].fillna(""), use_na_sentinel=False)  # (on the column: no text per row)
     grp = np.array([_group_of(str(n)) for n in names], dtype=object)[codes]
@@ -136,14 +164,15 @@ def _module_series(m: pd.DataFrame) -> tuple[dict[int, pd.DataFrame], dict[int, 
     out["total_mb"] = out[list(COMPOSITION_KEYS)].sum(axis=1)
     out["basis"] = DEVICE_SOURCE
     # each rank's rows are one run (the pivot's index is sorted by rank): its frame a row slice of the whole (a view,
-    # index 0..n-1: model.row_slices), the frames groupby("rank") gave less the rank, without a grouping, a drop or
-    # a frame built per rank
+    # index 0..n-1: model.Rows, cut when read), the frames groupby("rank") gave less the rank, without a grouping, a
+    # drop or a frame built per rank
     rank = out.pop("rank").to_numpy()
     cuts = np.r_[0, np.flatnonzero(np.diff(rank)) + 1, len(rank)]
     ts, total = out["ts_us"].to_numpy(float), out["total_mb"].to_numpy(float)
     spans = [(int(rank[a]), a, b) for a, b in zip(cuts[:-1], cuts[1:])]
-    frames = dict(zip([r for r, _, _ in spans], row_slices(out, [b - a for _, a, b in spans])))
-    return frames, {r: (ts[a:b], total[a:b]) for r, a, b in spans}
+    cols = _columns(out)
+    return ({r: Rows(out, a, b) for r, a, b in spans}, {r: (ts[a:b], total[a:b]) for r, a, b in spans},
+            {r: (cols, a) for r, a, _ in spans})
 
 
 def _app_series(g: pd.DataFrame) -> pd.DataFrame:
@@ -163,13 +192,13 @@ def _counter_series(c: pd.DataFrame) -> pd.DataFrame:
     return _app_series(pd.DataFrame({"ts_us": c["ts_us"].to_numpy(float), "reserved_mb": c["value"].to_numpy(float) / KB_PER_MB}))
 
 
-def _device_series(ctx: Context) -> tuple[dict[int, pd.DataFrame], dict[int, tuple[np.ndarray, np.ndarray]]]:
+def _device_series(ctx: Context) -> tuple[Mapping[int, pd.DataFrame], dict[int, tuple[np.ndarray, np.ndarray]], dict[int, _Row]]:
     m = ctx.capture.table("memory")
     c = ctx.capture.table("counters")
     c = c[(c["track"] == NPU_MEM_TRACK).fillna(False).to_numpy(bool)]
-    modules, arrays = _module_series(m)
+    modules, arrays, where = _module_series(m)
     ranks = [int(r) for r in np.unique(np.r_[_ranks_of(m), _ranks_of(c)])]  # the ranks of either table, ascending
-    out: dict[int, pd.DataFrame] = {}
+    out: dict[int, pd.DataFrame | Rows] = {}
     others = [r for r in ranks if r not in modules]
     if others:  # ranks without npu_module_mem: the driver's figure (memory_record APP), else the counter
         counters = dict(tuple(c.groupby("rank")))
@@ -184,9 +213,10 @@ def _device_series(ctx: Context) -> tuple[dict[int, pd.DataFrame], dict[int, tup
         if not len(s) and rank in counters:
             s = _counter_series(counters[rank])
         if len(s):
-            out[rank] = s.reset_index(drop=True)
+            out[rank] = s = s.reset_index(drop=True)
             arrays[rank] = (s["ts_us"].to_numpy(float, na_value=np.nan), s["total_mb"].to_numpy(float, na_value=np.nan))
-    return out, arrays
+            where[rank] = (_columns(s), 0)
+    return _Series(out), arrays, where
 
 
 def _ranks_of(df: pd.DataFrame) -> np.ndarray:
@@ -195,8 +225,8 @@ def _ranks_of(df: pd.DataFrame) -> np.ndarray:
     return np.unique(rank[~np.isnan(rank)])
 
 
-def device_peaks(ctx: Context) -> dict[int, pd.Series]:
-    """Per rank, the device footprint's peak sample.
+def device_peaks(ctx: Context) -> dict[int, dict[str, Any]]:
+    """Per rank, the device footprint's peak sample: column -> its value (what the series' row Series holds).
 
     The footprint often stays at its peak for many samples: of those, the one nearest the framework's
     allocated peak (memory_record) is taken, so that the composition splits the pool at the tightest moment.
@@ -207,11 +237,11 @@ def device_peaks(ctx: Context) -> dict[int, pd.Series]:
     return kept  # type: ignore[no-any-return]
 
 
-def _device_peaks(ctx: Context) -> dict[int, pd.Series]:
-    series, arrays = _series(ctx)
+def _device_peaks(ctx: Context) -> dict[int, dict[str, Any]]:
+    series, arrays, where = _series(ctx)
     allocated, times = framework_column(ctx, "allocated_mb"), framework_column(ctx, "ts_us")
-    out: dict[int, pd.Series] = {}
-    for r, s in series.items():  # on arrays: the row chosen is taken from the series once
+    out: dict[int, dict[str, Any]] = {}
+    for r in series:  # on arrays: the row chosen is read from the columns, no frame cut nor row Series built
         ts_s, total = arrays[r]
         if np.isnan(total).all():
             continue
@@ -220,10 +250,12 @@ def _device_peaks(ctx: Context) -> dict[int, pd.Series]:
         ts = times.get(r, np.empty(0))
         ok = ~(np.isnan(alloc) | np.isnan(ts))  # the framework's samples with a time and an allocated figure
         if not ok.any():
-            out[r] = s.iloc[top[0]]
-            continue
-        t = float(ts[ok][int(alloc[ok].argmax())])
-        out[r] = s.iloc[top[int(np.abs(ts_s[top] - t).argmin())]]
+            i = int(top[0])
+        else:
+            t = float(ts[ok][int(alloc[ok].argmax())])
+            i = int(top[int(np.abs(ts_s[top] - t).argmin())])
+        cols, first = where[r]
+        out[r] = {c: a[first + i] for c, a in cols.items()}
     return out
 
 
@@ -325,7 +357,7 @@ def _composition_rows(ctx: Context) -> list[dict[str, Any]]:
     return out
 
 
-def _composition_row(rank: int, peak: pd.Series | None, rows: pd.DataFrame | None, period_us: float,
+def _composition_row(rank: int, peak: dict[str, Any] | None, rows: pd.DataFrame | None, period_us: float,
                      columns: tuple[np.ndarray, np.ndarray] | None) -> dict[str, Any]:
     """``columns``: the rank's framework rows' allocated_mb and ts_us as arrays (framework_column)."""
     row: dict[str, Any] = {"rank": rank, "basis": None, "ts_us": None, "device_mb": None}
