@@ -132,20 +132,23 @@ def test_a_pool_tasks_step_rows_computed_at_once_are_each_ranks_own(corpus: Path
     # is. On the 8-rank replicated job (3 steps a rank) and the corpus' 2-rank captures.
     from msdiag.ingest import discover, loader
     from msdiag.metrics import breakdown
-    from msdiag.model import concat_alike
+    from msdiag.model import Rows, concat_alike, frame_of, hold
 
     batched = 0
     for job in (job8, corpus / "ascend/torchnpu-2rank-level1", corpus / "ascend/torchnpu-2rank-level0"):
         dirs = discover.discover(job).ranks
         with loader.prefetch(dirs) as cuts:
             rds = [loader.load_rank_shallow(d) for d in dirs]
-            at_once = [breakdown.step_breakdown(r) for r in rds]
+            held = [breakdown.step_rows(r) for r in rds]  # (as metrics/reduce.py holds them)
             hows = [r.info.steps_from for r in rds]
             batched += sum(breakdown._from_task(r) is not None for r in rds)
-            for r, f in zip(rds, at_once):
-                r.tables["steps"] = f
+            for r, x in zip(rds, held):
+                hold(r, "steps", x)
             whole = concat_alike(rds, cuts)["steps"]
         assert any(w is whole for w, _ in cuts)  # the task's frame itself, not a concatenation
+        # held as Rows of it, none cut by computing, holding or joining them
+        assert all(isinstance(x, Rows) and x.whole is whole and x._frame is None for x in held)
+        at_once = [frame_of(x) for x in held]
         for r, f, how in zip(rds, at_once, hows):
             alone = breakdown.step_breakdown(r)  # outside the task: the rank by itself
             assert how == r.info.steps_from == "the kernels' Step Id"

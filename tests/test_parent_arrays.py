@@ -546,3 +546,71 @@ def test_finite_or_none_is_its_old_self(x: object) -> None:
     assert type(got) is type(want) and (got == want or got is want)
     if isinstance(want, float):
         assert np.copysign(1.0, got) == np.copysign(1.0, want)  # the sign of a zero kept
+
+
+def test_asking_for_a_rank_cuts_no_frame(analysed: Callable[[str], Analysis]) -> None:
+    # framework_rows and device_series hold every rank's frame uncut until one is read: `rank in` them reads none
+    # (Mapping's own __contains__ reads the frame, and the first frame read takes every rank's framework rows), and
+    # the composition rows read a rank's framework rows only where its peak has no device breakdown
+    from msdiag.metrics import memory
+
+    device_only = 0
+    for name in REAL:
+        ctx = _ctx(analysed(name))  # (a new Context: nothing cached)
+        rows, series = framework_rows(ctx), device_memory.device_series(ctx)
+        assert isinstance(rows, memory._RankFrames) and isinstance(series, device_memory._Series)
+        assert all(r in rows for r in list(rows)) and -1 not in rows and all(r in series for r in list(series))
+        assert rows._frames is None
+        peaks = device_memory.device_peaks(ctx)
+        device_memory.composition_rows(ctx)
+        if rows and all(r in peaks and peaks[r]["basis"] == device_memory.DEVICE_SOURCE for r in rows):
+            device_only += 1
+            assert rows._frames is None
+    assert device_only >= 1
+
+
+# ---- kernels._text_mask: a text column's test judged once per distinct text ------------------------------------
+
+
+_TESTS = {
+    "vector": lambda t: t.str.contains("VECTOR", regex=False, na=False),
+    "aicpu": lambda t: t.str.contains("AI_CPU", regex=False, na=False),
+    "cpu": lambda t: t.eq("CPU"),
+    "known": lambda t: t.notna(),
+}
+
+
+def _row_by_row(col: pd.Series, keep: np.ndarray, test: Any) -> np.ndarray:
+    """The test as the metrics ran it before: on the compute rows' texts (``astype("string")``), a null False."""
+    return np.asarray(test(col[keep].astype("string")).to_numpy(bool, na_value=False), dtype=bool)
+
+
+@given(st.lists(st.one_of(st.none(), st.sampled_from(["AI_CORE", "AI_VECTOR_CORE", "MIX_AIV", "AI_CPU", "CPU", "",
+                                                      "MatMulV2", "BatchMatMul", "Dense", "Dense\n", "GroupedMatmul",
+                                                      "matmul", "Add"])), max_size=30),
+       st.lists(st.booleans(), min_size=30, max_size=30))
+def test_a_text_mask_is_the_test_of_each_row(values: list[str | None], flags: list[bool]) -> None:
+    from msdiag.metrics import kernels
+
+    col = pd.Series(values, dtype="string")
+    ctx = Context(capture=Capture(path="/job", ranks=[RankData(rank=0, family="ascend_pt", path="/r0",
+                                                               tables={"kernels": pd.DataFrame({"core": col, "type": col})})]),
+                  steps=pd.DataFrame(), options=Options())  # fmt: skip
+    keep = np.array(flags[: len(values)], dtype=bool)
+    for test in (*_TESTS.values(), kernels._is_matmul):
+        for name in ("core", "type"):
+            np.testing.assert_array_equal(kernels._text_mask(ctx, name, keep, test), _row_by_row(col, keep, test))
+
+
+@pytest.mark.parametrize("name", REAL)
+def test_text_masks_of_real_kernels(analysed: Callable[[str], Analysis], name: str) -> None:
+    from msdiag.metrics import kernels
+
+    ctx = _ctx(analysed(name))
+    k = ctx.capture.table("kernels")
+    keep = kernels._compute_rows(k)
+    assert keep.any()
+    for test in _TESTS.values():
+        np.testing.assert_array_equal(kernels._text_mask(ctx, "core", keep, test), _row_by_row(k["core"], keep, test))
+    np.testing.assert_array_equal(kernels._text_mask(ctx, "type", keep, kernels._is_matmul),
+                                  _row_by_row(k["type"], keep, kernels._is_matmul))

@@ -14,6 +14,7 @@ communication - exposed; every part lies in [0, total].
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -22,7 +23,7 @@ import pyarrow.compute as pc
 
 from msdiag import intervals as iv
 from msdiag.metrics.registry import Reads, declare_reads
-from msdiag.model import FLOAT, INT, STEPS, STR, RankData, active_task, const_texts, entry, row_slices
+from msdiag.model import FLOAT, INT, STEPS, STR, RankData, Rows, active_task, const_texts, entry, frame_of, rows_of
 
 _RECEIVE = ("receive", "recv")
 
@@ -291,9 +292,20 @@ def step_breakdown(rd: RankData) -> pd.DataFrame:
 
     How the steps were found is recorded in ``rd.info.steps_from``.
     """
+    return frame_of(step_rows(rd))
+
+
+def step_rows(rd: RankData) -> pd.DataFrame | Rows:
+    """:func:`step_breakdown`, held as the :class:`model.Rows` of its pool task's step frame where it was computed for
+    the task's ranks at once (:func:`_from_task`: cut only if read; a task's ranks are stored and sent back as that
+    frame, model.concat_alike), else the rank's frame."""
     got = _from_task(rd)
     if got is not None:
         return got
+    return _step_breakdown(rd)
+
+
+def _step_breakdown(rd: RankData) -> pd.DataFrame:
     ops = placed_ops(rd)
     if not len(ops):
         return STEPS.empty()
@@ -337,7 +349,7 @@ _TASK_KEY = "breakdown.steps"
 _BY_STEP_ID = "the kernels' Step Id"
 
 
-def _from_task(rd: RankData) -> pd.DataFrame | None:
+def _from_task(rd: RankData) -> Rows | None:
     """The rank's step rows as computed for every rank of its pool task at once (:func:`_task_steps`), where the rank
     is read without a timeline and its kernels are still the slice of the task's bulk read of kernel_details.csv
     (``model.active_task``); None otherwise (computed for the rank alone)."""
@@ -351,7 +363,7 @@ def _from_task(rd: RankData) -> pd.DataFrame | None:
     found = scope.whole_of(k)  # (the bulk read's Rows of the rank, as held: model.cut_rows)
     if found is None:
         return None
-    memo: dict[int, dict[int, tuple[pd.DataFrame, int]]] = scope.memo.setdefault(_TASK_KEY, {})
+    memo: dict[int, dict[int, tuple[Any, int]]] = scope.memo.setdefault(_TASK_KEY, {})
     done = memo.get(id(found[0]))
     if done is None:
         done = memo[id(found[0])] = _task_steps(*found)
@@ -361,13 +373,13 @@ def _from_task(rd: RankData) -> pd.DataFrame | None:
     if hit is None or hit[1] != rd.rank:
         return None
     rd.info.steps_from = _BY_STEP_ID
-    return hit[0]
+    return hit[0]  # type: ignore[no-any-return]
 
 
 _WHOLE = -1  # (the key of _task_steps' whole frame)
 
 
-def _task_steps(whole: pd.DataFrame, parts: list[pd.DataFrame]) -> dict[int, tuple[pd.DataFrame, int]]:
+def _task_steps(whole: pd.DataFrame, parts: list[pd.DataFrame]) -> dict[int, tuple[Any, int]]:
     """Step rows of every part of ``whole`` (the kernels of a pool task's ranks, each part a rank's, in order) whose
     placed kernels carry a Step Id: id(part) -> (its STEPS frame, its rank), the frames row slices of one frame (at
     :data:`_WHOLE`: (that frame, -1)). Each part's rows are what :func:`step_breakdown` computes for the rank alone
@@ -428,9 +440,9 @@ def _task_steps(whole: pd.DataFrame, parts: list[pd.DataFrame]) -> dict[int, tup
     }
     steps_whole = STEPS.frame(cols)
     counts = np.bincount(win_part, minlength=len(bounds))
-    out: dict[int, tuple[pd.DataFrame, int]] = {_WHOLE: (steps_whole, -1)}
-    for (p, a, _), frame in zip(bounds, row_slices(steps_whole, counts.tolist())):
-        out[id(p)] = (frame, int(rank_of[a]))
+    out: dict[int, tuple[Any, int]] = {_WHOLE: (steps_whole, -1)}
+    for (p, a, _), held in zip(bounds, rows_of(steps_whole, counts.tolist())):  # (Rows: cut only if read)
+        out[id(p)] = (held, int(rank_of[a]))
     return out
 
 

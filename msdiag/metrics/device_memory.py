@@ -135,6 +135,9 @@ class _Series(Mapping[int, pd.DataFrame]):
     def __len__(self) -> int:
         return len(self._held)
 
+    def __contains__(self, rank: object) -> bool:  # (Mapping's reads the frame: cuts it)
+        return rank in self._held
+
 
 def _columns(df: pd.DataFrame) -> dict[str, np.ndarray]:
     """Each column of ``df`` as the array its row Series (``df.iloc[i]``) takes its values from."""
@@ -353,7 +356,11 @@ def _composition_rows(ctx: Context) -> list[dict[str, Any]]:
     for rank in sorted(set(rows) | set(peaks)):
         period = _period_us(arrays[rank][0]) if rank in arrays else 0.0
         columns = (allocated[rank], times[rank]) if rank in rows else None
-        out.append(_composition_row(rank, peaks.get(rank), rows.get(rank), period, columns))
+        peak = peaks.get(rank)
+        # the rank's framework rows as a frame only where the row reads them (no device breakdown): a frame taken
+        # reads every rank's (memory._RankFrames)
+        pool = rows[rank] if rank in rows and (peak is None or str(peak["basis"]) != DEVICE_SOURCE) else None
+        out.append(_composition_row(rank, peak, pool, period, columns))
     return out
 
 

@@ -37,6 +37,22 @@ def _timed_compute(k: pd.DataFrame, cols: tuple[str, ...] | None = None) -> pd.D
     return k[keep] if cols is None else k.loc[keep, list(cols)]
 
 
+def _compute_rows(k: pd.DataFrame) -> np.ndarray:
+    """Which rows of the kernels table :func:`_timed_compute` keeps: compute kernels with a duration."""
+    return ((k["kind"] == "compute") & k["dur_us"].notna()).to_numpy(dtype=bool, na_value=False)
+
+
+def _text_mask(ctx: Context, col: str, keep: np.ndarray, test: Any) -> np.ndarray:
+    """``test`` (a pandas string operation on a Series of texts, giving booleans) of the kernels' column ``col`` at the
+    rows ``keep``, judged once per distinct text: the column factorized once per analysis (``ctx``), ``test`` run on
+    its distinct texts as ``astype("string")`` makes them, each row given its text's answer (a null: False, as na=False
+    gives). Neither the column's texts of every compute row taken nor the operation run on each of them."""
+    codes, names = ctx.once(f"kernels.codes.{col}", lambda: pd.factorize(ctx.capture.table("kernels")[col]))
+    hit = np.asarray(test(pd.Series(names, dtype=object).astype("string")).to_numpy(bool, na_value=False), dtype=bool)
+    at = codes[keep]
+    return np.where(at >= 0, hit[np.maximum(at, 0)], False) if len(hit) else np.zeros(len(at), dtype=bool)
+
+
 def _no_kernels() -> Value:
     return Value(None, reason="no compute kernels in the capture (kernel_details.csv / trace_view.json absent)")
 
@@ -55,10 +71,13 @@ def _per_rank_share(c: pd.DataFrame, mask: pd.Series) -> dict[int, float | None]
 
 
 def _share_of_compute(ctx: Context, mask_fn, what: str) -> Value:  # type: ignore[no-untyped-def]
-    c = _compute(ctx, ("rank", "dur_us", "core", "type"))  # (the masks read the core or the type)
+    k = ctx.capture.table("kernels")
+    keep = _compute_rows(k)
+    c = _timed_compute(k, ("rank", "dur_us"))  # (the masks read the core or the type by their distinct texts)
     if not len(c):
         return _no_kernels()
-    mask = mask_fn(c)
+    got = mask_fn(ctx, keep)
+    mask = None if got is None else pd.Series(got, index=c.index)
     if mask is None:
         return Value(None, reason=f"{what} cannot be told from this capture's kernels")
     total = float(c["dur_us"].sum())
@@ -87,11 +106,13 @@ def _mean(ctx: Context) -> Value:
 
 
 def _core_mask(core: str):  # type: ignore[no-untyped-def]
-    def fn(c: pd.DataFrame) -> pd.Series | None:
-        cores = c["core"].astype("string")
-        if cores.isna().all() or (cores == "CPU").all():
+    def fn(ctx: Context, keep: np.ndarray) -> np.ndarray | None:
+        # (what cores.isna().all() or (cores == "CPU").all() says of the compute rows' cores: every one null, or every
+        # one not null "CPU")
+        known = _text_mask(ctx, "core", keep, lambda t: t.notna())
+        if not known.any() or _text_mask(ctx, "core", keep, lambda t: t.eq("CPU"))[known].all():
             return None
-        return cores.str.contains(core, regex=False, na=False)
+        return _text_mask(ctx, "core", keep, lambda t: t.str.contains(core, regex=False, na=False))
 
     return fn
 
@@ -108,15 +129,21 @@ def _aicpu(ctx: Context) -> Value:
 
 @metric("matmul_time_share", "ratio", "Share of compute kernel time in matrix multiplications (MatMul, BatchMatMul, GroupedMatmul, Dense)", "kernels.type")
 def _matmul(ctx: Context) -> Value:
-    return _share_of_compute(ctx, lambda c: c["type"].astype("string").str.contains(_MATMUL, regex=True, na=False), "the op type")
+    return _share_of_compute(ctx, lambda ctx, keep: _text_mask(ctx, "type", keep, _is_matmul), "the op type")
+
+
+def _is_matmul(types: pd.Series) -> pd.Series:
+    return types.str.contains(_MATMUL, regex=True, na=False)
 
 
 @metric("fp32_matmul_share", "ratio", "Share of matmul kernel time computed in FP32 (mixed precision would use FP16/BF16)", "kernels.input_dtypes")
 def _fp32(ctx: Context) -> Value:
-    c = _compute(ctx, ("rank", "dur_us", "type", "input_dtypes"))
-    if not len(c):
+    k = ctx.capture.table("kernels")
+    keep = _compute_rows(k)
+    if not keep.any():
         return _no_kernels()
-    mm = c[c["type"].astype("string").str.contains(_MATMUL, regex=True, na=False)]
+    # the matmul kernels' columns only (their data types are texts: not taken for every compute kernel)
+    mm = k[["rank", "dur_us", "input_dtypes"]].take(np.flatnonzero(keep)[_text_mask(ctx, "type", keep, _is_matmul)])
     if not len(mm):
         return Value(None, reason="no matmul kernels in the capture")
     dt = mm["input_dtypes"].astype("string")

@@ -124,6 +124,9 @@ class _RankFrames(Mapping[int, pd.DataFrame]):
     def __len__(self) -> int:
         return len(self._positions)
 
+    def __contains__(self, rank: object) -> bool:  # (Mapping's reads the frame: every rank's taken)
+        return rank in self._positions
+
 
 def column_max(values: np.ndarray) -> float | None:
     """pandas' ``Series.max()`` of a float column (NaN skipped: put as -inf, then numpy's max; None when

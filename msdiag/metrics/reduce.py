@@ -49,10 +49,10 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
-from msdiag.metrics.breakdown import step_breakdown
+from msdiag.metrics.breakdown import step_rows
 from msdiag.metrics.projection import rank_kinds
 from msdiag.metrics.registry import Reads, all_reads
-from msdiag.model import STEP_KINDS_TABLE, RankData
+from msdiag.model import STEP_KINDS_TABLE, RankData, hold
 
 #: Bumped whenever the way the reduction keeps rows changes (what it keeps follows from the
 #: declarations, hashed by reduce_id): part of the cache key.
@@ -181,7 +181,7 @@ def _repeats(tl: pd.DataFrame, rows: tuple[tuple[str, str], ...], names: tuple[n
 def _reduce(rd: RankData, p: Plan, names: tuple[np.ndarray, pd.Index] | None = None) -> RankData:
     """The step rows stored, then the timeline and counters cut to what ``p`` keeps (``names``: the
     timeline's names factorized, when the caller has them)."""
-    rd.tables["steps"] = step_breakdown(rd)
+    hold(rd, "steps", step_rows(rd))  # (Rows of its task's step frame where computed for the task at once)
     tl = rd.tables.get("timeline")
     if tl is not None and len(tl):
         rd.tables["timeline"] = _reduce_timeline(tl, p, names)

@@ -257,8 +257,10 @@ def declared_params() -> dict[str, tuple[str, ...]]:
 
 # A job of at least SPLIT_MIN_RANKS ranks computes the metrics defined in SPLIT_MODULES in a forked child while
 # this process computes the others: the metrics are the longest serial stretch of a cluster analysis, and the
-# second core idles through it. The two halves share no cached helper of weight (memory and communication in
-# the child; kernel types, kernels, steps, FLOPs, host causes here). Below SPLIT_MIN_RANKS the fork and the
+# second core idles through it. The two halves share no cached helper of weight (memory and the kernel mix in
+# the child; kernel types, communication with the collectives that read its rows, steps, FLOPs, host causes here;
+# balanced at 512 bench ranks: each ~1.2 s, compute_all 1.59-1.71 -> 1.34-1.40 s with the kernel mix moved to the
+# child and communication to this process). Below SPLIT_MIN_RANKS the fork and the
 # return cost more than they save. The child's memory grows with this process' heap: the pages of every Python
 # object it touches are copied (reference counts are writes), besides its own work. So the split is made only
 # while this process holds at most SPLIT_MAX_RSS_MB, the two then within ~1 GiB together (issue 17's bound at 512
@@ -270,8 +272,7 @@ def declared_params() -> dict[str, tuple[str, ...]]:
 # helper of at most KEPT_MAX_BYTES pickled; a larger one is computed again where it is asked for.
 SPLIT_MIN_RANKS = 16
 SPLIT_MAX_RSS_MB = 512
-SPLIT_MODULES = ("msdiag.metrics.device_memory", "msdiag.metrics.memory", "msdiag.metrics.communication",
-                 "msdiag.metrics.balance")
+SPLIT_MODULES = ("msdiag.metrics.device_memory", "msdiag.metrics.memory", "msdiag.metrics.balance", "msdiag.metrics.kernels")
 KEPT_MAX_BYTES = 16 << 20
 
 

@@ -64,27 +64,31 @@ def _strs(c: pd.DataFrame, col: str) -> list[str]:
     return [str(x) if isinstance(x, str) else "" for x in c[col].tolist()]
 
 
-#: The kernel columns the batch is read from (the first embedding lookup or image input of each rank's step).
-_SHAPE_COLUMNS = ("rank", "step", "start_us", "type", "input_shapes", "input_dtypes", "input_formats")
-
-
 def _from_shapes(ctx: Context) -> tuple[float, float | None, str] | None:
     """(samples, tokens or None, how) one device's inputs hold per step: median over steps and ranks."""
-    k = ctx.capture.table("kernels")
-    # the compute rows of the columns read here, not a copy of every column (at 512 ranks: 100+ MB at the peak)
-    k = k.loc[(k["kind"] == "compute").fillna(False).to_numpy(), list(_SHAPE_COLUMNS)]
-    if not len(k):
+    whole = ctx.capture.table("kernels")
+    # the compute rows of the columns the search reads, not a copy of every column (at 512 ranks: 100+ MB at the
+    # peak); the shape texts of the rows found only (taking every compute row's cost the parent ~0.1 s at 512 ranks)
+    at = np.flatnonzero((whole["kind"] == "compute").fillna(False).to_numpy())
+    if not len(at):
         return None
+    k = whole[["rank", "step", "start_us", "type"]].take(at).set_axis(at)  # (labelled by position in the whole)
+
+    def texts(first: pd.DataFrame) -> pd.DataFrame:  # (its rows' shape texts, taken by position from the whole)
+        shapes = whole[["input_shapes", "input_dtypes", "input_formats"]].take(first.index.to_numpy())
+        return first.join(shapes.set_axis(first.index))
+
     emb = k["type"].astype("string").str.lower().isin(flops.EMBEDDING_TYPES).fillna(False).to_numpy()
-    first = _first_per_step(k, emb)
+    first = texts(_first_per_step(k, emb))
     found = [flops.embedding_batch(t, s, d) for t, s, d in zip(_strs(first, "type"), _strs(first, "input_shapes"), _strs(first, "input_dtypes"))]
     pairs = [f for f in found if f is not None]
     if pairs:
         b = float(np.median([p[0] for p in pairs]))
         s = float(np.median([p[1] for p in pairs]))
         return b, b * s, f"batch {b:g} x sequence {s:g} from the indices of each step's first embedding lookup ({len(pairs)} step(s))"
-    img = k["input_formats"].astype("string").str.upper().str.match(r"^(FORMAT_)?NC?HWC?").fillna(False).to_numpy()
-    first = _first_per_step(k, img)
+    formats = whole["input_formats"].take(at)
+    img = formats.astype("string").str.upper().str.match(r"^(FORMAT_)?NC?HWC?").fillna(False).to_numpy()
+    first = texts(_first_per_step(k, img))
     got = [flops.image_batch(s, d, f) for s, d, f in zip(_strs(first, "input_shapes"), _strs(first, "input_dtypes"), _strs(first, "input_formats"))]
     batches = [g for g in got if g is not None]
     if batches:
