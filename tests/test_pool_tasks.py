@@ -160,6 +160,78 @@ def test_task_results_travel_through_the_spool_folder_and_leave_nothing(
     assert list(root.iterdir()) == []  # the spool folder went with the pool
 
 
+def test_a_spool_file_maps_back_to_the_ranks_its_arrays_views_of_the_file(job8: Path, tmp_path: Path) -> None:
+    # the spool file holds the pickle with the arrays' bytes out of band, each at an offset aligned to 64 bytes; read
+    # back, the ranks are the ones written, each array of their frames a writable view of the file's mapping (not a
+    # copy; the file itself removed), and writing into one changes neither the file nor another read of it
+    import mmap
+
+    dirs = discover.discover(job8).ranks
+    with loader.prefetch(dirs) as cuts:
+        ranks = [loader.load_rank_shallow(d) for d in dirs]
+        packed = parallel.pack(ranks, parallel.concat_alike(ranks, cuts))
+    got = parallel._spooled(packed, str(tmp_path))
+    assert isinstance(got, parallel.Spooled)
+    data = Path(got.path).read_bytes()
+    assert data.startswith(parallel._SPOOL_MAGIC)
+    count = int.from_bytes(data[8:16], "little")
+    places = [(int.from_bytes(data[16 + 16 * i : 24 + 16 * i], "little"), int.from_bytes(data[24 + 16 * i : 32 + 16 * i], "little"))
+              for i in range(count)]  # fmt: skip
+    assert count > 10 and all(o % 64 == 0 for o, _ in places) and places[-1][0] + places[-1][1] == len(data)
+    back, _ = parallel.unpack(parallel.unspooled(got))
+    assert not Path(got.path).exists()
+    for g, want in zip(back, [loader.load_rank_shallow(d) for d in dirs]):
+        _same_rank(g, want)
+    whole = parallel.unpack(parallel.unspooled(parallel._spooled(packed, str(tmp_path))))[1]
+    kernels = next(w for name, w, _ in whole if name == "kernels")
+    for block, written in zip(kernels._mgr.blocks, packed.wholes["kernels"]._mgr.blocks):
+        if block.values.dtype != np.float64:
+            continue
+        base = block.values
+        while getattr(base, "base", None) is not None and not isinstance(base, memoryview):
+            base = base.base
+        assert isinstance(base, memoryview) and isinstance(base.obj, mmap.mmap)  # a view of the mapping, not a copy
+        # as writable as the array written (an array read from Arrow is read-only: pickle keeps that, out of band)
+        assert block.values.flags.writeable == written.values.flags.writeable
+        np.testing.assert_array_equal(block.values, written.values)
+
+
+def test_no_task_file_stays_mapped_after_the_load(job8: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the pool's task files are mapped while their frames live; the load's join copies the numpy arrays (the texts were
+    # copied from the pickle: a joined Arrow column keeps its chunks), so no mapping outlives the load
+    import gc
+    import mmap
+
+    monkeypatch.setattr(parallel, "TASKS_PER_WORKER_MIN", 1)  # 8 ranks on 2 workers: tasks of 4 ranks
+    spooled: list[str] = []
+    real = parallel.unspooled
+
+    def reading(got: parallel.Packed | parallel.Spooled) -> parallel.Packed:
+        if isinstance(got, parallel.Spooled):
+            spooled.append(got.path)
+        return real(got)
+
+    monkeypatch.setattr(parallel, "unspooled", reading)
+    cap = loader.load(job8, jobs=2)
+    assert len(spooled) == 2 and len(cap.ranks) == 8
+    gc.collect()
+    assert not [o for o in gc.get_objects() if isinstance(o, mmap.mmap)]
+    assert len(cap.table("kernels")) > 0
+
+
+def test_a_spool_file_without_the_magic_is_a_plain_pickle(job8: Path, tmp_path: Path) -> None:
+    import pickle
+
+    dirs = discover.discover(job8).ranks[:2]
+    ranks = [loader.load_rank_shallow(d) for d in dirs]
+    path = tmp_path / "plain.task"
+    path.write_bytes(pickle.dumps(parallel.pack(ranks), protocol=pickle.HIGHEST_PROTOCOL))
+    back, _ = parallel.unpack(parallel.unspooled(parallel.Spooled(str(path))))
+    assert not path.exists()
+    for g, want in zip(back, [loader.load_rank_shallow(d) for d in dirs]):
+        _same_rank(g, want)
+
+
 def _read_through_the_pipe(job8: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """job8 read in two pool tasks: both results came as the Packed itself (through the pipe), the ranks as read alone."""
     monkeypatch.setattr(parallel, "TASKS_PER_WORKER_MIN", 1)
