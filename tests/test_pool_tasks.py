@@ -161,9 +161,9 @@ def test_task_results_travel_through_the_spool_folder_and_leave_nothing(
 
 
 def test_a_spool_file_maps_back_to_the_ranks_its_arrays_views_of_the_file(job8: Path, tmp_path: Path) -> None:
-    # the spool file holds the pickle with the arrays' bytes out of band, each at an offset aligned to 64 bytes; read
-    # back, the ranks are the ones written, each array of their frames a writable view of the file's mapping (not a
-    # copy; the file itself removed), and writing into one changes neither the file nor another read of it
+    # each concatenated table of a task in a spool file of its own, its pickle with the numpy arrays' bytes out of band,
+    # each at an offset aligned to 64 bytes; read back, the ranks are the ones written, the numpy arrays of their
+    # frames views of the files' mappings (not copies; the files themselves removed)
     import mmap
 
     dirs = discover.discover(job8).ranks
@@ -171,15 +171,19 @@ def test_a_spool_file_maps_back_to_the_ranks_its_arrays_views_of_the_file(job8: 
         ranks = [loader.load_rank_shallow(d) for d in dirs]
         packed = parallel.pack(ranks, parallel.concat_alike(ranks, cuts))
     got = parallel._spooled(packed, str(tmp_path))
-    assert isinstance(got, parallel.Spooled)
-    data = Path(got.path).read_bytes()
-    assert data.startswith(parallel._SPOOL_MAGIC)
-    count = int.from_bytes(data[8:16], "little")
-    places = [(int.from_bytes(data[16 + 16 * i : 24 + 16 * i], "little"), int.from_bytes(data[24 + 16 * i : 32 + 16 * i], "little"))
+    assert isinstance(got, parallel.Spooled) and sorted(got.tables) == sorted(packed.wholes)  # files per table
+    head, arrays = (Path(p) for p in got.tables["kernels"])
+    data = head.read_bytes()
+    count = int.from_bytes(data[-8:], "little")
+    table = data[-8 - 16 * count : -8]
+    places = [(int.from_bytes(table[16 * i : 16 * i + 8], "little"), int.from_bytes(table[16 * i + 8 : 16 * i + 16], "little"))
               for i in range(count)]  # fmt: skip
-    assert count > 10 and all(o % 64 == 0 for o, _ in places) and places[-1][0] + places[-1][1] == len(data)
+    size = arrays.stat().st_size
+    assert count > 5 and all(o % 64 == 0 for o, _ in places) and places[-1][0] + places[-1][1] == size
+    assert sum(n for _, n in places) > size // 2  # the arrays' bytes, not the pickle's
     back, _ = parallel.unpack(parallel.unspooled(got))
-    assert not Path(got.path).exists()
+    assert not any(Path(p).exists() for p in (got.path, *(q for pair in got.tables.values() for q in pair)))
+    assert not list(tmp_path.iterdir())
     for g, want in zip(back, [loader.load_rank_shallow(d) for d in dirs]):
         _same_rank(g, want)
     whole = parallel.unpack(parallel.unspooled(parallel._spooled(packed, str(tmp_path))))[1]

@@ -267,67 +267,77 @@ def _read_in_worker(
 
 @dataclass
 class Spooled:
-    """A task's :class:`Packed`, pickled into a file of the pool's spool folder (:func:`_spool_folder`) instead of
-    travelling through the result pipe; :func:`unspooled` reads it back and removes the file."""
+    """A task's :class:`Packed`, pickled into files of the pool's spool folder (:func:`_spool_folder`) instead of
+    travelling through the result pipe: ``path`` the Packed less its concatenated tables, ``tables`` each of those as
+    its pickle's file and its arrays' file (:func:`_write_spool`); :func:`unspooled` reads them back and removes the
+    files."""
 
     path: str
-
-
-#: A spool file whose arrays lie out of the pickle (:func:`_write_spool`) starts with these bytes; any other is a plain
-#: pickle.
-_SPOOL_MAGIC = b"MSDSPL01"
-_ALIGN = 64  # each array's bytes start at a multiple of this (Arrow's alignment; numpy's is 8)
+    tables: dict[str, tuple[str, str]] = field(default_factory=dict)
 
 
 def _spooled(packed: Packed, folder: str) -> Packed | Spooled:
-    """``packed`` written to a file of ``folder`` (:func:`_write_spool`); where it cannot be (a full /dev/shm: a
-    container's is 64 MB by default), ``packed`` itself, to travel through the pipe."""
-    path = None
+    """``packed`` written to files of ``folder``: the Packed less its concatenated tables pickled, then each of those
+    in files of its own (:func:`_write_spool`); where they cannot be (a full /dev/shm: a container's is 64 MB by
+    default), ``packed`` itself, to travel through the pipe."""
+    paths: list[str] = []
     try:
-        fd, path = tempfile.mkstemp(dir=folder, suffix=".task")
-        with os.fdopen(fd, "wb") as f:
-            _write_spool(packed, f)
+        tables = {name: (_new_file(folder, paths), _new_file(folder, paths)) for name in packed.wholes}
+        for name, whole in packed.wholes.items():
+            _write_spool(whole, *tables[name])
+        main = _new_file(folder, paths)
+        with open(main, "wb") as f:
+            pickle.dump(replace(packed, wholes={}), f, protocol=pickle.HIGHEST_PROTOCOL)
     except OSError:
-        if path is not None:
+        for path in paths:
             with contextlib.suppress(OSError):
                 os.unlink(path)
         return packed
-    return Spooled(path)
+    return Spooled(main, tables)
 
 
-def _write_spool(packed: Packed, f: Any) -> None:
-    """``packed`` as pickle protocol 5 with its numpy arrays' bytes out of band: the magic, the count and (offset,
-    length) of each array's bytes, the pickle's length and the pickle, then each array's bytes at an aligned offset.
-    Read back by mapping the file (:func:`unspooled`), those arrays are views of its pages, not copies of them: at 512
-    bench ranks the parent's CPU while the workers read on both cores 0.54-0.55 -> 0.27-0.28 s. Arrow's buffers (the
-    texts) stay in the pickle, copied as before: the join concatenates Arrow columns without a copy (their chunks kept),
-    and a chunk of a mapped file would keep the whole file's pages for the analysis' life, where the join copies the
-    numpy arrays and the mapping goes with the task's frames. A buffer that is not contiguous (none is in a task's
-    frames) makes it a plain pickle."""
-    buffers: list[pickle.PickleBuffer] = []
+def _new_file(folder: str, paths: list[str]) -> str:
+    """A new empty file of ``folder``, its path added to ``paths``."""
+    fd, path = tempfile.mkstemp(dir=folder, suffix=".task")
+    paths.append(path)
+    os.close(fd)
+    return path
 
-    def aside(buffer: pickle.PickleBuffer) -> bool:  # (False: out of band)
-        if isinstance(buffer.raw().obj, np.ndarray):
-            buffers.append(buffer)
+
+_ALIGN = 64  # each array's bytes start at a multiple of this (Arrow's alignment; numpy's is 8)
+_PLACE = struct.Struct("<QQ")
+
+
+def _write_spool(value: Any, head: str, arrays: str) -> None:
+    """``value`` as pickle protocol 5 into the file ``head``, its numpy arrays' bytes out of band into the file
+    ``arrays``, each at an aligned offset, their (offset, length) after the pickle in ``head``, then their count.
+    :func:`_read_spool` reads the pickle (copied, the file then gone) and maps ``arrays``, whose arrays are then views
+    of its pages, not copies of them: at 512 bench ranks the parent's CPU while the workers read on both cores
+    0.49-0.50 -> 0.40-0.41 s; at 1,024 ranks the cold peak 1,030 -> 952-966 MiB. Each table in files of its own: a
+    mapping lives while one of its arrays does, and the join frees each table's frames as it joins them (one file a
+    task, the pickle in it, had kept the texts twice and every table mapped until the last was joined). Arrow's buffers (the texts) stay in the
+    pickle, copied as before: the join keeps an Arrow column's chunks, and a chunk in a mapped file would keep the file
+    for the analysis' life, where the join copies the numpy arrays. The pickle is written as it is made (a head made
+    whole first held a copy of the texts in the worker), each array's bytes as it comes."""
+    places: list[tuple[int, int]] = []
+    with open(arrays, "wb") as out:
+
+        def aside(buffer: pickle.PickleBuffer) -> bool:  # (False: out of band, its bytes written now)
+            try:
+                raw = buffer.raw()
+            except BufferError:  # not contiguous (none is in a task's frames): in the pickle
+                return True
+            if not isinstance(raw.obj, np.ndarray):
+                return True
+            at = _aligned(out.tell())
+            out.seek(at)
+            out.write(raw)
+            places.append((at, raw.nbytes))
             return False
-        return True
 
-    head = pickle.dumps(packed, protocol=5, buffer_callback=aside)
-    try:
-        raws = [b.raw() for b in buffers]
-    except BufferError:
-        pickle.dump(packed, f, protocol=pickle.HIGHEST_PROTOCOL)
-        return
-    at = _aligned(len(_SPOOL_MAGIC) + 8 + 16 * len(raws) + 8 + len(head))
-    places = []
-    for r in raws:
-        places.append((at, r.nbytes))
-        at = _aligned(at + r.nbytes)
-    f.write(_SPOOL_MAGIC + struct.pack(f"<Q{2 * len(raws)}QQ", len(raws), *(x for p in places for x in p), len(head)))
-    f.write(head)
-    for (offset, _), r in zip(places, raws):
-        f.seek(offset)
-        f.write(r)
+        with open(head, "wb") as f:
+            pickle.Pickler(f, protocol=5, buffer_callback=aside).dump(value)
+            f.write(b"".join(_PLACE.pack(*p) for p in places) + struct.pack("<Q", len(places)))
 
 
 def _aligned(n: int) -> int:
@@ -335,28 +345,34 @@ def _aligned(n: int) -> int:
 
 
 def unspooled(got: Packed | Spooled) -> Packed:
-    """The task's Packed, read back from its spool file (removed) where it was spooled: a file of :func:`_write_spool`
-    mapped copy-on-write (its arrays writable views of the mapping, which lives while one of them does; the file's
-    pages are freed with the last), any other unpickled."""
+    """The task's Packed, read back from its spool files (removed) where it was spooled."""
     if not isinstance(got, Spooled):
         return got
     try:
         with open(got.path, "rb") as f:
-            if f.read(len(_SPOOL_MAGIC)) != _SPOOL_MAGIC:
-                f.seek(0)
-                plain: Packed = pickle.load(f)
-                return plain
-            view = memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY))
+            packed: Packed = pickle.load(f)
+        packed.wholes.update((name, _read_spool(*paths)) for name, paths in got.tables.items())
     finally:
-        with contextlib.suppress(OSError):
-            os.unlink(got.path)
-    at = len(_SPOOL_MAGIC)
-    (count,) = struct.unpack_from("<Q", view, at)
-    places = struct.unpack_from(f"<{2 * count}QQ", view, at + 8)
-    start = at + 8 + 16 * count + 8
-    buffers = [view[places[2 * i] : places[2 * i] + places[2 * i + 1]] for i in range(count)]
-    out: Packed = pickle.loads(view[start : start + places[-1]], buffers=buffers)
-    return out
+        for path in (got.path, *(p for pair in got.tables.values() for p in pair)):
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+    return packed
+
+
+def _read_spool(head: str, arrays: str) -> Any:
+    """What :func:`_write_spool` wrote: the pickle read from ``head``, its arrays views of ``arrays`` mapped
+    copy-on-write (writable; the mapping lives while one of them does, the file's pages are freed with the last)."""
+    with open(head, "rb") as f:
+        f.seek(-8, os.SEEK_END)
+        (count,) = struct.unpack("<Q", f.read(8))
+        f.seek(-8 - _PLACE.size * count, os.SEEK_END)
+        places = [_PLACE.unpack_from(table, _PLACE.size * i) for table in [f.read(_PLACE.size * count)] for i in range(count)]
+        view: memoryview | None = None
+        if places:
+            with open(arrays, "rb") as a:
+                view = memoryview(mmap.mmap(a.fileno(), 0, access=mmap.ACCESS_COPY))
+        f.seek(0)
+        return pickle.load(f, buffers=[view[at : at + n] for at, n in places] if view is not None else [])
 
 
 #: Memory-backed file systems where a pool's spool folder may be made, the first usable one taken.
