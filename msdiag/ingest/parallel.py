@@ -313,7 +313,7 @@ def _write_spool(value: Any, head: str, arrays: str) -> None:
     ``arrays``, each at an aligned offset, their (offset, length) after the pickle in ``head``, then their count.
     :func:`_read_spool` reads the pickle (copied, the file then gone) and maps ``arrays``, whose arrays are then views
     of its pages, not copies of them: at 512 bench ranks the parent's CPU while the workers read on both cores
-    0.49-0.50 -> 0.40-0.41 s; at 1,024 ranks the cold peak 1,030 -> 952-966 MiB. Each table in files of its own: a
+    0.49-0.50 -> 0.40-0.41 s; at 1,024 ranks the cold peak 1,005 -> 930-943 MiB. Each table in files of its own: a
     mapping lives while one of its arrays does, and the join frees each table's frames as it joins them (one file a
     task, the pickle in it, had kept the texts twice and every table mapped until the last was joined). Arrow's buffers (the texts) stay in the
     pickle, copied as before: the join keeps an Arrow column's chunks, and a chunk in a mapped file would keep the file
