@@ -315,10 +315,11 @@ def _write_spool(value: Any, head: str, arrays: str) -> None:
     of its pages, not copies of them: at 512 bench ranks the parent's CPU while the workers read on both cores
     0.49-0.50 -> 0.40-0.41 s; at 1,024 ranks the cold peak 1,005 -> 930-943 MiB. Each table in files of its own: a
     mapping lives while one of its arrays does, and the join frees each table's frames as it joins them (one file a
-    task, the pickle in it, had kept the texts twice and every table mapped until the last was joined). Arrow's buffers (the texts) stay in the
-    pickle, copied as before: the join keeps an Arrow column's chunks, and a chunk in a mapped file would keep the file
-    for the analysis' life, where the join copies the numpy arrays. The pickle is written as it is made (a head made
-    whole first held a copy of the texts in the worker), each array's bytes as it comes."""
+    task, the pickle in it, had kept the texts twice and every table mapped until the last was joined). Arrow's
+    buffers (the texts) stay in the pickle, copied as before: the join keeps an Arrow column's chunks, and a chunk in a
+    mapped file would keep the file for the analysis' life, where the join copies the numpy arrays. The pickle is
+    written as it is made (a head made whole first held a copy of the texts in the worker), each array's bytes as it
+    comes."""
     places: list[tuple[int, int]] = []
     with open(arrays, "wb") as out:
 
@@ -366,7 +367,8 @@ def _read_spool(head: str, arrays: str) -> Any:
         f.seek(-8, os.SEEK_END)
         (count,) = struct.unpack("<Q", f.read(8))
         f.seek(-8 - _PLACE.size * count, os.SEEK_END)
-        places = [_PLACE.unpack_from(table, _PLACE.size * i) for table in [f.read(_PLACE.size * count)] for i in range(count)]
+        table = f.read(_PLACE.size * count)
+        places = [_PLACE.unpack_from(table, _PLACE.size * i) for i in range(count)]
         view: memoryview | None = None
         if places:
             with open(arrays, "rb") as a:
