@@ -169,11 +169,13 @@ def _mutants(corpus: Path) -> dict[str, bytes]:
         "field_over_lines": head + b"\n" + cell(lines[0], dur, '"1\n2"') + b"\n" + b"\n".join(lines[1:4]) + b"\n",
         "open_quote_at_end": head + b"\n" + b"\n".join(lines[:3]) + b"\n" + cell(lines[3], dur, '"12'),
         "short_row": head + b"\n" + b"\n".join(lines[:3]) + b"\n" + b",".join(lines[3].split(b",")[:3]) + b"\n",
+        # one field more, after the last column (one no reader reads: every row is still split and judged whole)
+        "long_row": head + b"\n" + b"\n".join(lines[:3]) + b"\n" + lines[3] + b",1\n",
     }
 
 
 @pytest.mark.parametrize("mutant", ["not_a_number", "blank_line", "other_header", "step_beyond_int64", "field_over_lines",
-                                    "open_quote_at_end", "short_row"])
+                                    "open_quote_at_end", "short_row", "long_row"])
 def test_a_file_read_alone_otherwise_sends_all_back(corpus: Path, tmp_path: Path, mutant: str) -> None:
     plain = _variant(tmp_path, "plain", _kernel_file(corpus).read_bytes().replace(b"\r\n", b"\n"))
     assert ac.read_kernel_details_many([plain, plain], [0, 2]) is not None  # (the plain file is taken with others)
@@ -181,6 +183,22 @@ def test_a_file_read_alone_otherwise_sends_all_back(corpus: Path, tmp_path: Path
     # read together with plain files, before or after them: never taken together
     assert ac.read_kernel_details_many([plain, odd, plain], [0, 1, 2]) is None
     assert ac.read_kernel_details_many([odd, plain], [1, 0]) is None
+
+
+def test_a_wide_file_s_unread_columns_are_not_converted(corpus: Path) -> None:
+    """kernel_details.csv read with others: only the columns its reader may read are converted (ascend_csv.KERNEL_READ),
+    and the frames are those of the file read alone, which converts them all."""
+    path = _kernel_file(corpus)
+    header = path.read_bytes().split(b"\n", 1)[0].decode().rstrip("\r").split(",")
+    got = _csv.read_cells_many([path, path], any_of=ac.KERNEL_ANY_OF, columns=ac.KERNEL_READ)
+    assert got is not None
+    cells, counts = got
+    assert cells.columns == [c for c in header if c in ac.KERNEL_READ] and len(cells.columns) < len(header)
+    assert counts == [len(cells) // 2] * 2
+    frames = ac.read_kernel_details_many([path, path], [0, 1])
+    assert frames is not None
+    for r, g in enumerate(frames):
+        _same(g, ac.read_kernel_details(path, r))
 
 
 def test_notes_and_dropped_rows_send_all_back(corpus: Path, tmp_path: Path) -> None:

@@ -153,6 +153,35 @@ def test_the_pool_writes_a_file_per_task(job8: Path, tmp_path: Path, monkeypatch
         _same_rank(g, want)
 
 
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_an_empty_cache_s_keys_are_made_where_each_rank_is_read(job8: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                 jobs: int) -> None:
+    """An empty cache folder holds nothing to look up: the keys are made by whoever reads each rank (a pool worker, or
+    this process reading alone), not all first here; the entries they wrote are found by the next run, whose keys are
+    made here to look them up (8 ranks, all hits)."""
+    made_here: list[int] = []
+    key = RankCache.key
+    me = os.getpid()
+
+    def counted(self: RankCache, rank: int, *a: Any) -> dict[str, Any]:
+        if os.getpid() == me:  # (a forked worker's calls land in its own copy of the list: not counted here)
+            made_here.append(rank)
+        return key(self, rank, *a)
+
+    monkeypatch.setattr(RankCache, "key", counted)
+    cache = tmp_path / "c"
+    assert RankCache.open(cache).empty()
+    cold = load(job8, jobs=jobs, cache=cache, reduce=reduce_rank, reduce_id=reduce_id())
+    assert cold.ingest["cache"]["misses"] == cold.ingest["cache"]["written"] == 8
+    assert sorted(made_here) == ([] if jobs == 2 else list(range(8)))  # in-process: each made as its rank is read
+    assert not RankCache.open(cache).empty()
+    made_here.clear()
+    warm = load(job8, jobs=jobs, cache=cache, reduce=reduce_rank, reduce_id=reduce_id())
+    assert warm.ingest["cache"]["hits"] == 8 and sorted(made_here) == list(range(8))
+    for g, want in zip(warm.ranks, cold.ranks):
+        _same_rank(g, want)
+
 def _conforms_by_definition(value: Any, hint: Any) -> bool:
     """What a stored value must be to fit a type hint of the model, written out as cache._conforms defines it."""
     import dataclasses

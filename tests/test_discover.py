@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 from pathlib import Path
 
 import pytest
@@ -77,3 +79,36 @@ def test_mixed_cpu_and_ascend_ranks_are_refused(tmp_path: Path, corpus: Path) ->
     (tmp_path / "b_ascend_ms").symlink_to(cpu)
     with pytest.raises(InputError, match="mixes captures of different kinds"):
         discover(tmp_path)
+
+
+def test_discovery_lists_each_folder_once_and_finds_what_it_found_before(
+    corpus: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each format asks whether it claims a folder, and each lists the same sub-folders: within discovery a folder is
+    listed once (engine.listings_kept), and the ranks found are those found listing it every time."""
+    from msdiag.ingest import discover as discover_module
+    from msdiag.ingest import engine
+
+    capture = corpus / "ascend/torchnpu-2rank-level1"
+    listed: list[str] = []
+    real = os.listdir
+
+    def counted(folder: object) -> list[str]:
+        listed.append(os.fspath(folder))  # type: ignore[arg-type]
+        return real(folder)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(engine.os, "listdir", counted)
+    with_memo = discover(capture)
+    output = [p for p in listed if p.endswith("ASCEND_PROFILER_OUTPUT")]
+    assert len(output) == 2 and len(set(output)) == 2  # each rank's ASCEND_PROFILER_OUTPUT/ listed once
+
+    listed.clear()
+    monkeypatch.setattr(discover_module, "listings_kept", contextlib.nullcontext)
+    without = discover(capture)
+    assert len([p for p in listed if p.endswith("ASCEND_PROFILER_OUTPUT")]) > 2  # (several claims list it)
+    assert [(r.rank, r.path, r.family, r.rank_from, r.format) for r in with_memo.ranks] == [
+        (r.rank, r.path, r.family, r.rank_from, r.format) for r in without.ranks]
+    assert engine._LISTED is None  # nothing kept once discovery is done
+    names = engine.listing(capture / "rank0_ascend_pt")
+    names.append("x")  # a listing is the caller's own copy
+    assert "x" not in engine.listing(capture / "rank0_ascend_pt")

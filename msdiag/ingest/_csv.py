@@ -22,7 +22,7 @@ import csv
 import io
 from itertools import islice
 from pathlib import Path
-from typing import BinaryIO, Iterable, Mapping, TypeVar
+from typing import BinaryIO, Collection, Iterable, Mapping, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -272,14 +272,17 @@ def read_bounded(f: BinaryIO, limit: int, size: int) -> bytes:
 
 
 def read_cells_many(
-    paths: list[Path], required: Iterable[str] = (), any_of: Iterable[Iterable[str]] = ()
+    paths: list[Path], required: Iterable[str] = (), any_of: Iterable[Iterable[str]] = (),
+    columns: Collection[str] | None = None,
 ) -> tuple[Cells, list[int]] | None:
     """The cells of several files of one header (each file's rows after the one before's, as one :class:`Cells`) and
     each file's rows, split by one call of pyarrow's reader; None where any file is not one :func:`read_cells` would
     read with no error or note and split alike by itself: each file is then read alone, with its own checks and
     errors. A file must pass read_cells' shape checks, hold exactly the first file's header line, and be one
     :func:`_arrow_rows` splits (:func:`_arrow_plain`); the rows pyarrow finds must be the files' lines less their
-    headers, so that no row runs from one file into the next."""
+    headers, so that no row runs from one file into the next. ``columns``: the names the caller reads (None: all);
+    only those of them the header holds are converted and given (every row is still split and its width checked:
+    a wide file's other columns, half of kernel_details', cost nothing more)."""
     header: bytes | None = None
     fields: tuple[list[str], int] | None = None  # the header's names and width (_arrow_header), judged once
     bodies: list[bytes | memoryview] = []
@@ -319,7 +322,7 @@ def read_cells_many(
     try:
         for path, lines, size in shapes:  # read_cells' judgement of each file (its rows all as wide as the header)
             _judge_shape(path, split, [width] * min(lines - 1, _SHAPE_ROWS), lines, size)
-        cells = _arrow_cells(b"".join([header, b"\n", *bodies]), names, width)  # (one copy of the bodies)
+        cells = _arrow_cells(b"".join([header, b"\n", *bodies]), names, width, columns)  # (one copy of the bodies)
         if cells is None or cells.n != sum(counts):
             return None
         return _checked_header(paths[0], cells, required, any_of), counts
@@ -439,10 +442,12 @@ def _arrow_header(first: bytes) -> tuple[list[str], int] | None:
     return None if names is None else (names, len(header))
 
 
-def _arrow_cells(data: bytes, names: list[str], width: int) -> Cells | None:
+def _arrow_cells(data: bytes, names: list[str], width: int, columns: Collection[str] | None = None) -> Cells | None:
     """pyarrow's split of a file's rows after its header line, every column as Arrow text (null where an NA text),
-    the columns named ``names`` (stripped); None when pyarrow refuses it (a row of another width)."""
+    the columns named ``names`` (stripped; with ``columns``, only those named there); None when pyarrow refuses it (a
+    row of another width: each row is split whole whatever columns are converted)."""
     keys = [str(i) for i in range(width)]
+    kept = [(i, name.strip()) for i, name in enumerate(names) if columns is None or name.strip() in columns]
     try:
         table = pcsv.read_csv(
             pa.py_buffer(data),
@@ -452,11 +457,12 @@ def _arrow_cells(data: bytes, names: list[str], width: int) -> Cells | None:
                 null_values=NA_VALUES,
                 strings_can_be_null=True,
                 quoted_strings_can_be_null=True,
+                include_columns=None if columns is None else [keys[i] for i, _ in kept],
             ),
         )
     except pa.ArrowException:  # anything pyarrow refuses: the csv module or pandas reads it, with their errors
         return None
-    return Cells({name.strip(): table.column(i).combine_chunks() for i, name in enumerate(names)}, table.num_rows)
+    return Cells({name: table.column(k).combine_chunks() for k, (_, name) in enumerate(kept)}, table.num_rows)
 
 
 def to_float(s: pd.Series, path: Path | None = None, column: str = "") -> pd.Series:

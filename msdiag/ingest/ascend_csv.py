@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Collection, Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -188,15 +188,17 @@ class _Uneven(Exception):
 
 
 def read_many(paths: list[Path], ranks: list[int], build: Build, required: Iterable[str] = (),
-              any_of: Iterable[Iterable[str]] = ()) -> list[pd.DataFrame] | list[model.Rows] | None:
+              any_of: Iterable[Iterable[str]] = (), columns: Collection[str] | None = None,
+              ) -> list[pd.DataFrame] | list[model.Rows] | None:
     """What a reader (``build`` of one file's cells) gives for each of several files of one header, each of its
     rank, built once on their cells laid end to end (``_csv.read_cells_many``: one split; each conversion and the
     frame once), then cut back into a frame per file: a row slice of it with the index 0..n-1, the frame the file
     read alone gives (tests/test_bulk_read.py), each given as the :class:`model.Rows` it is cut from when read
     (``model.cut_rows``; ``model.frame_of`` gives the frame). None where that cannot be so: a file read_cells_many does not take,
     a reader that raises, writes a note (an error and a note name one file: the files are read one by one then) or
-    keeps other rows than it was given."""
-    got = read_cells_many(paths, required, any_of)
+    keeps other rows than it was given. ``columns``: every name ``build`` may read, where it reads few of a wide
+    file's (only those are converted: ``read_cells_many``)."""
+    got = read_cells_many(paths, required, any_of, columns)
     if got is None:
         return None
     cells, counts = got
@@ -295,10 +297,17 @@ def read_kernel_details(path: Path, rank: int, notes: list[str] | None = None) -
 
 def read_kernel_details_many(paths: list[Path], ranks: list[int]) -> list[pd.DataFrame] | None:
     """:func:`read_kernel_details` of several files at once (:func:`read_many`)."""
-    return read_many(paths, ranks, _kernel_details, any_of=KERNEL_ANY_OF)
+    return read_many(paths, ranks, _kernel_details, any_of=KERNEL_ANY_OF, columns=KERNEL_READ)
 
 
 KERNEL_ANY_OF = (KERNEL_NAME, KERNEL_TYPE, KERNEL_CORE, KERNEL_START, KERNEL_DUR)
+#: Every column name :func:`_kernel_details` may read (23 of a Level1 kernel_details.csv's 46 columns).
+KERNEL_READ = frozenset(
+    name
+    for table in (KERNEL_INT_COLUMNS, KERNEL_STR_COLUMNS, KERNEL_SHAPE_COLUMNS, KERNEL_FLOAT_COLUMNS, KERNEL_SUM_COLUMNS)
+    for names in table.values()
+    for name in names
+) | {name for names in KERNEL_ANY_OF for name in names}
 
 
 def _kernel_details(df: Cells, path: Path, rank_of: RankOf, notes: list[str] | None) -> pd.DataFrame:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from msdiag.errors import InputError
 from msdiag.ingest import cann_msprof, legacy
-from msdiag.ingest.engine import RankDir
+from msdiag.ingest.engine import RankDir, listings_kept
 from msdiag.ingest.folders import ASCEND_MS, ASCEND_PT, MINDSPORE_CPU, PROFILER_INFO
 from msdiag.ingest.formats import FORMATS
 from msdiag.ingest.paths import Seen, capture_root
@@ -191,7 +191,8 @@ def discover(path: str | Path) -> Discovery:
             "or a request timing log (msdiag JSONL/CSV with arrival_s, or vLLM benchmark_serving JSON)",
         )
     root = capture_root(root)
-    rank_dirs, hints, skipped = _walk(root)
+    with listings_kept():  # (each format's claims list the same sub-folders of a rank folder)
+        rank_dirs, hints, skipped = _walk(root)
     for r in rank_dirs:
         r.root = root  # files may resolve anywhere in the folder the user gave (ingest/paths.py)
     if not rank_dirs:

@@ -19,6 +19,7 @@ is failed with the reason and nothing is opened), and every database is opened h
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -556,11 +557,42 @@ def _glob(d: Path, pattern: str) -> list[Path]:
 
 
 def listing(folder: Path) -> list[str]:
-    """The names in a folder ([] when it cannot be listed)."""
+    """The names in a folder, sorted ([] when it is no folder or cannot be listed); within :func:`listings_kept`, as
+    first listed there."""
+    kept = _LISTED
+    if kept is None:
+        return _listed(folder)
+    key = os.fspath(folder)
+    names = kept.get(key)
+    if names is None:
+        names = kept[key] = _listed(folder)
+    return list(names)
+
+
+def _listed(folder: Path) -> list[str]:
     try:
-        return sorted(p.name for p in folder.iterdir())
+        return sorted(os.listdir(folder))
     except OSError:
         return []
+
+
+#: Folder listings kept while discovery judges a capture's folders (:func:`listings_kept`); None otherwise.
+_LISTED: dict[str, list[str]] | None = None
+
+
+@contextmanager
+def listings_kept() -> Iterator[None]:
+    """Within the block, :func:`listing` lists each folder once: discovery asks each format whether it claims a folder,
+    and each asks for the same sub-folders (an Ascend rank folder's ASCEND_PROFILER_OUTPUT/ was listed five times, its
+    FRAMEWORK/ four: 0.12 -> 0.06 s at 512 bench ranks). A folder changed meanwhile is seen as first listed."""
+    global _LISTED
+    outer = _LISTED
+    if outer is None:
+        _LISTED = {}
+    try:
+        yield
+    finally:
+        _LISTED = outer
 
 
 def connect(path: Path) -> AbstractContextManager[Db]:

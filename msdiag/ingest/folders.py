@@ -8,11 +8,10 @@ Ranks come from ``profiler_info_N.json``, else ``FRAMEWORK/cpu_*_N`` suffixes, e
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
-from msdiag.ingest.engine import RankDir
+from msdiag.ingest.engine import RankDir, listing
 from msdiag.ingest.paths import MAX_RANK, rank_number, read_head, real_roots
 
 # Format families of these folders.
@@ -31,10 +30,7 @@ _INFO_HEAD_BYTES = 4096  # the family is told by profiler_info's first keys
 
 
 def _names(d: Path) -> list[str]:
-    try:
-        return sorted(os.listdir(d)) if d.is_dir() else []
-    except OSError:
-        return []
+    return listing(d)
 
 
 def is_rank_folder(d: Path, names: set[str]) -> bool:
