@@ -50,7 +50,8 @@ find it in the page cache (none drops it):
   (``cpu_s``, user + system, the figure to compare on a loaded machine). Peak memory: the proportional
   set size (PSS) summed over the process tree (msdiag and its workers), sampled from /proc every 50 ms,
   never below the largest single process's ru_maxrss (the RSS sum, which counts the pages forked workers
-  share with their parent once per process, is recorded too). ``--repeat K`` keeps the median of K runs.
+  share with their parent once per process, is recorded too). ``--repeat K`` keeps the median of K runs, run
+  in K rounds of each tool's runs one after the other (a drift of the machine's speed weighs on both alike).
   Targets (issue 17, ``TARGETS``): 64 ranks cold no slower than msprof-analyze, warm under 2 s, HTML report
   cold under 5 s; 512 ranks cold at least 2x faster than msprof-analyze, cold peak under 1 GB (10^9 bytes),
   warm at least 10x faster than cold; 1,024 ranks cold under 2 min. Each is met, not met, or cannot be
@@ -1114,7 +1115,10 @@ def run_case(n: int, root: Path, args: argparse.Namespace, env: dict[str, str]) 
     try:
         row["prime"] = prime(cap)
         ms = Msdiag(cap, work, env, args.jobs, shlex.split(args.msdiag_args), args.timeout)
-        cold, warm, rep = [], [], []
+        peer = None if args.no_msprof else Msprof(args.msprof_venv, cap, work, args.msprof_timeout)
+        cold, warm, rep, cluster, advisor = [], [], [], [], []
+        # round by round, each tool's runs beside the other's: a shared machine whose speed drifts over minutes
+        # (another tenant's load) weighs on both alike, not on whichever ran last
         for i in range(args.repeat):
             cache = work / f"cache{i}"  # empty: a first run writes it
             cold.append(ms.analyze(cache, "cold"))
@@ -1123,14 +1127,17 @@ def run_case(n: int, root: Path, args: argparse.Namespace, env: dict[str, str]) 
                 rep.append(ms.report(work / f"report-cache{i}"))
             shutil.rmtree(cache, ignore_errors=True)
             shutil.rmtree(work / f"report-cache{i}", ignore_errors=True)
+            if peer is not None:
+                cluster.append(peer.cluster())
+                if args.advisor:
+                    advisor.append(peer.advisor())
         row["msdiag_cold"], row["msdiag_warm"] = median_run(cold), median_run(warm)
         if rep:
             row["report_cold"] = median_run(rep)
-        if not args.no_msprof:
-            peer = Msprof(args.msprof_venv, cap, work, args.msprof_timeout)
-            row["msprof"] = {"cluster": median_run([peer.cluster() for _ in range(args.repeat)])}
-            if args.advisor:
-                row["msprof"]["advisor"] = median_run([peer.advisor() for _ in range(args.repeat)])
+        if peer is not None:
+            row["msprof"] = {"cluster": median_run(cluster)}
+            if advisor:
+                row["msprof"]["advisor"] = median_run(advisor)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     row["bench_s"] = round(time.perf_counter() - t0, 1)
