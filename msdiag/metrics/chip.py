@@ -111,11 +111,16 @@ def _from_info(ctx: Context) -> tuple[Measured | None, Measured | None]:
     return cores, clock
 
 
+#: The kernel columns the clock and the core count read (_pmu_clocks, _core_count): no other column is copied.
+_CUBE_COLUMNS = ["type", "block_dim", "aic_total_cycles", "aicore_time_us"]
+
+
 def _cube_kernels(k: pd.DataFrame) -> pd.DataFrame:
-    """Kernels that ran on the cube: AI_CORE / MIX_AIC with a Block Dim, less those whose PMU counted no cube cycles."""
-    cube = k[k["core"].isin(CUBE_CORE_KINDS).fillna(False).to_numpy() & (k["block_dim"] > 0).fillna(False).to_numpy()]
-    no_cube_cycles = (cube["aic_total_cycles"] <= 0).fillna(False).to_numpy()  # null: not recorded, kept
-    return cube[~no_cube_cycles]
+    """Kernels that ran on the cube: AI_CORE / MIX_AIC with a Block Dim, less those whose PMU counted no cube cycles
+    (their :data:`_CUBE_COLUMNS`)."""
+    on_cube = k["core"].isin(CUBE_CORE_KINDS).fillna(False).to_numpy() & (k["block_dim"] > 0).fillna(False).to_numpy()
+    no_cube_cycles = (k["aic_total_cycles"] <= 0).fillna(False).to_numpy()  # null: not recorded, kept
+    return k.loc[on_cube & ~no_cube_cycles, _CUBE_COLUMNS]
 
 
 def _pmu_clocks(cube: pd.DataFrame) -> pd.Series:

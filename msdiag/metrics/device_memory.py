@@ -663,15 +663,19 @@ def _matches(pat: re.Pattern[str], *cols: pd.Series) -> np.ndarray:
 
 def _forward_kernels(ctx: Context) -> tuple[pd.DataFrame | None, str | None]:
     k = ctx.capture.table("kernels")
-    k = k[k["step"].notna().to_numpy(bool) & k["start_us"].notna().to_numpy(bool) & k["dur_us"].notna().to_numpy(bool)]
-    if not len(k):
+    timed = k["step"].notna().to_numpy(bool) & k["start_us"].notna().to_numpy(bool) & k["dur_us"].notna().to_numpy(bool)
+    if not timed.any():
         return None, "no device kernels with a step and a duration"
-    bwd = _matches(BACKWARD, k["type"], k["name"])
+    bwd = timed & _matches(BACKWARD, k["type"], k["name"])
     if not bwd.any():
         return None, "no backward kernel (Grad / Backprop / backward names): not a training step, nothing to recompute"
-    first = k[bwd].groupby(["rank", "step"])["start_us"].min().rename("_bwd_start")
-    kb = k.join(first, on=["rank", "step"])
-    fwd = kb[(kb["start_us"] < kb["_bwd_start"]).fillna(False).to_numpy(bool)].drop(columns=["_bwd_start"])
+    # each timed kernel before the first backward kernel of its rank's step (none in the step: not forward), the
+    # kernels table's rows taken once, with every column (not the timed rows first, then joined, then taken again)
+    keys = k.loc[timed, ["rank", "step", "start_us"]]
+    first = keys[bwd[timed]].groupby(["rank", "step"])["start_us"].min().rename("_bwd_start")
+    before = (keys["start_us"] < keys.join(first, on=["rank", "step"])["_bwd_start"]).fillna(False).to_numpy(bool)
+    rows = np.flatnonzero(timed)[before]
+    fwd = k.iloc[rows]
     fwd = fwd.assign(flops=kernel_flops(fwd).to_numpy(float), attention=_matches(ATTENTION_CORE, fwd["type"], fwd["name"]))
     return fwd, None
 
