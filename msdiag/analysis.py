@@ -69,8 +69,10 @@ WARMUP_MIN_STEPS = 3
 INCOMPLETE_TIMELINE = 0.05
 
 
-def _steps_for(cap: Capture) -> tuple[pd.DataFrame, pd.DataFrame, list[dict[str, Any]], list[str]]:
-    """Steps from each rank's timeline, cross-checked against the profiler's own rows."""
+def _steps_for(cap: Capture, checks_wanted: bool = True) -> tuple[pd.DataFrame, pd.DataFrame, list[dict[str, Any]], list[str]]:
+    """Steps from each rank's timeline, cross-checked against the profiler's own rows. ``checks_wanted`` False: the
+    cross-checks are not listed (their worst total per rank still decides whose rows a rank's steps are; the deep
+    choice reads the steps only)."""
     # each rank's frames as held (model.entry: a frame, or Rows of a joined one, not cut here: _joined concatenates)
     ours: list[pd.DataFrame | Rows] = []
     theirs: list[pd.DataFrame | Rows] = []
@@ -83,15 +85,13 @@ def _steps_for(cap: Capture) -> tuple[pd.DataFrame, pd.DataFrame, list[dict[str,
         per_rank.append((rd, mine, prof, prof is not None and len(prof) > 0))
     # one comparison over every rank (rows keep the ranks' order): not a merge per rank
     pairs = [(mine, prof) for _, mine, prof, has_prof in per_rank if has_prof and len(mine)]
-    checks = (
-        _agreement(_joined(cap, "steps", [m for m, _ in pairs]), _joined(cap, "profiler_steps", [p for _, p in pairs]))
-        if pairs
-        else []
-    )
+    checks: list[dict[str, Any]] = []
     worst_of: dict[int, float] = {}
-    for c in checks:
-        if c["column"] == "total_us":
-            worst_of[c["rank"]] = max(worst_of.get(c["rank"], 0.0), c["relative_difference"])
+    if pairs:
+        merged = _merged(_joined(cap, "steps", [m for m, _ in pairs]), _joined(cap, "profiler_steps", [p for _, p in pairs]))
+        if checks_wanted:
+            checks = _agreement(merged)
+        worst_of = _worst_totals(merged)
     for rd, mine, prof, has_prof in per_rank:
         if has_prof:
             theirs.append(prof)
@@ -137,37 +137,106 @@ def _mark_warmup(steps: pd.DataFrame) -> list[str]:
     has = np.flatnonzero(steps["step"].notna().to_numpy(bool))
     step = steps["step"].to_numpy(np.float64, na_value=np.nan)[has]
     total = steps["total_us"].to_numpy(float, na_value=np.nan)[has]
-    for rank, rows in rank_rows(steps.iloc[has]):
-        if len(rows) < WARMUP_MIN_STEPS:
-            continue
-        order = rows[np.argsort(step[rows].astype(np.int64), kind="quicksort")]
-        first_total = float(total[order[0]])
-        with np.errstate(all="ignore"):
-            med = float(np.nanmedian(total[order[1:]])) if not np.isnan(total[order[1:]]).all() else float("nan")
+    firsts = _first_and_median(steps["rank"].to_numpy(np.int64)[has], step.astype(np.int64), total)
+    if firsts is None:  # a rank with a step twice: each rank's steps ordered as before, rank by rank
+        firsts = _first_and_median_by_rank(steps.iloc[has], step, total)
+    warm = []
+    for rank, first, med in firsts:
+        first_total = float(total[first])
         if med > 0 and first_total > WARMUP_FACTOR * med:
-            steps.loc[steps.index[has[order[0]]], "warmup"] = True
+            warm.append(has[first])
             notes.append(
-                f"rank {rank}: step {int(step[order[0]])} ({first_total / US_PER_MS:.1f} ms, {first_total / med:.1f}x "
+                f"rank {rank}: step {int(step[first])} ({first_total / US_PER_MS:.1f} ms, {first_total / med:.1f}x "
                 "the median of the others) looks like warm-up: left out of the step-time shares"
             )
+    if warm:
+        steps.loc[steps.index[warm], "warmup"] = True
     return notes
 
 
-def _agreement(steps: pd.DataFrame, prof: pd.DataFrame) -> list[dict[str, Any]]:
-    """Compare msdiag's breakdown with step_trace_time.csv, column by column."""
-    m = steps.merge(prof, on=["rank", "step"], suffixes=("", "_prof"))
+def _first_and_median_by_rank(steps: pd.DataFrame, step: np.ndarray, total: np.ndarray) -> list[tuple[int, int, float]]:
+    """Per rank of at least WARMUP_MIN_STEPS steps (ranks ascending): its first step's row, and the median of its other
+    steps' totals (NaN ignored; NaN when none), its rows ordered by step as sort_values("step") orders them."""
+    out = []
+    for rank, rows in rank_rows(steps):
+        if len(rows) < WARMUP_MIN_STEPS:
+            continue
+        order = rows[np.argsort(step[rows].astype(np.int64), kind="quicksort")]
+        with np.errstate(all="ignore"):
+            med = float(np.nanmedian(total[order[1:]])) if not np.isnan(total[order[1:]]).all() else float("nan")
+        out.append((int(rank), int(order[0]), med))
+    return out
+
+
+def _first_and_median(rank: np.ndarray, step: np.ndarray, total: np.ndarray) -> list[tuple[int, int, float]] | None:
+    """:func:`_first_and_median_by_rank` on arrays, every rank at once (a Python median per rank: 512 ranks ~30 ms, twice
+    a run); None where a rank holds a step twice (the order of its equal steps is then the quicksort's own)."""
+    order = np.lexsort((step, rank))  # by rank, then step
+    r, s = rank[order], step[order]
+    if len(order) > 1 and ((r[1:] == r[:-1]) & (s[1:] == s[:-1])).any():
+        return None
+    starts = np.flatnonzero(np.r_[True, r[1:] != r[:-1]]) if len(order) else np.empty(0, dtype=np.int64)
+    ends = np.r_[starts[1:], len(order)]
+    keep = ends - starts >= WARMUP_MIN_STEPS
+    starts, ends = starts[keep], ends[keep]
+    # the other steps' totals of each rank, ascending within the rank, NaN last (numpy sorts NaN last)
+    group = np.repeat(np.arange(len(starts)), ends - starts - 1)
+    at = np.concatenate([order[a + 1 : b] for a, b in zip(starts, ends)]) if len(starts) else np.empty(0, dtype=np.int64)
+    vals = total[at]
+    by = np.lexsort((vals, group))
+    vals = vals[by]
+    lo = np.r_[0, np.cumsum(ends - starts - 1)[:-1]].astype(np.int64) if len(starts) else np.empty(0, dtype=np.int64)
+    known = np.bincount(group, weights=~np.isnan(vals), minlength=len(starts)).astype(np.int64)
+    out = []
+    for a, k, base in zip(starts.tolist(), known.tolist(), lo.tolist()):
+        if k == 0:
+            med = float("nan")
+        elif k % 2:  # np.median: the mean of the middle value, its sum from 0.0 (-0.0 becomes 0.0)
+            med = 0.0 + float(vals[base + k // 2])
+        else:  # the mean of the two middle values, summed from 0.0, halved
+            med = (0.0 + float(vals[base + k // 2 - 1]) + float(vals[base + k // 2])) / 2
+        out.append((int(r[a]), int(order[a]), med))
+    return out
+
+
+def _merged(steps: pd.DataFrame, prof: pd.DataFrame) -> pd.DataFrame:
+    """msdiag's step rows beside the profiler's of the same rank and step (the profiler's columns suffixed _prof)."""
+    return steps.merge(prof, on=["rank", "step"], suffixes=("", "_prof"))
+
+
+def _values(m: pd.DataFrame, col: str) -> list[Any]:
+    """A column's plain Python values, None where null (no row Series per row: ranks x steps rows)."""
+    return m[col].astype(object).where(m[col].notna(), None).tolist()  # type: ignore[no-any-return]
+
+
+def _relative(a: float, b: float) -> float:
+    """How far msdiag's value ``a`` is from the profiler's ``b``, relative to it."""
+    return abs(a - b) / abs(b) if b else (0.0 if abs(a) < 1e-6 else float("inf"))
+
+
+def _worst_totals(m: pd.DataFrame) -> dict[int, float]:
+    """Per rank of the merged rows (:func:`_merged`), the largest relative difference of its step totals: the largest
+    ``relative_difference`` of its total_us checks (:func:`_agreement`), 0 where none is measured."""
+    worst: dict[int, float] = {}
+    for rank, a, b in zip(m["rank"].tolist(), _values(m, "total_us"), _values(m, "total_us_prof")):
+        if a is not None and b is not None:
+            worst[int(rank)] = max(worst.get(int(rank), 0.0), float(_relative(a, b)))
+    return worst
+
+
+def _agreement(m: pd.DataFrame) -> list[dict[str, Any]]:
+    """Compare msdiag's breakdown with step_trace_time.csv, column by column (the rows merged: :func:`_merged`)."""
     out = []
     cols = ("computing_us", "communication_us", "communication_exposed_us", "free_us", "total_us")
-    # plain Python values, column by column (no row Series per row: ranks x steps rows)
-    values = {c: m[c].astype(object).where(m[c].notna(), None).tolist() for c in cols}
-    values.update({f"{c}_prof": m[f"{c}_prof"].astype(object).where(m[f"{c}_prof"].notna(), None).tolist() for c in cols})
+    values = {c: _values(m, c) for c in cols}
+    values.update({f"{c}_prof": _values(m, f"{c}_prof") for c in cols})
     sources, ranks, step_ids = m["source_prof"].tolist(), m["rank"].tolist(), m["step"].tolist()
     for i in range(len(m)):
         for col in cols:
             a, b = values[col][i], values[f"{col}_prof"][i]
             if a is None or b is None:
                 continue
-            rel = abs(a - b) / abs(b) if b else (0.0 if abs(a) < 1e-6 else float("inf"))
+            rel = _relative(a, b)
             # a part that is tiny against the step is compared against the step's span instead
             rel_step = abs(a - b) / max(float(values["total_us_prof"][i]), 1e-9)
             out.append(
@@ -248,7 +317,7 @@ def _tiered(path: str | Path, opts: Options) -> Tiered:
 
     def select(ranks: list[RankData]) -> dict[int, list[str]]:
         cap = Capture(path=str(path), ranks=ranks)
-        steps, _, _, _ = _steps_for(cap)
+        steps, _, _, _ = _steps_for(cap, checks_wanted=False)
         return select_deep(Context(capture=cap, steps=steps, options=opts))
 
     return Tiered(mode=opts.deep, up_to=opts.deep_all_up_to, reduce=reduce_rank_shallow, select=select)

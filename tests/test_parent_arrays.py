@@ -614,3 +614,53 @@ def test_text_masks_of_real_kernels(analysed: Callable[[str], Analysis], name: s
         np.testing.assert_array_equal(kernels._text_mask(ctx, "core", keep, test), _row_by_row(k["core"], keep, test))
     np.testing.assert_array_equal(kernels._text_mask(ctx, "type", keep, kernels._is_matmul),
                                   _row_by_row(k["type"], keep, kernels._is_matmul))
+
+
+def _warmup_by_rank(rank: np.ndarray, step: np.ndarray, total: np.ndarray) -> list[tuple[int, int, float]]:
+    """The reference: per rank of at least analysis.WARMUP_MIN_STEPS steps, its first step's row (its rows sorted by
+    step with pandas) and np.nanmedian of its other steps' totals (NaN when all are NaN)."""
+    from msdiag.analysis import WARMUP_MIN_STEPS
+
+    out = []
+    frame = pd.DataFrame({"rank": rank, "step": step, "total": total, "row": np.arange(len(rank))})
+    for r, g in frame.groupby("rank", sort=True):
+        if len(g) < WARMUP_MIN_STEPS:
+            continue
+        g = g.sort_values("step", kind="stable")
+        others = g["total"].to_numpy()[1:]
+        med = float(np.nanmedian(others)) if not np.isnan(others).all() else float("nan")
+        out.append((int(r), int(g["row"].iloc[0]), med))
+    return out
+
+
+_TOTALS = st.sampled_from([math.nan, 0.0, -0.0, -1.0, 1.0, 5.0, 2.5, 1e300, math.inf, 7e-9, 123456.789])
+
+
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 9), _TOTALS), max_size=40, unique_by=lambda x: (x[0], x[1])))
+def test_each_rank_s_first_step_and_median_of_the_others_on_arrays(rows: list[tuple[int, int, float]]) -> None:
+    """analysis._first_and_median (every rank at once, on sorted arrays) against pandas' sort and np.nanmedian per rank
+    (the warm-up judgement's figures, twice a run: the deep choice's steps and the analysis'), to the bit."""
+    from msdiag.analysis import _first_and_median
+
+    rank = np.array([r for r, _, _ in rows], dtype=np.int64)
+    step = np.array([s for _, s, _ in rows], dtype=np.int64)
+    total = np.array([t for _, _, t in rows], dtype=float)
+    got = _first_and_median(rank, step, total)
+    want = _warmup_by_rank(rank, step, total)
+    assert got is not None and len(got) == len(want)
+    for (gr, gi, gm), (wr, wi, wm) in zip(got, want):
+        assert (gr, gi) == (wr, wi) and _same(gm, wm)
+
+
+def test_a_rank_with_a_step_twice_is_judged_rank_by_rank(job8_analysis: Analysis) -> None:
+    """A rank holding a step twice: the arrays give no answer (None) and the warm-up is judged rank by rank, as before;
+    the deep choice's steps (no cross-checks listed) are the analysis' steps, with the same notes."""
+    from msdiag.analysis import _first_and_median, _steps_for
+
+    assert _first_and_median(np.array([0, 0, 0]), np.array([1, 1, 2]), np.array([1.0, 2.0, 3.0])) is None
+    cap = job8_analysis.capture
+    full = _steps_for(cap)
+    bare = _steps_for(cap, checks_wanted=False)
+    pdt.assert_frame_equal(full[0], bare[0], check_exact=True)
+    pdt.assert_frame_equal(full[1], bare[1], check_exact=True)
+    assert full[2] and bare[2] == [] and full[3] == bare[3]
