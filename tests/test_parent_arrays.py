@@ -664,3 +664,42 @@ def test_a_rank_with_a_step_twice_is_judged_rank_by_rank(job8_analysis: Analysis
     pdt.assert_frame_equal(full[0], bare[0], check_exact=True)
     pdt.assert_frame_equal(full[1], bare[1], check_exact=True)
     assert full[2] and bare[2] == [] and full[3] == bare[3]
+
+
+def _alike_by_definition(a: pd.DataFrame, b: pd.DataFrame) -> bool:
+    """The reference: the same length, index, columns and dtypes, and DataFrame.equals."""
+    return (len(a) == len(b) and a.index.equals(b.index) and list(a.columns) == list(b.columns)
+            and list(a.dtypes) == list(b.dtypes) and a.equals(b))
+
+
+def test_a_rank_read_again_shares_a_table_only_where_it_is_alike(job8_analysis: Analysis) -> None:
+    """loader._alike (each column's values compared as DataFrame.equals compares blocks) says what the frames' own
+    comparison says: on every table of a rank against the same rows laid out in other blocks (a row slice of the joined
+    table against a frame of the rank's own), and against each of them changed by one value, one NaN, one dtype, the
+    columns in another order, another index."""
+    from msdiag.ingest.loader import _alike
+
+    rd = job8_analysis.capture.ranks[3]
+    cases = 0
+    for name in rd.tables:
+        held = rd.tables[name]  # (a row slice of the joined table where the rank holds Rows of it)
+        own = pd.DataFrame({c: held[c].copy() for c in held.columns})  # the same rows, blocks of its own
+        others = [own, held.copy()]
+        if len(held) and held.shape[1]:
+            changed = own.copy()
+            col = next((c for c in held.columns if own[c].dtype.kind == "f"), None)
+            if col is not None:
+                changed.loc[0, col] = changed.loc[0, col] + 1.0 if pd.notna(changed.loc[0, col]) else 1.0
+                nan = own.copy()
+                nan.loc[len(nan) - 1, col] = np.nan
+                others += [changed, nan]
+            others.append(own[list(reversed(held.columns))])
+            others.append(own.set_axis(np.arange(1, len(own) + 1)))
+            ints = next((c for c in held.columns if str(own[c].dtype) == "Int64"), None)
+            if ints is not None:
+                others.append(own.assign(**{ints: own[ints].astype("float64")}))
+        for other in others:
+            assert _alike(held, other) == _alike_by_definition(held, other), (name, other.dtypes)
+            assert _alike(other, held) == _alike_by_definition(other, held)
+            cases += 1
+    assert cases > 40 and _alike(rd.tables["kernels"], rd.tables["kernels"].copy())
