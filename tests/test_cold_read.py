@@ -350,3 +350,12 @@ def test_lines_of_a_file_read_whole_as_the_block_scan_counts(parts: list[bytes],
         except ParseError as e:
             got = str(e)
     assert got == want
+
+
+@given(st.lists(st.sampled_from([b"a", b",", b"\n", b"\r", b"\r\n", b"\n\r", b"\x00", b"\xc3\xa9", b"1.5"]), max_size=60))
+def test_newlines_and_lone_carriage_returns_counted_as_bytes_counts_them(parts: list[bytes]) -> None:
+    # _csv.newlines and lone_carriage_return (numpy over the bytes) against bytes.count, their definitions: a file's
+    # lines, and whether a carriage return stands without its line feed (pyarrow and the csv module split it otherwise)
+    data = b"".join(parts)
+    assert _csv.newlines(data) == data.count(b"\n")
+    assert _csv.lone_carriage_return(data) == (data.count(b"\r") != data.count(b"\r\n"))

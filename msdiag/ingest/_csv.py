@@ -52,6 +52,7 @@ _SHAPE_ROWS = 100
 _SCAN_BYTES = 8 << 20
 _INT64_BOUND = 2.0**63
 _NEWLINE = 0x0A
+_CARRIAGE_RETURN = 0x0D
 # Files up to this size are read once and, when plain, split by the csv module (read_cells)
 FAST_BYTES = 8 << 20
 # ... or, from this size on, by pyarrow's CSV reader: its fixed cost per call (~0.3 ms) is more than the
@@ -403,7 +404,7 @@ def _arrow_plain(data: bytes) -> bool:
     """Whether a file's bytes are ones :func:`_arrow_rows` may split: no NUL, no byte-order mark, a carriage
     return only before a line feed, UTF-8, a header pyarrow splits as the csv module does (:func:`_arrow_header`),
     no quote left open on the last line (pyarrow ends such a field at the end of the file, pandas refuses it)."""
-    if b"\x00" in data or data.startswith(_BOM) or (b"\r" in data and data.count(b"\r") != data.count(b"\r\n")):
+    if b"\x00" in data or data.startswith(_BOM) or lone_carriage_return(data):
         return False
     try:
         data.decode("utf-8")
@@ -664,7 +665,22 @@ def _checked_lines(path: Path, data: bytes) -> tuple[int, int]:
     can be, and its lines are its newlines, plus one for a last line without one (one count, no scan in blocks)."""
     if len(data) > MAX_LINE_BYTES:
         return _check_line_lengths(path, io.BytesIO(data))
-    return data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0), len(data)
+    return newlines(data) + (1 if data and not data.endswith(b"\n") else 0), len(data)
+
+
+def newlines(data: bytes) -> int:
+    """``data.count(b"\n")``, counted by numpy (bytes.count of one byte that occurs on every line: ~1 GB/s; this, ~4)."""
+    return int(np.count_nonzero(np.frombuffer(data, dtype=np.uint8) == _NEWLINE))
+
+
+def lone_carriage_return(data: bytes) -> bool:
+    """``data.count(b"\r") != data.count(b"\r\n")``: a carriage return not followed by a line feed (a CRLF file's two
+    counts by bytes.count: ~0.16 ms for an 80 KB memory_record.csv; by numpy, a quarter of that)."""
+    if b"\r" not in data:
+        return False
+    a = np.frombuffer(data, dtype=np.uint8)
+    cr = a == _CARRIAGE_RETURN
+    return int(np.count_nonzero(cr)) != int(np.count_nonzero(cr[:-1] & (a[1:] == _NEWLINE)))
 
 
 def _check_line_lengths(path: Path, f: io.BufferedReader | io.BytesIO) -> tuple[int, int]:
