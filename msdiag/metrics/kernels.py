@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from msdiag.metrics.registry import Context, Value, metric, nan_sum, rank_rows
+from msdiag.metrics.registry import Context, Value, kept_in_child, metric, nan_sum, rank_rows
 from msdiag.model import Capture, held_rows
 
 # A kernel shorter than this mostly measures launch and scheduling, not work.
@@ -42,12 +42,16 @@ def _compute_rows(k: pd.DataFrame) -> np.ndarray:
     return ((k["kind"] == "compute") & k["dur_us"].notna()).to_numpy(dtype=bool, na_value=False)
 
 
+#: The key prefix of a kernels column's codes (_text_mask): read by this module's metrics only.
+_CODES = kept_in_child("kernels.codes.")
+
+
 def _text_mask(ctx: Context, col: str, keep: np.ndarray, test: Any) -> np.ndarray:
     """``test`` (a pandas string operation on a Series of texts, giving booleans) of the kernels' column ``col`` at the
     rows ``keep``, judged once per distinct text: the column factorized once per analysis (``ctx``), ``test`` run on
     its distinct texts as ``astype("string")`` makes them, each row given its text's answer (a null: False, as na=False
     gives). Neither the column's texts of every compute row taken nor the operation run on each of them."""
-    codes, names = ctx.once(f"kernels.codes.{col}", lambda: pd.factorize(ctx.capture.table("kernels")[col]))
+    codes, names = ctx.once(_CODES + col, lambda: pd.factorize(ctx.capture.table("kernels")[col]))
     hit = np.asarray(test(pd.Series(names, dtype=object).astype("string")).to_numpy(bool, na_value=False), dtype=bool)
     at = codes[keep]
     return np.where(at >= 0, hit[np.maximum(at, 0)], False) if len(hit) else np.zeros(len(at), dtype=bool)

@@ -29,7 +29,7 @@ import pandas as pd
 
 from msdiag.metrics import chip
 from msdiag.metrics.devices import device_memory_gb
-from msdiag.metrics.registry import Context, Reads, Value, key_rows, metric, rank_rows
+from msdiag.metrics.registry import Context, Reads, Value, kept_in_child, key_rows, metric, rank_rows
 from msdiag.model import row_slices
 
 MEMORY_SOURCES = ("memory_record", "cpu_ms_memory_record")
@@ -56,11 +56,15 @@ def framework_rows(ctx: Context) -> Mapping[int, pd.DataFrame]:
     return _framework(ctx)[0]
 
 
+#: The key prefix of a framework column per rank (framework_column): read by the memory metrics only.
+_COLUMN = kept_in_child("memory.framework_column.")
+
+
 def framework_column(ctx: Context, col: str) -> dict[int, np.ndarray]:
     """Per rank, the column ``col`` of its :func:`framework_rows` as floats (NaN for a null): the same
     values in the same order, taken from the memory table's column once (``ctx.cache``), not a column
     of each rank's frame (pandas' cost per frame and column, per rank, in every memory metric)."""
-    key = f"memory.framework_column.{col}"
+    key = _COLUMN + col
     kept = ctx.cache.get(key)
     if kept is None:
         _, m, positions = _framework(ctx)
