@@ -584,7 +584,7 @@ _LISTED: dict[str, list[str]] | None = None
 def listings_kept() -> Iterator[None]:
     """Within the block, :func:`listing` lists each folder once: discovery asks each format whether it claims a folder,
     and each asks for the same sub-folders (an Ascend rank folder's ASCEND_PROFILER_OUTPUT/ was listed five times, its
-    FRAMEWORK/ four: 0.12 -> 0.06 s at 512 bench ranks). A folder changed meanwhile is seen as first listed."""
+    FRAMEWORK/ four: 0.12 -> 0.08 s at 512 bench ranks). A folder changed meanwhile is seen as first listed."""
     global _LISTED
     outer = _LISTED
     if outer is None:
