@@ -8,9 +8,11 @@ import shutil
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from msdiag.errors import ParseError
-from msdiag.ingest import cache, discover
+from msdiag.ingest import cache, discover, paths
 from msdiag.ingest.cann_msprof import prof_captured_ns
 from msdiag.ingest.loader import load_rank
 from msdiag.ingest.paths import MAX_RANK, Seen, rank_number, read_head, real_roots, refusal
@@ -191,3 +193,37 @@ def test_a_rank_s_fingerprint_names_each_file_by_its_path_under_the_rank(tmp_pat
     ]
     # a relative or unnormalised name of the folder gives the same names (as os.path.relpath of each file did)
     assert cache.files_of(Path(os.path.relpath(rank)) / ".." / rank.name) == cache.files_of(rank)
+
+
+_PART = st.sampled_from(["a", "ab", "b", "a.b", "A", "x y", "..a", "a-1"])
+
+
+@given(st.lists(_PART, max_size=5), st.lists(_PART, max_size=5))
+def test_a_real_path_inside_a_root_judged_on_texts_as_pathlib_judges_parts(file: list[str], root: list[str]) -> None:
+    # paths._inside (the admission's containment test, on the texts of real paths) against pathlib's is_relative_to on
+    # absolute normalised paths: the root itself, below it, beside it with a common prefix (/a against /ab), "/" itself
+    real, top = "/" + "/".join(file), Path("/" + "/".join(root))
+    assert paths._inside(real, top) == Path(real).is_relative_to(top)
+
+
+def test_a_file_found_from_its_folder_s_listing_is_the_file_stat_finds(tmp_path: Path) -> None:
+    """engine.locate with a rank's listings (``listed``: each folder listed once) answers as ``exists`` does, name by
+    name: a file, a folder, a link to a file, a link that leads nowhere, a name written in another case, a name that
+    is absent, a name that is a path, a folder that does not exist; and lists each folder once."""
+    from msdiag.ingest import engine
+
+    d = tmp_path / "out"
+    (d / "sub").mkdir(parents=True)
+    (d / "kernel_details.csv").write_text("a,b\n")
+    (d / "sub" / "x.json").write_text("{}")
+    (d / "to_file").symlink_to(d / "kernel_details.csv")
+    (d / "nowhere").symlink_to(tmp_path / "gone")
+    names = ["kernel_details.csv", "sub", "to_file", "nowhere", "KERNEL_DETAILS.csv", "absent.csv", "sub/x.json",
+             "sub/none.json", ".", "..", "é.csv"]
+    listed: dict[str, engine.Listed | None] = {}
+    for folder in (d, tmp_path / "missing"):
+        for name in names:
+            assert engine.locate(folder, name, listed) == engine.locate(folder, name), (folder, name)
+    assert set(listed) == {str(d), str(tmp_path / "missing")} and listed[str(tmp_path / "missing")] is None
+    entries = listed[str(d)]
+    assert entries is not None and entries.links == {"kernel_details.csv": False, "sub": False, "to_file": True, "nowhere": True}

@@ -102,6 +102,7 @@ class Ctx:
     dbs: dict[str, Db] = field(default_factory=dict)  # databases opened by Database items
     roots: tuple[Path, ...] = ()  # the real folders files must resolve into (the rank's, the capture's)
     real_dirs: dict[str, str] = field(default_factory=dict)  # folder -> its real path (paths.refusal)
+    listed: dict[str, Listed | None] = field(default_factory=dict)  # folder -> its entries (locate)
 
     @property
     def rank(self) -> int:
@@ -126,7 +127,7 @@ class Ctx:
         """The file ``name`` in ``folder`` (None when there is none), admitted like every source's
         file: a file that must not be read (a FIFO, a device, a link out of the capture) raises
         ParseError with the reason."""
-        p = locate(folder, name)
+        p = locate(folder, name, self.listed)
         why = None if p is None else refusal(p, self.roots, self.real_dirs)
         if p is not None and why is not None:
             raise ParseError(p, why)
@@ -237,7 +238,7 @@ def read_rank(fmt: Format, rd_dir: RankDir, shallow: bool = False) -> RankData:
     if rd_dir.captured_ns:
         rd.info.captured_ns = rd_dir.captured_ns
     ctx = Ctx(rd, Path(rd_dir.path), {"rank": rd_dir.rank, **fmt.vars(rd_dir)},
-              roots=real_roots(rd_dir.path, rd_dir.root))
+              roots=real_roots(rd_dir.path, rd_dir.root), listed=_LISTED_BY_RANK.pop(str(rd_dir.path), {}))
     with ExitStack() as stack:
         for item in fmt.sources:
             if isinstance(item, Then):
@@ -308,6 +309,9 @@ _BULK: dict[tuple[int, str], tuple[Result, frozenset[str]]] = {}
 #: the source, the folder), kept where its bulk read gave the rank's result: the rank's read takes both from here
 #: instead of finding and admitting the file a second time (the result it reads is the one read after that admission).
 _FOUND: dict[tuple[int, str], Path] = {}
+#: The folders prefetch listed of a rank folder (:func:`locate`'s ``listed``), by the rank folder: taken once by the
+#: rank's read, which finds its other sources from them.
+_LISTED_BY_RANK: dict[str, dict[str, Listed | None]] = {}
 
 
 @contextmanager
@@ -326,6 +330,7 @@ def prefetch(fmt: Format, dirs: list[RankDir]) -> Iterator[list[tuple[Any, list[
     finally:
         _BULK.clear()
         _FOUND.clear()
+        _LISTED_BY_RANK.clear()
 
 
 def _prefetch(fmt: Format, dirs: list[RankDir], cuts: list[tuple[pd.DataFrame, list[pd.DataFrame]]]) -> None:
@@ -335,8 +340,10 @@ def _prefetch(fmt: Format, dirs: list[RankDir], cuts: list[tuple[pd.DataFrame, l
     ctxs: list[tuple[RankDir, Ctx]] = []
     for d in dirs:
         try:
-            ctxs.append((d, Ctx(RankData(rank=d.rank, family=d.family, path=str(d.path)), Path(d.path),
-                                {"rank": d.rank, **fmt.vars(d)}, roots=real_roots(d.path, d.root))))
+            ctx = Ctx(RankData(rank=d.rank, family=d.family, path=str(d.path)), Path(d.path),
+                      {"rank": d.rank, **fmt.vars(d)}, roots=real_roots(d.path, d.root))
+            ctxs.append((d, ctx))
+            _LISTED_BY_RANK[str(d.path)] = ctx.listed
         except Exception:  # noqa: BLE001 - that rank's own read meets it (and says what it is)
             continue
     for spec in specs:
@@ -535,7 +542,7 @@ def resolve(ctx: Ctx, spec: Src) -> list[Path]:
     if spec.glob is not None:
         pat = None if spec.pattern is None else re.compile(spec.pattern.format(**ctx.vars))
         return sorted(p for p in _glob(d, spec.glob.format(**ctx.vars)) if pat is None or pat.fullmatch(p.name))
-    p = locate(d, spec.name.format(**ctx.vars))
+    p = locate(d, spec.name.format(**ctx.vars), ctx.listed)
     if p is not None:
         return [p]
     if spec.fallback is not None:
@@ -543,10 +550,44 @@ def resolve(ctx: Ctx, spec: Src) -> list[Path]:
     return []
 
 
-def locate(folder: Path, name: str) -> Path | None:
-    """The file ``name`` in ``folder``, or None when there is none."""
+def locate(folder: Path, name: str, listed: dict[str, Listed | None] | None = None) -> Path | None:
+    """The file ``name`` in ``folder``, or None when there is none (``exists``: a link that leads nowhere is none).
+    ``listed``: the folders of one rank listed so far, each once (:class:`Listed`), which answer without a ``stat``
+    of each name (two dozen a rank): a name listed that is no link is there; an ASCII name that no listed name
+    equals even ignoring case is not (a file system that ignores case would find none either); any other name (a
+    link, a name listed in another case, a folder that cannot be listed, a name that is a path) is asked for as before."""
     p = folder / name
+    if listed is not None and name not in ("", ".", "..") and "/" not in name and os.sep not in name:
+        key = os.fspath(folder)
+        if key not in listed:
+            listed[key] = Listed.of(key)
+        entries = listed[key]
+        if entries is not None:
+            link = entries.links.get(name)
+            if link is False:
+                return p
+            if link is None and name.isascii() and name.casefold() not in entries.folded:
+                return None
     return p if p.exists() else None
+
+
+@dataclass(frozen=True)
+class Listed:
+    """A folder's entries as listed once: each name and whether it is a link (the listing's file types: no ``stat``
+    per entry where the file system gives them), and the names case-folded."""
+
+    links: dict[str, bool]
+    folded: frozenset[str]
+
+    @staticmethod
+    def of(folder: str) -> Listed | None:
+        """``folder`` listed, or None when it cannot be."""
+        try:
+            with os.scandir(folder) as found:
+                links = {e.name: e.is_symlink() for e in found}
+        except OSError:
+            return None
+        return Listed(links, frozenset(n.casefold() for n in links))
 
 
 def _glob(d: Path, pattern: str) -> list[Path]:
