@@ -485,3 +485,20 @@ def test_kernel_flops_from_codes_as_from_texts(corpus: Path, capture: str) -> No
         for v in variants:
             got, want = kernel_flops(v), _flops_by_frames(v)
             assert np.array_equal(got.to_numpy(), want.to_numpy(), equal_nan=True) and got.index.equals(want.index)
+
+
+@given(st.integers(1, 4).flatmap(lambda w: st.lists(st.tuples(*[st.integers(-1, 40)] * w), max_size=60)),
+       st.sampled_from([0, 1, 2**40]))
+def test_distinct_code_rows_found_on_keys_as_numpy_finds_them(rows: list[tuple[int, ...]], big: int) -> None:
+    # flops._unique_rows (one int64 key per row of codes) against np.unique(axis=0): the same distinct rows in the same
+    # order and the same index of each row; codes too wide for one key (2**40 in every column) go to numpy itself
+    from msdiag.metrics.flops import _unique_rows
+
+    assume(rows)
+    width = len(rows[0])
+    parts = [np.array([r[j] for r in rows], dtype=np.intp) for j in range(width)]
+    if big:
+        parts = [np.where(p == 0, big, p) for p in parts]
+    combos, inverse = _unique_rows(parts)
+    want, want_inverse = np.unique(np.stack(parts, axis=1), axis=0, return_inverse=True)
+    assert np.array_equal(combos, want) and np.array_equal(inverse, want_inverse.reshape(-1))
