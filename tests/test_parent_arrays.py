@@ -427,10 +427,18 @@ def test_pattern_matches_as_the_mapped_texts() -> None:
     for col in (a, b):  # the former: each distinct text matched once, mapped back onto the rows
         text = col.astype("string").fillna("")
         want |= text.map({t: bool(pat.search(t)) for t in text.unique()}).to_numpy(bool)
-    got = device_memory._matches(pat, a, b)
+
+    class Kernels:  # a capture whose kernels table holds the two columns (device_memory._matches reads their codes)
+        def table(self, name: str) -> pd.DataFrame:
+            return pd.DataFrame({"type": a, "name": b})
+
+    ctx = Context(capture=Kernels(), steps=pd.DataFrame())  # type: ignore[arg-type]
+    every = np.arange(len(a))
+    got = device_memory._matches(ctx, pat, every, "type", "name")
     assert got.tolist() == want.tolist() == [True, False, False, True, True, False]
+    assert device_memory._matches(ctx, pat, np.array([4, 1, 0]), "type", "name").tolist() == [True, False, True]
     empty = re.compile(r"^$")  # a null is the empty text
-    assert device_memory._matches(empty, a).tolist() == [False, True, False, False, False, True]
+    assert device_memory._matches(ctx, empty, every, "type").tolist() == [False, True, False, False, False, True]
 
 
 def test_pipe_ratios_as_the_frame_of_columns(job8_analysis: Analysis) -> None:

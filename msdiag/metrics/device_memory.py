@@ -62,6 +62,7 @@ import numpy as np
 import pandas as pd
 
 from msdiag.metrics.flops import kernel_flops
+from msdiag.metrics.kernels import column_codes
 from msdiag.metrics.memory import KB_PER_MB, MB_PER_GB, _capacity, column_max, framework_column, framework_rows
 from msdiag.metrics.registry import Context, Reads, Value, key_rows, metric, nan_sum, rank_rows, with_its_metrics
 from msdiag.model import Rows, frame_of
@@ -651,13 +652,15 @@ def forward_kernels(ctx: Context) -> tuple[pd.DataFrame | None, str | None]:
     return kept  # type: ignore[no-any-return]
 
 
-def _matches(pat: re.Pattern[str], *cols: pd.Series) -> np.ndarray:
-    """Rows where any of ``cols`` matches ``pat``, each distinct text matched once (a trace repeats few names)."""
-    hit = np.zeros(len(cols[0]), dtype=bool)
+def _matches(ctx: Context, pat: re.Pattern[str], rows: np.ndarray, *cols: str) -> np.ndarray:
+    """The kernels at ``rows`` (positions in the kernels table) where any of the columns ``cols`` matches ``pat``, each
+    distinct text matched once (a trace repeats few names), on the column's codes (kernels.column_codes: factorized
+    once per analysis)."""
+    hit = np.zeros(len(rows), dtype=bool)
     for col in cols:
-        codes, uniq = pd.factorize(col.astype("string"))  # a null: code -1, matched as the empty text (the last)
+        codes, uniq = column_codes(ctx, col)  # a null: code -1, matched as the empty text (the last)
         found = np.array([bool(pat.search(str(t))) for t in uniq] + [bool(pat.search(""))], dtype=bool)
-        hit |= found[codes]
+        hit |= found[codes[rows]]
     return hit
 
 
@@ -666,7 +669,7 @@ def _forward_kernels(ctx: Context) -> tuple[pd.DataFrame | None, str | None]:
     timed = k["step"].notna().to_numpy(bool) & k["start_us"].notna().to_numpy(bool) & k["dur_us"].notna().to_numpy(bool)
     if not timed.any():
         return None, "no device kernels with a step and a duration"
-    bwd = timed & _matches(BACKWARD, k["type"], k["name"])
+    bwd = timed & _matches(ctx, BACKWARD, np.arange(len(k)), "type", "name")
     if not bwd.any():
         return None, "no backward kernel (Grad / Backprop / backward names): not a training step, nothing to recompute"
     # each timed kernel before the first backward kernel of its rank's step (none in the step: not forward), the
@@ -676,7 +679,7 @@ def _forward_kernels(ctx: Context) -> tuple[pd.DataFrame | None, str | None]:
     before = (keys["start_us"] < keys.join(first, on=["rank", "step"])["_bwd_start"]).fillna(False).to_numpy(bool)
     rows = np.flatnonzero(timed)[before]
     fwd = k.iloc[rows]
-    fwd = fwd.assign(flops=kernel_flops(fwd).to_numpy(float), attention=_matches(ATTENTION_CORE, fwd["type"], fwd["name"]))
+    fwd = fwd.assign(flops=kernel_flops(fwd).to_numpy(float), attention=_matches(ctx, ATTENTION_CORE, rows, "type", "name"))
     return fwd, None
 
 

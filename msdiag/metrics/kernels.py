@@ -46,12 +46,18 @@ def _compute_rows(k: pd.DataFrame) -> np.ndarray:
 _CODES = kept_in_child("kernels.codes.")
 
 
+def column_codes(ctx: Context, col: str) -> tuple[np.ndarray, Any]:
+    """``pd.factorize`` of the kernels table's column ``col`` (a null: code -1), once per analysis: the metrics that
+    judge a kernel by its type or name judge each distinct text once."""
+    return ctx.once(_CODES + col, lambda: pd.factorize(ctx.capture.table("kernels")[col]))  # type: ignore[no-any-return]
+
+
 def _text_mask(ctx: Context, col: str, keep: np.ndarray, test: Any) -> np.ndarray:
     """``test`` (a pandas string operation on a Series of texts, giving booleans) of the kernels' column ``col`` at the
     rows ``keep``, judged once per distinct text: the column factorized once per analysis (``ctx``), ``test`` run on
     its distinct texts as ``astype("string")`` makes them, each row given its text's answer (a null: False, as na=False
     gives). Neither the column's texts of every compute row taken nor the operation run on each of them."""
-    codes, names = ctx.once(_CODES + col, lambda: pd.factorize(ctx.capture.table("kernels")[col]))
+    codes, names = column_codes(ctx, col)
     hit = np.asarray(test(pd.Series(names, dtype=object).astype("string")).to_numpy(bool, na_value=False), dtype=bool)
     at = codes[keep]
     return np.where(at >= 0, hit[np.maximum(at, 0)], False) if len(hit) else np.zeros(len(at), dtype=bool)
