@@ -456,7 +456,8 @@ def _peak_holders(ctx: Context) -> dict[int, Holders]:
     ranks = dyn["rank"].to_numpy(np.int64)
     order = np.lexsort((dyn["alloc_us"].to_numpy(float), ranks))
     ranks = ranks[order]
-    codes, uniques = pd.factorize(dyn["name"].astype("string").fillna("").to_numpy(object)[order])
+    codes, uniques = pd.factorize(dyn["name"].astype("string").fillna(""))  # (on the column: no object array of names)
+    codes = codes[order]
     names = np.asarray(uniques, dtype=object)[codes] if len(codes) else np.empty(0, dtype=object)
     rows = _AllocRows(
         dyn["alloc_us"].to_numpy(float)[order], dyn["release_us"].to_numpy(float)[order],
