@@ -62,7 +62,6 @@ import numpy as np
 import pandas as pd
 
 from msdiag.metrics.flops import kernel_flops
-from msdiag.metrics.kernels import column_codes
 from msdiag.metrics.memory import KB_PER_MB, MB_PER_GB, _capacity, column_max, framework_column, framework_rows
 from msdiag.metrics.registry import Context, Reads, Value, key_rows, metric, nan_sum, rank_rows, with_its_metrics
 from msdiag.model import Rows, frame_of
@@ -657,6 +656,9 @@ def _matches(ctx: Context, pat: re.Pattern[str], rows: np.ndarray, *cols: str) -
     """The kernels at ``rows`` (positions in the kernels table) where any of the columns ``cols`` matches ``pat``, each
     distinct text matched once (a trace repeats few names), on the column's codes (kernels.column_codes: factorized
     once per analysis)."""
+    # (imported here: a module's import registers its metrics, and the registry's order is the JSON's)
+    from msdiag.metrics.kernels import column_codes
+
     hit = np.zeros(len(rows), dtype=bool)
     for col in cols:
         codes, uniq = column_codes(ctx, col)  # a null: code -1, matched as the empty text (the last)
