@@ -472,7 +472,8 @@ def report(path: str, output: str | None, trace_path: str | None, fail_on: str |
 
 
 def _html_meanwhile(wanted: bool) -> contextlib.AbstractContextManager[None]:
-    """The HTML renderer imported (matplotlib, jinja2) while the rank pool reads, when a page is to be written."""
+    """The HTML renderer imported (matplotlib, jinja2) and its templates compiled while the rank pool reads, when a page
+    is to be written."""
     if not wanted:
         return contextlib.nullcontext()
     from msdiag.ingest.parallel import meanwhile
@@ -481,7 +482,9 @@ def _html_meanwhile(wanted: bool) -> contextlib.AbstractContextManager[None]:
 
 
 def _import_html() -> None:
-    import msdiag.report.html  # noqa: F401 - imported for later: its modules are then loaded
+    from msdiag.report.html import compile_templates  # (imported for later: its modules are then loaded)
+
+    compile_templates()
 
 
 def _check_outputs(path: str, kw: dict[str, Any], outputs: list[str]) -> list[str]:

@@ -696,3 +696,29 @@ def test_rank_lists_of_the_page_are_runs() -> None:
     assert _span([0, 1, 2, 3]) == "0-3"
     evens = list(range(0, 200, 2))  # 100 runs of one rank each
     assert _span(evens) == "0, 2, 4, 6, 8, 10, … (100 in all)"
+
+
+def test_the_templates_compiled_while_the_ranks_are_read_are_the_ones_rendered() -> None:
+    """``msdiag report`` compiles every template while the rank pool reads (cli._import_html, run by parallel.meanwhile):
+    the page's environment is one per process and keeps them, so rendering compiles none again."""
+    import jinja2
+
+    from msdiag.report import html
+
+    html.compile_templates()
+    env = html.environment()
+    assert env is html.environment()
+    names = env.list_templates(extensions=["j2"])
+    assert html.BASE_TEMPLATE in names and len(names) >= 5
+    compiled: list[str] = []
+    real = env.loader.load  # type: ignore[union-attr]
+
+    def counted(environment: jinja2.Environment, name: str, globals: Any = None) -> Any:  # noqa: A002 - jinja2's name
+        compiled.append(name)  # (the loader reads and compiles a template the environment does not hold)
+        return real(environment, name, globals)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(env.loader, "load", counted)
+        for name in names:
+            env.get_template(name)
+    assert compiled == []  # every one was there
