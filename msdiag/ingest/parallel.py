@@ -42,6 +42,7 @@ import numpy as np
 import pandas as pd
 
 from msdiag.errors import InputError, MsdiagError
+from msdiag.fmt import rank_ranges
 from msdiag.forking import frozen, release_freed
 from msdiag.forking import peak_kb as _peak_kb  # (a module name here: the tests replace it)
 from msdiag.ingest.cache import CacheStats, RankCache
@@ -589,9 +590,13 @@ class Workers:
                         packed = unspooled(got)
                     except BrokenProcessPool:
                         self.close()
-                        others = "" if len(task) == 1 else f" (or ranks {', '.join(str(b.dirs[i].rank) for i in task[1:])}, read by the same task)"
+                        # the pool cannot tell which worker died, nor at which rank: every rank in flight is named,
+                        # the earliest first (the same message whichever broken task is met first)
+                        flight = sorted({i for t in (task, *pending.values()) for i in t})
+                        others = "" if len(flight) == 1 else (
+                            f" (or ranks {rank_ranges([b.dirs[i].rank for i in flight[1:]])}, read at the same time)")
                         raise InputError(
-                            b.dirs[task[0]].path,
+                            b.dirs[flight[0]].path,
                             f"the worker process reading this rank{others} died (out of memory?): retry with fewer --jobs",
                         ) from None
                     ranks, cut = unpack(packed)
