@@ -669,13 +669,14 @@ def _checked_lines(path: Path, data: bytes) -> tuple[int, int]:
 
 
 def newlines(data: bytes) -> int:
-    """``data.count(b"\n")``, counted by numpy (bytes.count of one byte that occurs on every line: ~1 GB/s; this, ~4)."""
+    """``data.count(b"\n")``, counted by numpy (bytes.count of a byte that occurs on every line: ~33 us for an 80 KB
+    memory_record.csv; this, ~9 us)."""
     return int(np.count_nonzero(np.frombuffer(data, dtype=np.uint8) == _NEWLINE))
 
 
 def lone_carriage_return(data: bytes) -> bool:
     """``data.count(b"\r") != data.count(b"\r\n")``: a carriage return not followed by a line feed (a CRLF file's two
-    counts by bytes.count: ~0.16 ms for an 80 KB memory_record.csv; by numpy, a quarter of that)."""
+    counts by bytes.count: ~0.12 ms for an 80 KB memory_record.csv; by numpy, ~0.025 ms)."""
     if b"\r" not in data:
         return False
     a = np.frombuffer(data, dtype=np.uint8)
