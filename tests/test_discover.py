@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
 from pathlib import Path
 
 import pytest
@@ -91,13 +90,13 @@ def test_discovery_lists_each_folder_once_and_finds_what_it_found_before(
 
     capture = corpus / "ascend/torchnpu-2rank-level1"
     listed: list[str] = []
-    real = os.listdir
+    real = engine.Listed.of
 
-    def counted(folder: object) -> list[str]:
-        listed.append(os.fspath(folder))  # type: ignore[arg-type]
-        return real(folder)  # type: ignore[arg-type]
+    def counted(folder: str) -> engine.Listed | None:
+        listed.append(folder)
+        return real(folder)
 
-    monkeypatch.setattr(engine.os, "listdir", counted)
+    monkeypatch.setattr(engine.Listed, "of", staticmethod(counted))
     with_memo = discover(capture)
     output = [p for p in listed if p.endswith("ASCEND_PROFILER_OUTPUT")]
     assert len(output) == 2 and len(set(output)) == 2  # each rank's ASCEND_PROFILER_OUTPUT/ listed once

@@ -599,26 +599,20 @@ def _glob(d: Path, pattern: str) -> list[Path]:
 
 def listing(folder: Path) -> list[str]:
     """The names in a folder, sorted ([] when it is no folder or cannot be listed); within :func:`listings_kept`, as
-    first listed there."""
+    first listed there (:class:`Listed`)."""
+    key = os.fspath(folder)
     kept = _LISTED
     if kept is None:
-        return _listed(folder)
-    key = os.fspath(folder)
-    names = kept.get(key)
-    if names is None:
-        names = kept[key] = _listed(folder)
-    return list(names)
-
-
-def _listed(folder: Path) -> list[str]:
-    try:
-        return sorted(os.listdir(folder))
-    except OSError:
-        return []
+        got = Listed.of(key)
+    elif key in kept:
+        got = kept[key]
+    else:
+        got = kept[key] = Listed.of(key)
+    return [] if got is None else sorted(got.links)
 
 
 #: Folder listings kept while discovery judges a capture's folders (:func:`listings_kept`); None otherwise.
-_LISTED: dict[str, list[str]] | None = None
+_LISTED: dict[str, Listed | None] | None = None
 
 
 @contextmanager
