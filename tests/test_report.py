@@ -241,6 +241,31 @@ def test_charts_drawn_by_forked_children(monkeypatch: pytest.MonkeyPatch, tmp_pa
     assert any(p != here for p in pids)  # a child drew one chart at least: this process waited for it
 
 
+def test_the_costliest_charts_are_handed_out_first(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """charts._queued: the charts of DRAWN_FIRST first (the memory chart, the step timeline, ...), then the others in
+    page order; the charts still come back in page order, each drawn once (a chart marks its index where it is drawn)."""
+    from msdiag.report import charts
+
+    fns = [charts.step_breakdown, charts.kernel_types, charts.memory, charts.balance, charts.plan_waterfall,
+           charts.step_timeline]
+    assert charts._queued(fns) == [2, 5, 4, 0, 1, 3]
+    assert charts._queued(fns[:2]) == [0, 1]  # none of them: page order
+    monkeypatch.setattr(charts, "_cpus", lambda: 2)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+
+    def chart(i: int) -> Any:
+        def fn(a: Any) -> charts.Chart:
+            (marks / str(i)).write_text(str(os.getpid()))
+            return charts.Chart(id=f"c{i}", title="t", caption="", svg=None, absent="a")
+        return fn
+
+    drawn = [chart(i) for i in range(6)]
+    monkeypatch.setattr(charts, "DRAWN_FIRST", (drawn[4], drawn[1]))
+    got = charts.drawn(None, drawn)  # type: ignore[arg-type]
+    assert [c.id for c in got] == [f"c{i}" for i in range(6)] and sorted(p.name for p in marks.iterdir()) == list("012345")
+
+
 def test_charts_of_a_failed_child_drawn_here(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """A child's chart that JSON would not give back exactly, or that raises, is drawn again by this process (with
     every other chart that child took), so a chart's error is raised here as the serial loop raises it."""
