@@ -711,29 +711,3 @@ def test_a_rank_read_again_shares_a_table_only_where_it_is_alike(job8_analysis: 
             assert _alike(other, held) == _alike_by_definition(other, held)
             cases += 1
     assert cases > 40 and _alike(rd.tables["kernels"], rd.tables["kernels"].copy())
-
-
-def _varying_by_frame(frame: pd.DataFrame) -> dict[int, float]:
-    """The reference (metrics/kernels.py's former dynamic_shape_ops): the distinct (rank, name, step, shape) rows
-    grouped by (rank, name), an op varying where its rows are fewer than its steps times its shapes, counted per rank."""
-    u = frame[["rank", "name", "step", "input_shapes"]].drop_duplicates()
-    by = u.groupby(["rank", "name"])
-    varying = by.size() < by["step"].nunique() * by["input_shapes"].nunique()
-    return {int(r): float(n) for r, n in varying.groupby(level=0).sum().items()}
-
-
-@given(st.lists(st.tuples(st.sampled_from([3, 0, 7]), st.sampled_from(["a", "b", None, "c"]), st.integers(0, 3),
-                          st.sampled_from(["[1]", "[2]", "[1,2]"])), min_size=1, max_size=40))
-def test_ops_whose_shapes_vary_by_step_counted_on_codes(rows: list[tuple[int, str | None, int, str]]) -> None:
-    # kernels.varying_per_rank (the columns' codes, one dense code per pair) against the frame's drop_duplicates and
-    # groupby: the same count per rank, ranks ascending (a null name is no op)
-    from msdiag.metrics.kernels import varying_per_rank
-
-    frame = pd.DataFrame({"rank": pd.array([r for r, _, _, _ in rows], dtype="Int64"),
-                          "name": pd.array([n for _, n, _, _ in rows], dtype="string"),
-                          "step": pd.array([s for _, _, s, _ in rows], dtype="Int64"),
-                          "input_shapes": pd.array([h for _, _, _, h in rows], dtype="string")})
-    codes = {c: pd.factorize(frame[c]) for c in frame.columns}
-    got = varying_per_rank(codes["rank"][1], codes["rank"][0], codes["name"][0], codes["step"][0], codes["input_shapes"][0])
-    want = _varying_by_frame(frame)
-    assert got == want and list(got) == list(want)

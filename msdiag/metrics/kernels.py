@@ -167,42 +167,6 @@ def _fp32(ctx: Context) -> Value:
     return Value(float(mm.loc[fp32, "dur_us"].sum()) / total if total else None, per)
 
 
-def varying_per_rank(ranks: Any, rank: np.ndarray, name: np.ndarray, step: np.ndarray, shape: np.ndarray) -> dict[int, float]:
-    """Per rank (ascending; ``ranks[code]`` its id), how many of its ops (a name; a null name, code -1, is none) were
-    seen with a set of shapes that is not the same in each of their steps: their distinct (step, shape) pairs fewer than
-    their steps times their shapes. On the columns' codes, each pair of codes made one dense code in turn (every key
-    below the rows squared), not a frame's drop_duplicates and groupby of the texts (512 bench ranks: ~0.11 s); the
-    counts of ``frame.drop_duplicates().groupby(["rank", "name"])`` (tests/test_parent_arrays.py)."""
-    keep = name >= 0
-    if not keep.any():
-        return {}
-    op = _dense(rank[keep], name[keep])  # (rank, name)
-    s, h = _dense(step[keep]), _dense(shape[keep])
-    n_op = int(op.max()) + 1
-    steps = _distinct(op, s, n_op)
-    shapes = _distinct(op, h, n_op)
-    pairs = _distinct(op, _dense(s, h), n_op)
-    varying = pairs < steps * shapes
-    rank_of_op = np.zeros(n_op, dtype=np.int64)
-    rank_of_op[op] = rank[keep]
-    per = {int(ranks[r]): float(np.count_nonzero(varying[rank_of_op == r])) for r in np.unique(rank_of_op).tolist()}
-    return dict(sorted(per.items()))
-
-
-def _dense(*codes: np.ndarray) -> np.ndarray:
-    """One dense code (0..distinct-1) per row for the rows' tuple of non-negative codes."""
-    key = codes[0].astype(np.int64)
-    for c in codes[1:]:
-        key = key * (int(c.max()) + 1 if len(c) else 1) + c.astype(np.int64)
-    return np.unique(key, return_inverse=True)[1].reshape(-1)
-
-
-def _distinct(group: np.ndarray, value: np.ndarray, groups: int) -> np.ndarray:
-    """Per group (0..groups-1), how many distinct values its rows hold."""
-    pairs = np.unique(group.astype(np.int64) * (int(value.max()) + 1) + value)
-    return np.bincount(pairs // (int(value.max()) + 1), minlength=groups)
-
-
 @metric(
     "dynamic_shape_ops",
     "ops",
@@ -211,20 +175,21 @@ def _distinct(group: np.ndarray, value: np.ndarray, groups: int) -> np.ndarray:
 )
 def _dynamic(ctx: Context) -> Value:
     k = ctx.capture.table("kernels")
-    rows = np.flatnonzero((k["input_shapes"].notna() & k["step"].notna()).to_numpy(bool))
-    step = column_codes(ctx, "step")[0][rows]
-    if len(rows) and len(np.unique(step)) >= 2:
+    k = k.loc[(k["input_shapes"].notna() & k["step"].notna()).to_numpy(bool), ["rank", "name", "step", "input_shapes"]]
+    if len(k) and k["step"].nunique() >= 2:
         # an op is dynamic when its set of shapes differs between steps. The sets are the same in every
         # step exactly when each of the op's shapes is seen in each of its steps: distinct (step, shape)
         # pairs = steps x shapes (counted, not compared set by set: a Python call per rank, op and step)
-        codes = [column_codes(ctx, c)[0][rows] for c in ("rank", "name", "input_shapes")]
-        per = varying_per_rank(column_codes(ctx, "rank")[1], codes[0], codes[1], step, codes[2])
+        u = k[["rank", "name", "step", "input_shapes"]].drop_duplicates()
+        by = u.groupby(["rank", "name"])
+        varying = by.size() < by["step"].nunique() * by["input_shapes"].nunique()
+        per = {int(r): float(n) for r, n in varying.groupby(level=0).sum().items()}  # booleans counted per rank
         return Value(int(max(per.values())), per)
     if len(ctx.capture.table("host_shapes")):
         # PyNative reuses op names (BiasAddGrad-op0) across different small graphs, so a name
         # with several shapes is not evidence of dynamic shapes; CPU shapes carry no step
         return Value(None, reason="MindSpore CPU records op shapes without their step: shapes cannot be compared across steps")
-    if len(rows):
+    if len(k):
         return Value(None, reason="one step only: shapes cannot be compared across steps")
     return Value(None, reason="input shapes not recorded (record_shapes off, or profiler Level0)")
 
