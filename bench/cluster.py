@@ -50,7 +50,11 @@ find it in the page cache (none drops it):
   (``cpu_s``, user + system, the figure to compare on a loaded machine). Peak memory: the proportional
   set size (PSS) summed over the process tree (msdiag and its workers), sampled from /proc every 50 ms,
   never below the largest single process's ru_maxrss (the RSS sum, which counts the pages forked workers
-  share with their parent once per process, is recorded too). ``--repeat K`` keeps the median of K runs, run
+  share with their parent once per process, is recorded too), in a memory run of its own: after the timed
+  runs, one more cold msdiag analyze and one more msprof-analyze run each sample PSS (``memory_run`` in the
+  JSON: its time, not judged). The timed runs sample RSS only: reading smaps_rollup costs ~10 ms of kernel
+  time a poll at 512 ranks (4 processes), a fifth of a core, which on two cores slowed msdiag (both cores
+  busy) by 0.2-0.45 s a run and msprof-analyze by 0.35-0.5 s. ``--repeat K`` keeps the median of K runs, run
   in K rounds of each tool's runs one after the other (a drift of the machine's speed weighs on both alike).
   Targets (issue 17, ``TARGETS``): 64 ranks cold no slower than msprof-analyze, warm under 2 s, HTML report
   cold under 5 s; 512 ranks cold at least 2x faster than msprof-analyze, cold peak under 1 GB (10^9 bytes),
@@ -616,6 +620,7 @@ def _cpu_ticks(pid):
     except (OSError, ValueError, IndexError):
         return None
 cmd = json.loads(sys.argv[2]); out = sys.argv[3]; cwd = sys.argv[4] or None; timeout = float(sys.argv[5])
+pss = sys.argv[6] == "pss"  # a memory run: PSS sampled (smaps_rollup, ~10 ms of kernel time a poll); else RSS only
 t0 = time.perf_counter()
 # the child's stdout and stderr go to files, never to a pipe: a verbose tool cannot block on a full pipe
 with open(out, "wb") as so, open(out + ".err", "wb") as se:
@@ -629,7 +634,8 @@ with open(out, "wb") as so, open(out + ".err", "wb") as se:
         while not done.is_set():
             if n % 10 == 0:
                 tree = _tree(p.pid)
-            peak[0] = max(peak[0], sum(_pss_kb(q) for q in tree))
+            if pss:
+                peak[0] = max(peak[0], sum(_pss_kb(q) for q in tree))
             peak_rss[0] = max(peak_rss[0], sum(_rss_kb(q) for q in tree))
             for q in tree:
                 t = _cpu_ticks(q)
@@ -654,17 +660,20 @@ ru = resource.getrusage(resource.RUSAGE_CHILDREN)
 # CPU: the child's rusage (itself and the descendants it waited for), or the sum over the tree sampled from /proc
 # (which also counts descendants nobody waited for), whichever is larger: both can only miss time
 print(json.dumps({"rc": rc, "wall_s": wall, "cpu_s": max(ru.ru_utime + ru.ru_stime, sum(ticks.values()) / TICK),
-                  "peak_kb": max(peak[0], ru.ru_maxrss),
+                  "peak_kb": max(peak[0], ru.ru_maxrss) if pss else None,
                   "peak_rss_sum_kb": peak_rss[0], "maxrss_kb": ru.ru_maxrss}))
 """
 
 
-def measure(cmd: list[str], out: Path, env: dict[str, str], cwd: Path | None = None, timeout: float = 3600) -> dict[str, Any]:
+def measure(
+    cmd: list[str], out: Path, env: dict[str, str], cwd: Path | None = None, timeout: float = 3600, pss: bool = False
+) -> dict[str, Any]:
     """Run ``cmd`` (stdout to ``out``, stderr to ``out.err``): rc, wall_s, cpu_s (user + system of the process
-    tree), peak_kb (PSS summed over the process tree); the stderr's last lines when it failed."""
+    tree), peak_rss_sum_kb and maxrss_kb; with ``pss`` (a memory run) also peak_kb (PSS summed over the process
+    tree), else peak_kb None; the stderr's last lines when it failed."""
     res = subprocess.run(
         [sys.executable, "-c", WRAPPER, str(Path(__file__).resolve().parent), json.dumps(cmd), str(out),
-         str(cwd or ""), str(timeout)],
+         str(cwd or ""), str(timeout), "pss" if pss else "rss"],
         capture_output=True, text=True, env=env, check=False,
     )  # fmt: skip
     if res.returncode != 0:
@@ -696,6 +705,16 @@ def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return pick
 
 
+def with_peak(timed: dict[str, Any], memory: dict[str, Any] | None) -> dict[str, Any]:
+    """The timed run's record with the memory run's peak (``peak_kb``: PSS over the process tree; None when that run
+    failed) and that run's own record under ``memory_run``."""
+    out = dict(timed)
+    if memory is not None:
+        out["peak_kb"] = memory.get("peak_kb") if _ok(memory) else None
+        out["memory_run"] = {k: memory.get(k) for k in ("rc", "wall_s", "cpu_s", "peak_kb", "peak_rss_sum_kb", "maxrss_kb")}
+    return out
+
+
 class Msdiag:
     """msdiag's runs on one job: analyze cold and warm, report cold, each a fresh process of this checkout."""
 
@@ -703,11 +722,12 @@ class Msdiag:
         self.cap, self.work, self.env, self.timeout = cap, work, env, timeout
         self.opts = ["--no-config"] + (["--jobs", str(jobs)] if jobs else []) + extra
 
-    def analyze(self, cache: Path, label: str) -> dict[str, Any]:
-        """``msdiag analyze JOB --format json --cache CACHE``, and what its answer says of the planted rank and link."""
+    def analyze(self, cache: Path, label: str, pss: bool = False) -> dict[str, Any]:
+        """``msdiag analyze JOB --format json --cache CACHE``, and what its answer says of the planted rank and link
+        (``pss``: a memory run, :func:`measure`)."""
         out = self.work / f"msdiag-{label}.json"
         cmd = [sys.executable, "-m", "msdiag.cli", "analyze", str(self.cap), "--format", "json", "--cache", str(cache)]
-        r = measure(cmd + self.opts, out, self.env, timeout=self.timeout)
+        r = measure(cmd + self.opts, out, self.env, timeout=self.timeout, pss=pss)
         if r["rc"] in (0, 1):
             try:
                 r.update(_answer(json.loads(out.read_text())), json_bytes=out.stat().st_size)
@@ -771,14 +791,14 @@ class Msprof:
     def __init__(self, venv: Path, cap: Path, work: Path, timeout: float):
         self.exe, self.cap, self.work, self.timeout = venv / "bin" / "msprof-analyze", cap, work, timeout
 
-    def _run(self, name: str, args: list[str]) -> tuple[dict[str, Any], Path, str]:
+    def _run(self, name: str, args: list[str], pss: bool = False) -> tuple[dict[str, Any], Path, str]:
         o = self.work / f"msprof-{name}-out"
         shutil.rmtree(o, ignore_errors=True)
         o.mkdir()
         log = self.work / f"msprof-{name}.log"
         before = _snapshot(self.cap)
         r = measure([str(self.exe), *args, "-d", str(self.cap), "-o", str(o)], log, dict(os.environ), cwd=self.work,
-                    timeout=self.timeout)  # fmt: skip
+                    timeout=self.timeout, pss=pss)  # fmt: skip
         text = log.read_text(errors="replace") + Path(str(log) + ".err").read_text(errors="replace")
         r["outputs"] = sorted(str(p.relative_to(o)) for p in o.rglob("*") if p.is_file())[:30]
         r["log_tail"] = text.strip().splitlines()[-8:]
@@ -786,11 +806,12 @@ class Msprof:
         r["input_changed"] = _input_changes(before, self.cap)
         return r, o, text
 
-    def cluster(self) -> dict[str, Any]:
-        """``msprof-analyze cluster -m all``: ok when it exits 0 and writes its step trace table."""
+    def cluster(self, pss: bool = False) -> dict[str, Any]:
+        """``msprof-analyze cluster -m all``: ok when it exits 0 and writes its step trace table (``pss``: a memory
+        run, :func:`measure`)."""
         if not self.exe.exists():
             return {"ok": False, "error": f"{self.exe} not found (use --install-msprof)"}
-        r, o, _ = self._run("cluster", ["cluster", "-m", "all"])
+        r, o, _ = self._run("cluster", ["cluster", "-m", "all"], pss=pss)
         table = o / "cluster_analysis_output" / "cluster_step_trace_time.csv"
         r["ok"] = r["rc"] == 0 and table.is_file()
         if r["rc"] == 0 and not table.is_file():
@@ -1131,11 +1152,17 @@ def run_case(n: int, root: Path, args: argparse.Namespace, env: dict[str, str]) 
                 cluster.append(peer.cluster())
                 if args.advisor:
                     advisor.append(peer.advisor())
-        row["msdiag_cold"], row["msdiag_warm"] = median_run(cold), median_run(warm)
+        # then a memory run of each cold case: PSS sampled over the process tree (~10 ms of kernel time a poll, every
+        # 50 ms: on two cores it took time from a tool that keeps both busy, so the timed runs above sample RSS only)
+        cache = work / "cache-memory"
+        cold_mem = ms.analyze(cache, "cold", pss=True)
+        shutil.rmtree(cache, ignore_errors=True)
+        peer_mem = peer.cluster(pss=True) if peer is not None else None
+        row["msdiag_cold"], row["msdiag_warm"] = with_peak(median_run(cold), cold_mem), median_run(warm)
         if rep:
             row["report_cold"] = median_run(rep)
         if peer is not None:
-            row["msprof"] = {"cluster": median_run(cluster)}
+            row["msprof"] = {"cluster": with_peak(median_run(cluster), peer_mem)}
             if advisor:
                 row["msprof"]["advisor"] = median_run(advisor)
     finally:
