@@ -53,8 +53,8 @@ find it in the page cache (none drops it):
   share with their parent once per process, is recorded too), in a memory run of its own: after the timed
   runs, one more cold msdiag analyze and one more msprof-analyze run each sample PSS (``memory_run`` in the
   JSON: its time, not judged). The timed runs sample RSS only: reading smaps_rollup costs ~10 ms of kernel
-  time a poll at 512 ranks (4 processes), a fifth of a core, which on two cores slowed msdiag (both cores
-  busy) by 0.2-0.45 s a run and msprof-analyze by 0.35-0.5 s. ``--repeat K`` keeps the median of K runs, run
+  time a poll at 512 ranks (4 processes), a fifth of a core, which slowed the run it sampled (512 ranks:
+  msdiag by 0.2-0.45 s, msprof-analyze by 0.35-0.5 s). ``--repeat K`` keeps the median of K runs, run
   in K rounds of each tool's runs one after the other (a drift of the machine's speed weighs on both alike).
   Targets (issue 17, ``TARGETS``): 64 ranks cold no slower than msprof-analyze, warm under 2 s, HTML report
   cold under 5 s; 512 ranks cold at least 2x faster than msprof-analyze, cold peak under 1 GB (10^9 bytes),
@@ -1153,7 +1153,7 @@ def run_case(n: int, root: Path, args: argparse.Namespace, env: dict[str, str]) 
                 if args.advisor:
                     advisor.append(peer.advisor())
         # then a memory run of each cold case: PSS sampled over the process tree (~10 ms of kernel time a poll, every
-        # 50 ms: on two cores it took time from a tool that keeps both busy, so the timed runs above sample RSS only)
+        # 50 ms: it took time from the run it sampled, so the timed runs above sample RSS only)
         cache = work / "cache-memory"
         cold_mem = ms.analyze(cache, "cold", pss=True)
         shutil.rmtree(cache, ignore_errors=True)
