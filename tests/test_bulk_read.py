@@ -404,3 +404,66 @@ def test_a_bounded_read_gives_what_reading_limit_plus_one_bytes_gives(content: b
 def test_the_last_line_judged_is_the_file_s_last_line_that_is_not_empty(data: bytes) -> None:
     # _csv._last_line finds it without copying the file: the same bytes as stripping the line ends and splitting
     assert _csv._last_line(data) == data.rstrip(b"\r\n").rpartition(b"\n")[2]
+
+
+# number cells as profilers and spreadsheets write them, NA texts, and texts pyarrow or Python's float() refuse
+_NUMBER_TEXTS = st.one_of(
+    st.floats(allow_nan=False).flatmap(lambda x: st.sampled_from([repr(x), f"{x:.3f}", f"{x:e}", f"{x:g}", f"{x:.17g}"])),
+    st.integers(min_value=-(2**70), max_value=2**70).map(str),
+    st.sampled_from([*_csv.NA_VALUES, "nan(1)", "NAN", "inf", "-inf", "Infinity", "+1.5", ".5", "5.", "1E+05", "0x10",
+                     "1_000", "abc", " 1.5 ", "\t2\t", "1.5\t", '"3.25"', '"N/A"', '""', " ", "1.69512E+15", "-0.0"]),
+)
+
+
+@given(st.lists(st.lists(_NUMBER_TEXTS, min_size=1, max_size=4), min_size=2, max_size=3))
+def test_numbers_read_by_pyarrow_are_the_numbers_of_their_texts(files: list[list[str]]) -> None:
+    """_csv.read_cells_many(numbers=...): a column pyarrow reads as float64 gives exactly what its texts give
+    (Cells.floats of the texts: pyarrow's parse, else Python's float() with its NA texts), or the texts are read."""
+    import tempfile
+
+    import numpy as np
+
+    with tempfile.TemporaryDirectory() as d:
+        paths = []
+        for k, cells in enumerate(files):
+            p = Path(d) / f"f{k}.csv"
+            p.write_text("A,B\n" + "".join(f"{c},x{i}\n" for i, c in enumerate(cells)), encoding="utf-8")
+            paths.append(p)
+        texts = _csv.read_cells_many(paths)
+        typed = _csv.read_cells_many(paths, numbers={"A"})
+        assert (texts is None) == (typed is None)
+        if texts is None or typed is None:
+            return
+        assert typed[1] == texts[1] and list(typed[0]["B"]) == list(texts[0]["B"])
+        try:
+            want = texts[0].floats("A")
+        except ParseError as e:
+            with pytest.raises(ParseError, match=str(e)[:40].replace("(", r"\(").replace(")", r"\)")):
+                typed[0].floats("A")
+            return
+        got = typed[0].floats("A")
+        assert np.array_equal(got, want, equal_nan=True) and np.array_equal(np.signbit(got), np.signbit(want))
+
+
+def test_a_reader_asking_for_the_texts_of_numbers_reads_each_file_alone(corpus: Path) -> None:
+    """A column read as numbers has no texts: Cells says so (TypeError), and ascend_csv.read_many gives the files back
+    to be read one by one rather than building a frame from anything else."""
+    path = _kernel_file(corpus)
+    got = _csv.read_cells_many([path, path], any_of=ac.KERNEL_ANY_OF, columns=ac.KERNEL_READ, numbers=ac.KERNEL_NUMBERS)
+    assert got is not None
+    cells = got[0]
+    typed = [c for c in cells.columns if c in ac.KERNEL_NUMBERS]
+    assert typed and "Duration(us)" in typed
+    for c in typed:
+        with pytest.raises(TypeError, match="read as numbers"):
+            cells.arrow(c)
+        with pytest.raises(TypeError, match="read as numbers"):
+            cells[c]
+
+    def durations_as_texts(df: _csv.Cells, p: Path, rank_of: Callable[[int], object], notes: list[str]) -> pd.DataFrame:
+        return pd.DataFrame({"dur": ac._strs(df, ("Duration(us)",))})
+
+    assert ac.read_many([path, path], [0, 1], durations_as_texts, numbers={"Duration(us)"}) is None
+    assert ac.read_many([path, path], [0, 1], durations_as_texts) is not None  # (read as texts: taken)
+    frames = ac.read_kernel_details_many([path, path], [0, 1])
+    assert frames is not None  # (its declared numbers are numbers only: the bulk read is taken)

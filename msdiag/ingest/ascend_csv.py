@@ -188,7 +188,7 @@ class _Uneven(Exception):
 
 
 def read_many(paths: list[Path], ranks: list[int], build: Build, required: Iterable[str] = (),
-              any_of: Iterable[Iterable[str]] = (), columns: Collection[str] | None = None,
+              any_of: Iterable[Iterable[str]] = (), columns: Collection[str] | None = None, numbers: Collection[str] = (),
               ) -> list[pd.DataFrame] | list[model.Rows] | None:
     """What a reader (``build`` of one file's cells) gives for each of several files of one header, each of its
     rank, built once on their cells laid end to end (``_csv.read_cells_many``: one split; each conversion and the
@@ -197,8 +197,9 @@ def read_many(paths: list[Path], ranks: list[int], build: Build, required: Itera
     (``model.cut_rows``; ``model.frame_of`` gives the frame). None where that cannot be so: a file read_cells_many does not take,
     a reader that raises, writes a note (an error and a note name one file: the files are read one by one then) or
     keeps other rows than it was given. ``columns``: every name ``build`` may read, where it reads few of a wide
-    file's (only those are converted: ``read_cells_many``)."""
-    got = read_cells_many(paths, required, any_of, columns)
+    file's (only those are converted: ``read_cells_many``); ``numbers``: the names it reads only as numbers (read as
+    such by pyarrow; a reader asking for one's texts raises, and each file is read alone)."""
+    got = read_cells_many(paths, required, any_of, columns, numbers)
     if got is None:
         return None
     cells, counts = got
@@ -297,7 +298,7 @@ def read_kernel_details(path: Path, rank: int, notes: list[str] | None = None) -
 
 def read_kernel_details_many(paths: list[Path], ranks: list[int]) -> list[pd.DataFrame] | None:
     """:func:`read_kernel_details` of several files at once (:func:`read_many`)."""
-    return read_many(paths, ranks, _kernel_details, any_of=KERNEL_ANY_OF, columns=KERNEL_READ)
+    return read_many(paths, ranks, _kernel_details, any_of=KERNEL_ANY_OF, columns=KERNEL_READ, numbers=KERNEL_NUMBERS)
 
 
 KERNEL_ANY_OF = (KERNEL_NAME, KERNEL_TYPE, KERNEL_CORE, KERNEL_START, KERNEL_DUR)
@@ -308,6 +309,12 @@ KERNEL_READ = frozenset(
     for names in table.values()
     for name in names
 ) | {name for names in KERNEL_ANY_OF for name in names}
+
+
+#: The names :func:`_kernel_details` reads only as numbers (ints, floats, sums; none of them also read as text).
+KERNEL_NUMBERS = frozenset(
+    name for table in (KERNEL_INT_COLUMNS, KERNEL_FLOAT_COLUMNS, KERNEL_SUM_COLUMNS) for names in table.values() for name in names
+) - {name for table in (KERNEL_STR_COLUMNS, KERNEL_SHAPE_COLUMNS) for names in table.values() for name in names}
 
 
 def _kernel_details(df: Cells, path: Path, rank_of: RankOf, notes: list[str] | None) -> pd.DataFrame:
@@ -405,7 +412,8 @@ def read_memory_record(path: Path, rank: int) -> tuple[pd.DataFrame, list[str]]:
 
 def read_memory_record_many(paths: list[Path], ranks: list[int]) -> list[pd.DataFrame] | None:
     """The frames of :func:`read_memory_record` of several files at once (:func:`read_many`: none with a note)."""
-    return read_many(paths, ranks, _memory_record, required=MEMORY_RECORD_REQUIRED)
+    return read_many(paths, ranks, _memory_record, required=MEMORY_RECORD_REQUIRED,
+                     numbers=("Total Allocated(MB)", "Total Reserved(MB)", "Total Active(MB)"))  # (Timestamp: its texts too)
 
 
 def _memory_record(df: Cells, path: Path, rank_of: RankOf, notes: list[str]) -> pd.DataFrame:
@@ -444,7 +452,8 @@ def read_npu_module_mem(path: Path, rank: int) -> pd.DataFrame:
 
 def read_npu_module_mem_many(paths: list[Path], ranks: list[int]) -> list[pd.DataFrame] | None:
     """:func:`read_npu_module_mem` of several files at once (:func:`read_many`)."""
-    return read_many(paths, ranks, _npu_module_mem, required=NPU_MODULE_MEM_REQUIRED)
+    return read_many(paths, ranks, _npu_module_mem, required=NPU_MODULE_MEM_REQUIRED,
+                     numbers=("Total Reserved(MB)", "Timestamp(us)"))
 
 
 def _npu_module_mem(df: Cells, path: Path, rank_of: RankOf, notes: list[str]) -> pd.DataFrame:
@@ -477,7 +486,8 @@ def read_operator_memory(path: Path, rank: int) -> pd.DataFrame:
 
 def read_operator_memory_many(paths: list[Path], ranks: list[int]) -> list[pd.DataFrame] | None:
     """:func:`read_operator_memory` of several files at once (:func:`read_many`)."""
-    return read_many(paths, ranks, _operator_memory, required=OPERATOR_MEMORY_REQUIRED)
+    return read_many(paths, ranks, _operator_memory, required=OPERATOR_MEMORY_REQUIRED,
+                     numbers=("Size(KB)", "Allocation Time(us)", "Release Time(us)", "Duration(us)"))
 
 
 def _operator_memory(df: Cells, path: Path, rank_of: RankOf, notes: list[str]) -> pd.DataFrame:
