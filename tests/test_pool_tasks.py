@@ -77,9 +77,10 @@ def test_a_table_whose_frames_differ_travels_as_it_was(corpus: Path) -> None:
 
 
 def test_task_size() -> None:
-    # at least TASKS_PER_WORKER_MIN (8) tasks per worker where the ranks allow, at most TASK_RANKS (32) ranks a task
-    assert [parallel.task_size(n, 2) for n in (1, 8, 16, 31, 32, 64, 256, 512, 1024)] == [1, 1, 1, 1, 2, 4, 16, 32, 32]
-    assert parallel.task_size(64, 1) == 8
+    # at least TASKS_PER_WORKER_MIN (4) tasks per worker where the ranks allow, at most TASK_RANKS (64) ranks a task:
+    # n // (2 workers x 4), at least 1, at most 64
+    assert [parallel.task_size(n, 2) for n in (1, 8, 16, 31, 32, 64, 256, 512, 1024)] == [1, 1, 2, 3, 4, 8, 32, 64, 64]
+    assert parallel.task_size(64, 1) == 16
 
 
 def test_an_analysis_read_by_tasks_of_several_ranks_is_the_one_read_rank_by_rank(
@@ -265,13 +266,13 @@ def test_without_a_spool_folder_task_results_travel_through_the_pipe(job8: Path,
 
 def test_task_cuts_end_in_smaller_tasks() -> None:
     # every rank once, in order; a read of at least TAIL_MIN_TASKS (4) full tasks per worker ends in tasks of half and a
-    # quarter of the size, one of each per worker: 512 ranks on 2 workers = 464 in tasks of 32 (the last one 16), then
-    # 16, 16, 8, 8 (464 + 48 = 512)
+    # quarter of the size, one of each per worker: 512 ranks on 2 workers (tasks of 64) = 416 in tasks of 64 (the last
+    # one 32), then 32, 32, 16, 16 (416 + 96 = 512); 64 ranks (tasks of 8) = 52 in tasks of 8 (the last 4), then 4, 4, 2, 2
     for n, workers in ((1, 2), (8, 2), (31, 2), (64, 2), (100, 3), (512, 2), (1024, 2), (2048, 8)):
         cuts = parallel.task_cuts(list(range(n)), workers)
         assert [i for c in cuts for i in c] == list(range(n)) and all(cuts)
-    assert [len(c) for c in parallel.task_cuts(list(range(512)), 2)] == [32] * 14 + [16, 16, 16, 8, 8]
-    assert [len(c) for c in parallel.task_cuts(list(range(64)), 2)] == [4] * 14 + [2, 2, 2, 1, 1]
+    assert [len(c) for c in parallel.task_cuts(list(range(512)), 2)] == [64] * 6 + [32, 32, 32, 16, 16]
+    assert [len(c) for c in parallel.task_cuts(list(range(64)), 2)] == [8] * 6 + [4, 4, 4, 2, 2]
     # tasks of fewer than 4 ranks are not cut finer (8 ranks on 2 workers: tasks of 1)
     assert [len(c) for c in parallel.task_cuts(list(range(8)), 2)] == [1] * 8
 

@@ -71,11 +71,14 @@ WHOLE_READ_TASKS = 2 * IN_FLIGHT
 #: Ranks per pool task, at most: a task reads its ranks one by one and sends them back with each table's frames
 #: concatenated (``Packed``), so the parent unpickles and joins a frame per task and table, not one per rank.
 #: 512 bench ranks cold, three alternated runs: 8.15-9.67 s with 16, 7.79-9.10 s with 32 (each kind of file read
-#: at once for twice the ranks, half the tasks to send back and store), the peak 714 -> 774 MB.
-TASK_RANKS = 32
+#: at once for twice the ranks, half the tasks to send back and store), the peak 714 -> 774 MB; five alternated runs,
+#: 4.09-4.76 s with 32 (and 8 tasks per worker at least) against 4.03-4.29 s with 64 (and 4), the peak 640 / 627 MiB
+#: (a task's fixed cost: each kind's bulk read, the cache file and its streams, the spool files, paid half as often).
+TASK_RANKS = 64
 #: A read is cut into at least this many tasks per worker where it can be (a task of fewer ranks on a small
-#: job), so that the workers finish together.
-TASKS_PER_WORKER_MIN = 8
+#: job), so that the workers finish together (the last tasks smaller still: :func:`task_cuts`). 64 bench ranks cold,
+#: four alternated runs: tasks of 4 ranks (8 per worker) 1.91-1.97 s, of 8 ranks (4 per worker) 1.77-1.82 s.
+TASKS_PER_WORKER_MIN = 4
 #: A read of at least this many full tasks per worker ends in smaller ones (:func:`task_cuts`).
 TAIL_MIN_TASKS = 4
 #: Seconds to wait for a Dask scheduler to answer.
