@@ -50,9 +50,9 @@ find it in the page cache (none drops it):
   (``cpu_s``, user + system, the figure to compare on a loaded machine). Peak memory: the proportional
   set size (PSS) summed over the process tree (msdiag and its workers), sampled from /proc every 50 ms,
   never below the largest single process's ru_maxrss (the RSS sum, which counts the pages forked workers
-  share with their parent once per process, is recorded too), in a memory run of its own: after the timed
+  share with their parent once per process, is recorded too), in a memory run of its own: before the timed
   runs, one more cold msdiag analyze and one more msprof-analyze run each sample PSS (``memory_run`` in the
-  JSON: its time, not judged). The timed runs sample RSS only: reading smaps_rollup costs ~10 ms of kernel
+  JSON: its time, not judged; so no tool's first run after the job is read, which was msdiag's slowest, is timed). The timed runs sample RSS only: reading smaps_rollup costs ~10 ms of kernel
   time a poll at 512 ranks (4 processes), a fifth of a core, which slowed the run it sampled (512 ranks:
   msdiag by 0.2-0.45 s, msprof-analyze by 0.35-0.5 s). ``--repeat K`` keeps the median of K runs, run
   in K rounds of each tool's runs one after the other (a drift of the machine's speed weighs on both alike).
@@ -1138,6 +1138,14 @@ def run_case(n: int, root: Path, args: argparse.Namespace, env: dict[str, str]) 
         ms = Msdiag(cap, work, env, args.jobs, shlex.split(args.msdiag_args), args.timeout)
         peer = None if args.no_msprof else Msprof(args.msprof_venv, cap, work, args.msprof_timeout)
         cold, warm, rep, cluster, advisor = [], [], [], [], []
+        # first a memory run of each cold case, not timed: PSS sampled over the process tree (~10 ms of kernel time a
+        # poll, every 50 ms: it took time from the run it sampled, so the timed runs below sample RSS only); and each
+        # tool's first run after prime is not a timed one (msdiag's first 512-rank cold run was the slowest of the
+        # three in each of three benches: 5.72, 5.2, 4.95 s against 4.2-5.56 s)
+        cache = work / "cache-memory"
+        cold_mem = ms.analyze(cache, "cold", pss=True)
+        shutil.rmtree(cache, ignore_errors=True)
+        peer_mem = peer.cluster(pss=True) if peer is not None else None
         # round by round, each tool's runs beside the other's: a shared machine whose speed drifts over minutes
         # (another tenant's load) weighs on both alike, not on whichever ran last
         for i in range(args.repeat):
@@ -1152,12 +1160,6 @@ def run_case(n: int, root: Path, args: argparse.Namespace, env: dict[str, str]) 
                 cluster.append(peer.cluster())
                 if args.advisor:
                     advisor.append(peer.advisor())
-        # then a memory run of each cold case: PSS sampled over the process tree (~10 ms of kernel time a poll, every
-        # 50 ms: it took time from the run it sampled, so the timed runs above sample RSS only)
-        cache = work / "cache-memory"
-        cold_mem = ms.analyze(cache, "cold", pss=True)
-        shutil.rmtree(cache, ignore_errors=True)
-        peer_mem = peer.cluster(pss=True) if peer is not None else None
         row["msdiag_cold"], row["msdiag_warm"] = with_peak(median_run(cold), cold_mem), median_run(warm)
         if rep:
             row["report_cold"] = median_run(rep)
