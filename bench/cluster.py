@@ -52,9 +52,10 @@ find it in the page cache (none drops it):
   never below the largest single process's ru_maxrss (the RSS sum, which counts the pages forked workers
   share with their parent once per process, is recorded too), in a memory run of its own: before the timed
   runs, one more cold msdiag analyze and one more msprof-analyze run each sample PSS (``memory_run`` in the
-  JSON: its time, not judged; so no tool's first run after the job is read, which was msdiag's slowest, is timed). The timed runs sample RSS only: reading smaps_rollup costs ~10 ms of kernel
-  time a poll at 512 ranks (4 processes), a fifth of a core, which slowed the run it sampled (512 ranks:
-  msdiag by 0.2-0.45 s, msprof-analyze by 0.35-0.5 s). ``--repeat K`` keeps the median of K runs, run
+  JSON: its time, not judged; so no tool's first run after the job is read, which was msdiag's slowest, is
+  timed). The timed runs sample RSS only: reading smaps_rollup costs ~10 ms of kernel time a poll at 512
+  ranks (4 processes), a fifth of a core, which slowed the run it sampled (512 ranks: msdiag by 0.2-0.45 s,
+  msprof-analyze by 0.35-0.5 s). ``--repeat K`` keeps the median of K runs, run
   in K rounds of each tool's runs one after the other (a drift of the machine's speed weighs on both alike).
   Targets (issue 17, ``TARGETS``): 64 ranks cold no slower than msprof-analyze, warm under 2 s, HTML report
   cold under 5 s; 512 ranks cold at least 2x faster than msprof-analyze, cold peak under 1 GB (10^9 bytes),

@@ -10,6 +10,7 @@ the readers file by file: a rank read within a prefetch is the rank read alone, 
 from __future__ import annotations
 
 import io
+import re
 import shutil
 from pathlib import Path
 from typing import Callable
@@ -438,7 +439,7 @@ def test_numbers_read_by_pyarrow_are_the_numbers_of_their_texts(files: list[list
         try:
             want = texts[0].floats("A")
         except ParseError as e:
-            with pytest.raises(ParseError, match=str(e)[:40].replace("(", r"\(").replace(")", r"\)")):
+            with pytest.raises(ParseError, match=re.escape(str(e))):
                 typed[0].floats("A")
             return
         got = typed[0].floats("A")

@@ -134,7 +134,8 @@ class Cells:
     half of kernel_details' columns); a column given as Arrow texts (null where an NA text; pyarrow's
     split, :func:`_arrow_rows`) is converted in Arrow by :meth:`floats`, :meth:`ints`, :meth:`texts` and
     :meth:`quoted_texts`, to the same values as from its object array, and becomes that array only where
-    a reader indexes it."""
+    a reader indexes it. A column pyarrow read as numbers (float64, :func:`_arrow_cells`' ``numbers``) gives
+    only :meth:`floats` and :meth:`ints`: it has no texts (the others raise TypeError)."""
 
     def __init__(self, columns: Mapping[str, np.ndarray | tuple[str, ...] | pa.Array], n: int) -> None:
         self.data = dict(columns)
