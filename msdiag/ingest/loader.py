@@ -84,7 +84,7 @@ def load(
     scache = _open_cache(cache, tiered.reduce, reduce_id) if cache is not None and tiered is not None else None
     if cache is not None:
         try:
-            import pyarrow.parquet  # noqa: F401
+            import pyarrow.ipc  # noqa: F401  (what the cache writes and reads: Arrow IPC streams)
         except ImportError as e:  # a broken install: analyze without the cache, and say so
             rcache = scache = None
             notes.append(f"the rank cache is not used: pyarrow cannot be imported ({e})")
