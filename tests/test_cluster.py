@@ -9,6 +9,8 @@ the first allreduce of every step (3 late arrivals: 3 votes), and link 2-3's tra
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
 import shutil
@@ -395,3 +397,34 @@ def test_dask_unreachable_scheduler(corpus: Path, monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(parallel, "DASK_TIMEOUT_S", 2)
     with pytest.raises(InputError, match="no Dask scheduler answers"):
         analyze(corpus.joinpath(*LEVEL1), Options(jobs=1, scheduler="tcp://127.0.0.1:9"))
+
+
+def test_dynamic_shape_ops_counts_the_op_whose_shapes_change(job8: Path, tmp_path: Path) -> None:
+    """dynamic_shape_ops on job8 with rank 3's kernel_details.csv edited: the first kernel name found in every step gets
+    another input shape on one of its rows of the second step only (its set of shapes then differs from step to
+    step: dynamic), and the second such name another shape on all of its rows in every step (the same set in each
+    step: not dynamic). Expected by the metric's definition, from the edit alone: rank 3 has 1 dynamic op, every
+    other rank 0 (the job's copies repeat one step, so no op of the unedited job is dynamic: checked first)."""
+    assert _report(job8)["metrics"]["dynamic_shape_ops"] == 0
+    job = _copy(job8, tmp_path / "job")
+    path = next(job.glob("rank3_*")) / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv"
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    header = next(csv.reader([lines[0]]))
+    at_step, at_name, at_shape = header.index("Step Id"), header.index("Name"), header.index("Input Shapes")
+    rows = [next(csv.reader([line])) for line in lines[1:]]
+    steps = sorted({r[at_step] for r in rows}, key=int)
+    assert len(steps) == 3
+    names = [n for n in dict.fromkeys(r[at_name] for r in rows) if {r[at_step] for r in rows if r[at_name] == n} == set(steps)]
+    dynamic, steady = names[0], names[1]
+    edited = []
+    for r in rows:
+        if r[at_name] == steady or (r[at_name] == dynamic and r[at_step] == steps[1] and dynamic not in edited):
+            r[at_shape] = '"7,7,7"'  # a shape no row of the file has (written quoted, as the profiler writes shapes)
+            edited.append(r[at_name])
+    assert edited.count(dynamic) == 1 and edited.count(steady) >= 3
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\n").writerows([header, *rows])
+    path.write_text(out.getvalue(), encoding="utf-8")
+    report = _report(job)
+    assert report["metrics"]["dynamic_shape_ops"] == 1
+    assert report["metric_details"]["dynamic_shape_ops"]["per_rank"] == {str(r): (1.0 if r == 3 else 0.0) for r in range(8)}
