@@ -247,7 +247,8 @@ def _agreement(m: pd.DataFrame) -> list[dict[str, Any]]:
                     "column": col,
                     "msdiag": float(a),
                     "profiler": float(b),
-                    "relative_difference": float(rel),
+                    # null where the profiler's figure is 0 and msdiag's is not (infinite: JSON has no number for it)
+                    "relative_difference": float(rel) if math.isfinite(rel) else None,
                     "ok": bool(rel <= AGREEMENT_TOLERANCE or rel_step <= AGREEMENT_TOLERANCE / 10),
                 }
             )

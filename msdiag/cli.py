@@ -376,10 +376,16 @@ def analyze(path: str, fmt: str, fail_on: str | None, baseline_name: str | None,
 def _indented(report: dict[str, Any], compact: str | None = None) -> str:
     """``json.dumps(report, indent=1, ensure_ascii=False)``, to the character: encoded by json's C encoder (an indent
     sends json to its Python one, ~3x slower on a 512-rank report) and indented by msgspec, which leaves every value's
-    text as it is (tests/test_cli_analyze.py). ``compact``: the report's text from :func:`_compact`, where made."""
+    text as it is (tests/test_cli_analyze.py). ``compact``: the report's text from :func:`_compact`, where made.
+    A report holding a float JSON has no number for (NaN, an infinity: none should) is written by json itself
+    (``NaN``, ``Infinity``, as Python reads them), not refused by msgspec as an internal error."""
     import msgspec
 
-    return msgspec.json.format(compact if compact is not None else json.dumps(report, ensure_ascii=False), indent=1)
+    text = compact if compact is not None else json.dumps(report, ensure_ascii=False)
+    try:
+        return msgspec.json.format(text, indent=1)
+    except msgspec.DecodeError:
+        return json.dumps(report, indent=1, ensure_ascii=False)
 
 
 def _compact(report: dict[str, Any]) -> str | None:

@@ -114,6 +114,33 @@ def test_json_is_indented_as_json_indents_it() -> None:
     assert _indented(doc) == json.dumps(doc, indent=1, ensure_ascii=False)
 
 
+def test_json_indents_a_float_json_has_no_number_for_as_json_writes_it() -> None:
+    # a report should hold none (analysis._agreement writes null for an infinite difference), but one that does is
+    # printed as json.dumps(indent=1) prints it, not refused by msgspec (an internal error, exit 3)
+    from msdiag.cli import _indented
+
+    doc = {"x": [float("inf"), float("nan"), -float("inf")], "y": 1.5}
+    assert _indented(doc) == json.dumps(doc, indent=1, ensure_ascii=False)
+
+
+def _no_constant(name: str) -> None:
+    raise AssertionError(f"the JSON holds {name}, which JSON has no number for")
+
+
+def test_checks_hold_null_where_the_profilers_figure_is_zero(corpus: Path) -> None:
+    """mindspore-legacy/run_2: step_trace_raw_1_detail_time.csv's step 1 has iteration_interval 0 (the profiler's
+    free time of the step: free_us 0), while msdiag's kernel timeline leaves gaps in it (free_us > 0). That check's
+    relative difference is infinite: null in the JSON, the check not ok, and the output strict JSON (analyze
+    --format json of this capture exited 3 on msgspec's refusal of the Infinity json wrote)."""
+    code, out, err = run("analyze", str(corpus / "mindspore-legacy" / "run_2"), "--format", "json", "--jobs", "1", "--no-cache")
+    assert code == 0, err
+    rep = json.loads(out, parse_constant=_no_constant)
+    free = [c for c in rep["checks"] if (c["rank"], c["step"], c["column"]) == (1, 1, "free_us")]
+    assert len(free) == 1 and free[0]["profiler"] == 0.0 and free[0]["msdiag"] > 0
+    assert free[0]["relative_difference"] is None and free[0]["ok"] is False
+    assert all(isinstance(c["relative_difference"], float) for c in rep["checks"] if c is not free[0])
+
+
 def test_gc_is_lean_during_an_analysis_and_restored_after(monkeypatch: pytest.MonkeyPatch) -> None:
     """cli._lean_gc: during the analysis the imports' objects are frozen and young collections rarer
     (GC_THRESHOLDS); after it, in a process running many analyses as this one does, both as they were."""
