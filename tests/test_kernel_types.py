@@ -234,7 +234,7 @@ def test_side_ran_is_busy_time_or_a_positive_ratio_sum_even_on_impossible_values
         cols = [c for c, (_, s) in kt.RATIO_COLUMNS.items() if s == side]
         with np.errstate(over="ignore", invalid="ignore"):
             want = (k[busy] > 0) | (k[busy].isna() & (k[cols].fillna(0.0).sum(axis=1) > 0))
-            got = kt._side_ran(k, side)
+            got = kt._side_ran(k[busy].to_numpy(dtype=float), [k[c].to_numpy(dtype=float) for c in cols], n)
         assert got.tolist() == want.tolist(), side
 
 

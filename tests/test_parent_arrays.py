@@ -444,15 +444,23 @@ def test_pattern_matches_as_the_mapped_texts() -> None:
 def test_pipe_ratios_as_the_frame_of_columns(job8_analysis: Analysis) -> None:
     from msdiag.metrics import kernel_types as kt
 
-    comp = kt._compute(job8_analysis.capture)
+    light, weighted = kt._compute(job8_analysis.capture)
+    # the compute kernels with their PMU columns, as a frame (what _compute returned before it left them out)
+    k = job8_analysis.capture.table("kernels")
+    rows = (k["kind"] == "compute").to_numpy(dtype=bool, na_value=False)
+    cols = [c for c in ("rank", "name", "type", "core", "dur_us", *kt.RATIO_COLUMNS, *kt.SIDE_TIME.values()) if c in k.columns]
+    comp = k.loc[rows, cols].reset_index(drop=True)
     types = kt._types(comp)
+    pdt.assert_series_equal(kt._types(light), types, check_exact=True)
 
     def old(k: pd.DataFrame, by: Any) -> pd.DataFrame:
         dur = k["dur_us"].to_numpy(dtype=float, na_value=np.nan)
         dur = np.where(np.isnan(dur), 0.0, dur)
         parts: dict[str, np.ndarray] = {}
         for side in ("aic", "aiv"):
-            ran = kt._side_ran(k, side)
+            ran = kt._side_ran(k[kt.SIDE_TIME[side]].to_numpy(dtype=float, na_value=np.nan) if kt.SIDE_TIME[side] in k.columns else None,
+                               [k[c].to_numpy(dtype=float, na_value=np.nan) for c, (_, s) in kt.RATIO_COLUMNS.items()
+                                if s == side and c in k.columns], len(k))
             for c, (_, s) in kt.RATIO_COLUMNS.items():
                 if s != side or c not in k.columns:
                     continue
@@ -476,6 +484,8 @@ def test_pipe_ratios_as_the_frame_of_columns(job8_analysis: Analysis) -> None:
         pdt.assert_frame_equal(kt.pipe_ratios(comp, by), old(comp, by), check_exact=True)
         pdt.assert_frame_equal(kt.pipe_ratios(comp, by, shared), old(comp, by), check_exact=True)
         assert len(shared) == 1
+        # the frame without its PMU columns and the weights _compute made from the whole table at its rows
+        pdt.assert_frame_equal(kt.pipe_ratios(light, by, [weighted]), old(comp, by), check_exact=True)
 
 
 def test_steps_taken_from_the_joined_table_as_concatenated(job8_analysis: Analysis) -> None:

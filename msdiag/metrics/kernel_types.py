@@ -15,7 +15,7 @@ below :data:`SATURATED` no pipe was busy most of the time and ``bound_note`` say
 
 from __future__ import annotations
 
-from typing import Any, Union
+from typing import Any, Callable, Union
 
 import numpy as np
 import pandas as pd
@@ -56,18 +56,23 @@ HOST_OPS = "the ops are host ops on CPU: no AI Core pipelines"
 _KEY = "kernel_types.table"
 
 
-#: the kernel columns a type table reads (a CPU trace holds millions of kernel rows: copy no others)
-_COLUMNS = ("rank", "name", "type", "core", "dur_us", *RATIO_COLUMNS, *SIDE_TIME.values())
+#: the kernel columns a type table reads besides the PMU ones (a CPU trace holds millions of kernel rows: copy no others)
+_COLUMNS = ("rank", "name", "type", "core", "dur_us")
 
 
-def _compute(capture: Tables) -> pd.DataFrame:
-    """The compute kernels, only the columns a type table reads."""
+def _compute(capture: Tables) -> tuple[pd.DataFrame, Weighted]:
+    """The compute kernels, only the columns a type table reads besides the PMU ones, and their pipe weights
+    (:func:`pipe_weights`) made from the PMU columns of the whole table at those rows, one column at a time: the PMU
+    columns are not copied into the frame (512 bench ranks: a block of 250k kernels x 17 floats, 34 MB, every page of
+    it new to the process, for the weights to be made from it once)."""
     k = capture.table("kernels")
-    rows = (k["kind"] == "compute").to_numpy(dtype=bool, na_value=False)
-    # a PMU column no compute kernel filled (CPU ops, Level0, another metrics group) is left out: all NaN
-    cols = [c for c in _COLUMNS if c in k.columns
-            and (c not in RATIO_COLUMNS or not np.isnan(k[c].to_numpy(dtype=float, na_value=np.nan)[rows]).all())]
-    return k.loc[rows, cols].reset_index(drop=True)
+    rows = np.flatnonzero((k["kind"] == "compute").to_numpy(dtype=bool, na_value=False))
+    comp = k[[c for c in _COLUMNS if c in k.columns]].take(rows).reset_index(drop=True)
+
+    def column(c: str) -> np.ndarray | None:
+        return k[c].to_numpy(dtype=float, na_value=np.nan)[rows] if c in k.columns else None
+
+    return comp, _weights(column, comp["dur_us"] if "dur_us" in comp.columns else pd.Series(np.nan, index=comp.index))
 
 
 def no_pipes_reason(capture: Capture) -> str:
@@ -83,15 +88,12 @@ def no_pipes_reason(capture: Capture) -> str:
     return NO_PIPES
 
 
-def _side_ran(k: pd.DataFrame, side: str) -> np.ndarray:
-    """Per kernel, whether its ``side`` core ran: its busy time > 0, or (no busy time recorded) a
-    ratio of that side > 0."""
-    n = len(k)
-    t = k[SIDE_TIME[side]].to_numpy(dtype=float, na_value=np.nan) if SIDE_TIME[side] in k.columns else np.full(n, np.nan)
-    cols = [c for c, (_, s) in RATIO_COLUMNS.items() if s == side and c in k.columns]
+def _side_ran(busy: np.ndarray | None, ratios: list[np.ndarray], n: int) -> np.ndarray:
+    """Per kernel, whether its core side ran: its busy time (``busy``, the side's SIDE_TIME column) > 0, or (no
+    busy time recorded) a ratio of that side (``ratios``, its RATIO_COLUMNS in their order) > 0."""
+    t = busy if busy is not None else np.full(n, np.nan)
     total = np.zeros(n)
-    for c in cols:  # the side's ratios summed in column order (NaN as 0), as a row sum of their frame adds them
-        r = k[c].to_numpy(dtype=float, na_value=np.nan)
+    for r in ratios:  # the side's ratios summed in column order (NaN as 0), as a row sum of their frame adds them
         total += np.where(np.isnan(r), 0.0, r)
     with np.errstate(invalid="ignore"):
         return (t > 0) | (np.isnan(t) & (total > 0))  # type: ignore[no-any-return]
@@ -100,18 +102,18 @@ def _side_ran(k: pd.DataFrame, side: str) -> np.ndarray:
 def pipe_ratios(k: pd.DataFrame, by: pd.Series | list[pd.Series], weighted: list[Weighted] | None = None) -> pd.DataFrame:
     """Duration-weighted mean of each PipeUtilization column per group of ``by`` (a key, or several: NaN where
     no kernel of the group measured it), over the kernels whose core side ran. ``weighted``: where the caller
-    groups the same kernels ``k`` more than one way, a list holding :func:`pipe_weights` of them once made."""
-    present = [c for c in RATIO_COLUMNS if c in k.columns and k[c].notna().any()]
-    if not present:  # no PipeUtilization value at all (CPU ops, Level0, another metrics group): every ratio NaN
+    groups the same kernels ``k`` more than one way, a list holding :func:`pipe_weights` of them once made (made
+    here when empty); given made, ``k`` need not hold the PMU columns (the frame of :func:`_compute`)."""
+    if weighted:
+        block, labels, den_of = weighted[0]
+    else:
+        block, labels, den_of = made = pipe_weights(k)
+        if weighted is not None:
+            weighted.append(made)
+    if not den_of:  # no PipeUtilization value at all (CPU ops, Level0, another metrics group): every ratio NaN
         keys = by if isinstance(by, list) else [by]
         index = pd.MultiIndex.from_frame(pd.concat(keys, axis=1).drop_duplicates()) if len(keys) > 1 else pd.Index(keys[0].unique(), name=keys[0].name)
         return pd.DataFrame({c: pd.Series(np.nan, index=index) for c in RATIO_COLUMNS}, index=index)
-    if weighted is None:
-        block, labels, den_of = pipe_weights(k)
-    else:
-        if not weighted:
-            weighted.append(pipe_weights(k))
-        block, labels, den_of = weighted[0]
     sums = pd.DataFrame(block.T, index=k.index, columns=labels, copy=False).groupby(by, sort=False).sum()
     at = {name: i for i, name in enumerate(sums.columns)}
     table = sums.to_numpy(dtype=float)
@@ -131,20 +133,38 @@ Weighted = tuple[np.ndarray, list[str], dict[str, str]]
 
 
 def pipe_weights(k: pd.DataFrame) -> Weighted:
-    """The weighted values and weights :func:`pipe_ratios` sums per group, for every kernel of ``k``.
+    """The weighted values and weights :func:`pipe_ratios` sums per group, for every kernel of ``k`` (a frame of
+    kernels with their PMU columns)."""
+
+    def column(c: str) -> np.ndarray | None:
+        return k[c].to_numpy(dtype=float, na_value=np.nan) if c in k.columns else None
+
+    return _weights(column, k["dur_us"])
+
+
+def _weights(column: Callable[[str], np.ndarray | None], duration: pd.Series) -> Weighted:
+    """:func:`pipe_weights` of the kernels whose PMU column ``c`` is ``column(c)`` (None: not recorded) and whose
+    durations are ``duration``. A PipeUtilization column with no value on any of them is left out (its ratio is NaN
+    in every group, as a column of no weight gives).
 
     A column's weight is the kernel's duration where its core side ran and the column has a value (else 0): the
     columns of one side with values on the same kernels (a kernel has all of its side's PMU values or none) share one
     row of weights, summed once (512 bench ranks: 18 rows of 250k kernels -> 11, a fresh 36 MB block -> 22 MB)."""
-    dur = k["dur_us"].to_numpy(dtype=float, na_value=np.nan)
+    dur = duration.to_numpy(dtype=float, na_value=np.nan)
     dur = np.where(np.isnan(dur), 0.0, dur)  # fillna(0): infinities stay
+    n = len(dur)
     # each column's weighted values and weights (numpy, the same products as on Series), summed per group in
     # one groupby (the same sums as one per column); written straight into the one float block pandas would stack
     # them into (rows of a columns x kernels array: no frame of separate columns copied into it)
-    names: list[tuple[str, str]] = [
-        (side, c) for side in ("aic", "aiv") for c, (_, s) in RATIO_COLUMNS.items() if s == side and c in k.columns]
-    values = {c: k[c].to_numpy(dtype=float, na_value=np.nan) for _, c in names}
-    known = {c: ~np.isnan(r) for c, r in values.items()}
+    names: list[tuple[str, str]] = []
+    values: dict[str, np.ndarray] = {}
+    known: dict[str, np.ndarray] = {}
+    for side in ("aic", "aiv"):
+        for c, (_, s) in RATIO_COLUMNS.items():
+            v = column(c) if s == side else None
+            if v is not None and (has := ~np.isnan(v)).any():
+                names.append((side, c))
+                values[c], known[c] = v, has
     shared: list[tuple[str, str]] = []  # (side, the first column) of each distinct weights row
     row_of: dict[str, int] = {}
     for side, c in names:
@@ -153,11 +173,12 @@ def pipe_weights(k: pd.DataFrame) -> Weighted:
             j = len(shared)
             shared.append((side, c))
         row_of[c] = j
-    block = np.empty((len(names) + len(shared), len(k)))
+    block = np.empty((len(names) + len(shared), n))
     ran_of: dict[str, np.ndarray] = {}
     for j, (side, c) in enumerate(shared):
-        ran = ran_of[side] if side in ran_of else ran_of.setdefault(side, _side_ran(k, side))
-        np.copyto(block[len(names) + j], np.where(ran & known[c], dur, 0.0))
+        if side not in ran_of:
+            ran_of[side] = _side_ran(column(SIDE_TIME[side]), [values[x] for s, x in names if s == side], n)
+        np.copyto(block[len(names) + j], np.where(ran_of[side] & known[c], dur, 0.0))
     for i, (_, c) in enumerate(names):
         np.multiply(block[len(names) + row_of[c]], np.where(known[c], values[c], 0.0), out=block[i])
     labels = [f"num:{c}" for _, c in names] + [f"den:{c}" for _, c in shared]
@@ -201,13 +222,13 @@ def _l2_rates(capture: Tables, comp: pd.DataFrame, types: pd.Series) -> pd.DataF
 
 
 def type_table(capture: Tables, with_flops: bool = True, kernel_flops: pd.Series | None = None,
-               compute: tuple[pd.DataFrame, pd.Series] | None = None, weighted: list[Weighted] | None = None) -> pd.DataFrame:
+               compute: Compute | None = None) -> pd.DataFrame:
     """One row per compute op type over every rank, largest time first: launches, time_us, share,
     flops (null when no kernel of the type has FLOPs, or ``with_flops`` is off), tflops, the pipe
     ratios per column and per unit, bound, bound_ratio, bound_note, l2_hit_rate, l2_victim_rate.
     ``kernel_flops``: phases.compute_kernel_flops of ``capture`` when the caller has it; ``compute``: (its
-    compute kernels, their types) when the caller has them (:func:`_compute_and_types`)."""
-    comp, types = compute if compute is not None else _compute_and_types(capture)
+    compute kernels, their types, their pipe weights) when the caller has them (:func:`_compute_and_types`)."""
+    comp, types, weighted = compute if compute is not None else _compute_and_types(capture)
     if not len(comp):
         return pd.DataFrame()
     f = None if not with_flops else kernel_flops if kernel_flops is not None else ph.compute_kernel_flops(capture)  # type: ignore[arg-type]  # reads table() only
@@ -221,14 +242,18 @@ def type_table(capture: Tables, with_flops: bool = True, kernel_flops: pd.Series
     total = float(agg["time_us"].sum())
     agg["share"] = agg["time_us"] / total if total > 0 else np.nan
     agg["tflops"] = (agg["flops"] / (agg["known_us"].where(agg["known_us"] > 0) * 1e-6) / FLOPS_PER_TFLOPS).astype(float)
-    out = _none_for_nan(agg.join(_bounds(comp, types, weighted)).join(_l2_rates(capture, comp, types)))
+    out = _none_for_nan(agg.join(_bounds(comp, types, [weighted])).join(_l2_rates(capture, comp, types)))
     return out.sort_values("time_us", ascending=False, kind="stable").drop(columns=["known_us"])
 
 
-def _compute_and_types(capture: Tables) -> tuple[pd.DataFrame, pd.Series]:
-    """The compute kernels (:func:`_compute`) and each one's op type (:func:`_types`)."""
-    comp = _compute(capture)
-    return comp, _types(comp) if len(comp) else pd.Series(dtype=object)
+#: The compute kernels of a capture (:func:`_compute`: not their PMU columns), their op types and their pipe weights.
+Compute = tuple[pd.DataFrame, pd.Series, Weighted]
+
+
+def _compute_and_types(capture: Tables) -> Compute:
+    """The compute kernels and their pipe weights (:func:`_compute`), and each kernel's op type (:func:`_types`)."""
+    comp, weighted = _compute(capture)
+    return comp, _types(comp) if len(comp) else pd.Series(dtype=object), weighted
 
 
 def _types(comp: pd.DataFrame) -> pd.Series:
@@ -254,14 +279,14 @@ def bound_shares(capture: Tables) -> pd.DataFrame:
     """Per compute op type, largest time first: time_us, share (of the compute time), the pipe and unit ratios
     and the bound, as :func:`type_table` gives them, without what a rank's bound shares do not need (launches,
     FLOPs, L2 rates)."""
-    comp = _compute(capture)
+    comp, weighted = _compute(capture)
     if not len(comp):
         return pd.DataFrame()
     types = _types(comp)
     time_us = comp["dur_us"].astype(float).groupby(types, sort=False).sum()
     total = float(time_us.sum())
     share = time_us / total if total > 0 else pd.Series(np.nan, index=time_us.index)
-    out = _none_for_nan(pd.DataFrame({"time_us": time_us, "share": share}).join(_bounds(comp, types)))
+    out = _none_for_nan(pd.DataFrame({"time_us": time_us, "share": share}).join(_bounds(comp, types, [weighted])))
     return out.sort_values("time_us", ascending=False, kind="stable")  # type_table's order: sums over rows match it
 
 
@@ -279,17 +304,15 @@ def bound_shares_by_rank(capture: Capture) -> dict[int, pd.DataFrame]:
     return out
 
 
-def _by_rank_and_type(capture: Capture, compute: tuple[pd.DataFrame, pd.Series] | None = None,
-                      weighted: list[Weighted] | None = None
-                      ) -> tuple[pd.DataFrame, dict[int, np.ndarray]] | None:
+def _by_rank_and_type(capture: Capture, compute: Compute | None = None) -> tuple[pd.DataFrame, dict[int, np.ndarray]] | None:
     """The frame of bound_shares_by_rank over (rank, type) and each rank's rows in it (in its groups' order);
     None without compute kernels. ``compute``: as :func:`type_table` takes it."""
-    comp, types = compute if compute is not None else _compute_and_types(capture)
+    comp, types, weighted = compute if compute is not None else _compute_and_types(capture)
     if not len(comp):
         return None
     keys = [comp["rank"].rename("rank"), types]
     time_us = comp["dur_us"].astype(float).groupby(keys, sort=False).sum()
-    bounds = _bounds(comp, keys, weighted)  # the same groups in the same order as time_us
+    bounds = _bounds(comp, keys, [weighted])  # the same groups in the same order as time_us
     ranks_of = time_us.index.get_level_values(0)
     codes, uniq = pd.factorize(ranks_of, sort=False)
     times = time_us.to_numpy(dtype=float)
@@ -308,12 +331,10 @@ def cached_table(ctx: Context) -> pd.DataFrame:
     its op types have a bound, the same grouping per rank and type (mte2_bound_share's) is made then from the same
     compute kernels, not from a second copy of them, nor their pipe ratios weighted a second time."""
     if _KEY not in ctx.cache:
-        compute = _compute_and_types(ctx.capture)
-        weighted: list[Weighted] = []  # (pipe_weights of the compute kernels, once made: both groupings sum them)
-        t = ctx.cache[_KEY] = type_table(ctx.capture, kernel_flops=ph.kernel_flops_for(ctx), compute=compute,
-                                         weighted=weighted)
+        compute = _compute_and_types(ctx.capture)  # (with the kernels' pipe weights, made once: both groupings sum them)
+        t = ctx.cache[_KEY] = type_table(ctx.capture, kernel_flops=ph.kernel_flops_for(ctx), compute=compute)
         if len(t) and t["bound"].notna().any():
-            ctx.once(_KEY + ".by_rank", lambda: _by_rank_and_type(ctx.capture, compute, weighted))
+            ctx.once(_KEY + ".by_rank", lambda: _by_rank_and_type(ctx.capture, compute))
     return ctx.cache[_KEY]  # type: ignore[no-any-return]
 
 
