@@ -109,9 +109,10 @@ def test_split_metrics_equal_one_process(job8: Path, monkeypatch: pytest.MonkeyP
     assert len(pids) == 3 and all(pid != os.getpid() for pid in pids.values())
     assert composed == [] and "device_memory.composition_rows" in caches[0]  # came back: not computed here
     assert early == [(os.getpid(), False)]  # once, here, before the metrics were all back
-    # the helpers only their module's metrics read (registry.KEPT_IN_CHILD: the kernels' column codes, the memory
-    # metrics' framework columns per rank) stay in the child
-    assert registry.KEPT_IN_CHILD == {"kernels.codes.", "memory.framework_column."}
+    # the helpers only their module's metrics read (registry.KEPT_IN_CHILD: the kernels' and the memory table's column
+    # codes, the memory metrics' framework rows and columns per rank, the forward kernels) stay in the child
+    assert registry.KEPT_IN_CHILD == {"kernels.codes.", "memory.codes.", "memory.framework_column.", "memory.framework_rows",
+                                      "device_memory.forward"}
     assert not [k for k in caches[0] if k.startswith(tuple(registry.KEPT_IN_CHILD))]
 
 

@@ -73,24 +73,50 @@ def framework_column(ctx: Context, col: str) -> dict[int, np.ndarray]:
     return kept  # type: ignore[no-any-return]
 
 
+#: The key prefix of a memory column's codes (text_hits): read by the memory modules' metrics only.
+_CODES = kept_in_child("memory.codes.")
+
+
+def memory_codes(ctx: Context, col: str) -> tuple[np.ndarray, list[str]]:
+    """The memory table's column ``col`` factorized once per analysis (``ctx``): (each row's code, each code's text),
+    a null's code -1 (so the last of a list of answers per code with a null's answer appended)."""
+    def make() -> tuple[np.ndarray, list[str]]:
+        codes, uniq = pd.factorize(ctx.capture.table("memory")[col])
+        return codes, [str(t) for t in uniq]
+
+    return ctx.once(_CODES + col, make)
+
+
+def text_hits(ctx: Context, col: str, test: Callable[[str], bool]) -> np.ndarray:
+    """Per row of the memory table, ``test`` of its text in column ``col`` (a null as the empty text), each distinct
+    text tested once (:func:`memory_codes`), not a text taken or compared per row (512 bench ranks: ~0.5 million rows
+    of a few distinct components and sources)."""
+    codes, texts = memory_codes(ctx, col)
+    return np.array([test(t) for t in texts] + [test("")], dtype=bool)[codes]  # type: ignore[no-any-return]
+
+
+#: The key of the framework rows (they hold the memory table: too large to come back from a forked child).
+_ROWS = kept_in_child("memory.framework_rows")
+
+
 def _framework(ctx: Context) -> tuple[Mapping[int, pd.DataFrame], pd.DataFrame, dict[int, np.ndarray]]:
     """(framework_rows, the memory rows they are taken from, each rank's row positions in them)."""
-    kept = ctx.cache.get("memory.framework_rows")
+    kept = ctx.cache.get(_ROWS)
     if kept is None:
-        kept = ctx.cache["memory.framework_rows"] = _framework_rows(ctx)
+        kept = ctx.cache[_ROWS] = _framework_rows(ctx)
     return kept  # type: ignore[no-any-return]
 
 
 def _framework_rows(ctx: Context) -> tuple[Mapping[int, pd.DataFrame], pd.DataFrame, dict[int, np.ndarray]]:
     m = ctx.capture.table("memory")
     # the rows of the memory sources as positions in the table (no frame of them: its columns are read where asked)
-    at = np.flatnonzero(m["source"].isin(MEMORY_SOURCES).fillna(False).to_numpy(bool))
+    at = np.flatnonzero(text_hits(ctx, "source", lambda t: t in MEMORY_SOURCES))
     positions: dict[int, np.ndarray] = {}
-    # the components tested once for those rows, each rank's rows taken by position (the groups rank_rows gives of
-    # those rows: ranks in order, each rank's rows in their order)
-    comp = m["component"].iloc[at].fillna("")
-    kinds = [comp.str.endswith(COMBINED_SUFFIX), comp.isin(FRAMEWORK_COMPONENTS), comp.eq(GE_COMPONENT)]
-    tests = [k.to_numpy(bool) for k in kinds]
+    # the components tested at those rows (each distinct text once, a null as ""), each rank's rows taken by
+    # position (the groups rank_rows gives of those rows: ranks in order, each rank's rows in their order)
+    kinds: list[Callable[[str], bool]] = [
+        lambda t: t.endswith(COMBINED_SUFFIX), lambda t: t in FRAMEWORK_COMPONENTS, lambda t: t == GE_COMPONENT]
+    tests = [text_hits(ctx, "component", kind)[at] for kind in kinds]
     ts = m["ts_us"].to_numpy(float, na_value=np.nan)[at]
     rank = m["rank"].to_numpy(float, na_value=np.nan)[at]
     present = np.flatnonzero(~np.isnan(rank))
