@@ -355,9 +355,8 @@ def analyze(path: str | Path, options: Options | None = None) -> Analysis:
 
     early: dict[str, Any] = {}  # views of the capture alone, computed while a forked child computes metrics
 
-    def meanwhile() -> None:
+    def meanwhile() -> None:  # (each rank's top kernel types come back with the child's kernels metrics: kernels.top_types)
         early["link_heatmap"] = cluster.link_heatmap(cap)
-        early["top_kernels"] = kernels.top_types_per_rank(cap)
 
     metrics = compute_all(ctx, meanwhile)
     kind = phases.workload(ctx)
@@ -382,7 +381,7 @@ def analyze(path: str | Path, options: Options | None = None) -> Analysis:
         "rank_table": cluster.rank_table(cap, steps, metrics, opts.ranks_per_node),
         "link_heatmap": early["link_heatmap"] if "link_heatmap" in early else cluster.link_heatmap(cap),
         # each rank's compute kernel types by time (the JSON ranks' top_kernels)
-        "top_kernels": early["top_kernels"] if "top_kernels" in early else kernels.top_types_per_rank(cap),
+        "top_kernels": kernels.top_types(ctx),
         "collectives": collectives.collective_records(ctx),  # instances matched across ranks (issue 14)
         "causes": causes.cause_rows(ctx),  # what the host does while the device waits (issue 14)
         "memory_composition": device_memory.composition_rows(ctx),  # the device peak by component (issue 15)

@@ -14,7 +14,7 @@ import pytest
 from msdiag import analysis, forking
 from msdiag.analysis import analyze
 from msdiag.contract import build
-from msdiag.metrics import device_memory, kernels, registry
+from msdiag.metrics import cluster, device_memory, kernels, registry
 from msdiag.options import Options
 
 
@@ -85,12 +85,21 @@ def test_split_metrics_equal_one_process(job8: Path, monkeypatch: pytest.MonkeyP
         return out
 
     monkeypatch.setattr(analysis, "compute_all", compute_all)
-    # the analysis' views of the capture alone (each rank's top kernel types) are made here while the child computes
+    # the analysis' views of the capture alone (the link heatmap) are made here while the child computes; each rank's
+    # top kernel types (kernels.top_types, registry.WITH_METRICS) in the child, after its kernels metrics
     early: list[tuple[int, bool]] = []
+    real_heatmap = cluster.link_heatmap
+
+    def heatmap(cap):  # type: ignore[no-untyped-def]
+        early.append((os.getpid(), bool(returned)))
+        return real_heatmap(cap)
+
+    monkeypatch.setattr(cluster, "link_heatmap", heatmap)
+    topped: list[int] = []  # (appended to in the process that computes them)
     real_top = kernels.top_types_per_rank
 
     def top(cap):  # type: ignore[no-untyped-def]
-        early.append((os.getpid(), bool(returned)))
+        topped.append(os.getpid())
         return real_top(cap)
 
     monkeypatch.setattr(kernels, "top_types_per_rank", top)
@@ -109,6 +118,7 @@ def test_split_metrics_equal_one_process(job8: Path, monkeypatch: pytest.MonkeyP
     assert len(pids) == 3 and all(pid != os.getpid() for pid in pids.values())
     assert composed == [] and "device_memory.composition_rows" in caches[0]  # came back: not computed here
     assert early == [(os.getpid(), False)]  # once, here, before the metrics were all back
+    assert topped == [] and "kernels.top_types" in caches[0]  # in the child: came back, not computed here
     # the helpers only their module's metrics read (registry.KEPT_IN_CHILD: the kernels' and the memory table's column
     # codes, the memory metrics' framework rows and columns per rank, the forward kernels) stay in the child
     assert registry.KEPT_IN_CHILD == {"kernels.codes.", "memory.codes.", "memory.framework_column.", "memory.framework_rows",
