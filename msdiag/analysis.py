@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 import pandas as pd
@@ -57,6 +57,9 @@ class Analysis:
     views: ChartViews | None = None  # what each chart draws (metrics/views.py), computed on first use
     plan: dict[str, Any] = field(default_factory=dict)  # the findings ordered by saving (msdiag/plan.py)
     goals: list[dict[str, Any]] = field(default_factory=list)  # each --goal: now, gap, the plan prefix reaching it
+    # what analyze's ``early`` made of the capture and the checks while a forked child computed metrics (the contract's
+    # parts that read no metric, with their JSON: contract.early_parts); empty without a child or an ``early``
+    early: dict[str, Any] = field(default_factory=dict)
 
 
 # A rank's first step slower than this many times the median of its other steps is warm-up
@@ -339,8 +342,11 @@ def _rules_cache(path: str | Path, opts: Options) -> Path | None:
     return None if within(opts.cache, path) else Path(opts.cache).expanduser().resolve()
 
 
-def analyze(path: str | Path, options: Options | None = None) -> Analysis:
-    """Read the capture at ``path`` and compute its step breakdown, metrics and diagnosis."""
+def analyze(path: str | Path, options: Options | None = None,
+            early: Callable[[Capture, list[dict[str, Any]]], dict[str, Any]] | None = None) -> Analysis:
+    """Read the capture at ``path`` and compute its step breakdown, metrics and diagnosis. ``early``: the caller's
+    work on the capture and the cross-checks alone, done where this process would wait for a forked child computing
+    metrics (its result is ``Analysis.early``; not called without such a child)."""
     from msdiag.inference import summary as inference
     from msdiag.metrics import phases
     from msdiag.trainlog import summary as training
@@ -353,10 +359,12 @@ def analyze(path: str | Path, options: Options | None = None) -> Analysis:
     ctx = Context(capture=cap, steps=steps, options=opts, requests=log, train_log=tlog)
     from msdiag.metrics import causes, cluster, collectives, device_memory, kernel_types, kernels
 
-    early: dict[str, Any] = {}  # views of the capture alone, computed while a forked child computes metrics
+    made: dict[str, Any] = {}  # views of the capture alone, computed while a forked child computes metrics
 
     def meanwhile() -> None:  # (each rank's top kernel types come back with the child's kernels metrics: kernels.top_types)
-        early["link_heatmap"] = cluster.link_heatmap(cap)
+        made["link_heatmap"] = cluster.link_heatmap(cap)
+        if early is not None:
+            made["caller"] = early(cap, checks)
 
     metrics = compute_all(ctx, meanwhile)
     kind = phases.workload(ctx)
@@ -379,7 +387,7 @@ def analyze(path: str | Path, options: Options | None = None) -> Analysis:
 
     views = {
         "rank_table": cluster.rank_table(cap, steps, metrics, opts.ranks_per_node),
-        "link_heatmap": early["link_heatmap"] if "link_heatmap" in early else cluster.link_heatmap(cap),
+        "link_heatmap": made["link_heatmap"] if "link_heatmap" in made else cluster.link_heatmap(cap),
         # each rank's compute kernel types by time (the JSON ranks' top_kernels)
         "top_kernels": kernels.top_types(ctx),
         "collectives": collectives.collective_records(ctx),  # instances matched across ranks (issue 14)
@@ -411,6 +419,7 @@ def analyze(path: str | Path, options: Options | None = None) -> Analysis:
         goals=planning.evaluate_goals(opts.goals, {k: v.value for k, v in metrics.items()}, plan),
         train_log=tlog,
         training=training.build(tlog, findings),
+        early=made.get("caller") or {},
     )
 
 

@@ -224,12 +224,13 @@ def _options(kw: dict[str, Any]) -> Any:
         raise InputError(values.get("config") or "options", str(e)) from None
 
 
-def _analyze(path: str | Path, opts: Any, strict: bool) -> Any:
-    """analysis.analyze; with ``--strict`` a rank left out or a source that failed stops it (exit 2)."""
+def _analyze(path: str | Path, opts: Any, strict: bool, early: Any = None) -> Any:
+    """analysis.analyze; with ``--strict`` a rank left out or a source that failed stops it (exit 2). ``early``: as
+    analyze takes it (contract.early_parts, where the report's JSON is written)."""
     from msdiag.analysis import analyze as run
 
     with _lean_gc():
-        a = run(path, opts)
+        a = run(path, opts, early)
     if strict:
         _check_strict(a)
     return a
@@ -346,17 +347,18 @@ def analyze(path: str, fmt: str, fail_on: str | None, baseline_name: str | None,
         opts = _options(kw)
         stored = _result_cache(path, opts, kw["strict"], saved)
         report = stored.get() if stored is not None else None
-        compact = None  # the report's JSON text, where it was made for the result cache (printed from it too)
+        compact = None  # the report's JSON text, where it was made for the result cache or the output (printed from it)
         if report is None:
             from msdiag.contract import build
 
-            a = _analyze(path, opts, kw["strict"])
+            a = _analyze(path, opts, kw["strict"], _early if stored is not None or fmt == "json" else None)
             report = build(a)
             if saved is not None:
                 report["baseline_diff"] = _against_baseline(saved, a, report, path)
+            if stored is not None or fmt == "json":
+                compact = _compact(report, a.early)
             if stored is not None:
-                compact = _compact(report)
-                stored.put(report, compact)
+                stored.put(report, compact, _early_exact(report, a.early))
     except MsdiagError as e:
         _fail(e, kw["debug"])
         return
@@ -388,11 +390,44 @@ def _indented(report: dict[str, Any], compact: str | None = None) -> str:
         return json.dumps(report, indent=1, ensure_ascii=False)
 
 
-def _compact(report: dict[str, Any]) -> str | None:
+def _early(cap: Any, checks: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the CLI has made of the capture and the cross-checks while a forked child computes metrics
+    (``analysis.analyze(early=...)``): the report's parts that read no metric with their JSON texts
+    (contract.early_parts), and which of them come back from JSON as they are (result_cache.as_stored: the result
+    cache's check, not walked again when the report is stored)."""
+    from msdiag import result_cache
+    from msdiag.contract import early_parts
+
+    parts = early_parts(cap, checks)
+    parts["_exact"] = {k: made[0] for k, made in parts.items() if isinstance(made, tuple) and result_cache.as_stored(made[0])}
+    return parts
+
+
+def _early_exact(report: dict[str, Any], early: dict[str, Any]) -> frozenset[str]:
+    """The report's keys whose values :func:`_early` found to come back from JSON as they are (still those values)."""
+    return frozenset(k for k, v in early.get("_exact", {}).items() if report.get(k) is v)
+
+
+def _compact(report: dict[str, Any], early: dict[str, Any] | None = None) -> str | None:
     """``json.dumps(report, ensure_ascii=False, allow_nan=False)`` (what the result cache stores and, with no NaN in
-    it, the text JSON output indents), or None where it cannot be made so."""
+    it, the text JSON output indents), or None where it cannot be made so. ``early``: ``Analysis.early``, the texts of
+    report values made while the metrics were computed (contract.early_parts): a value of the report that is one of
+    them (the same object) is written as its text, the rest by json, the same text to the character (json writes a
+    dict as its keys and values' texts, ", " and ": " between), as json writes it whole where a mark is not found once."""
     try:
-        return json.dumps(report, ensure_ascii=False, allow_nan=False)
+        parts = {k: made[1] for k, made in (early or {}).items()
+                 if isinstance(made, tuple) and made[1] is not None and report.get(k) is made[0]}
+        if not parts:
+            return json.dumps(report, ensure_ascii=False, allow_nan=False)
+        marks = {k: f"\x00msdiag early {k}\x00" for k in parts}  # (json writes U+0000 as \u0000: in no text of a report)
+        text = json.dumps({k: marks.get(k, v) for k, v in report.items()}, ensure_ascii=False, allow_nan=False)
+        for k, mark in marks.items():
+            quoted = json.dumps(mark)
+            at = text.find(quoted)
+            if at < 0 or text.find(quoted, at + 1) >= 0:
+                return json.dumps(report, ensure_ascii=False, allow_nan=False)
+            text = text[:at] + parts[k] + text[at + len(quoted):]
+        return text
     except (TypeError, ValueError):
         return None
 

@@ -40,7 +40,7 @@ import json
 import os
 import stat
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -102,6 +102,11 @@ def fingerprint(path: str | Path) -> str:
                 raise _Doubt(f"{root}: more than {_MAX_FILES} files")
             h.update(f"file\0{name}\0{est.st_size}\0{est.st_mtime_ns}\0".encode())
     return h.hexdigest()
+
+
+def as_stored(value: Any) -> bool:
+    """Whether ``value`` (a part of a report) comes back from JSON as the renderers would read it (:func:`_as_stored`)."""
+    return _as_stored(value)
 
 
 def _as_stored(live: Any) -> bool:
@@ -206,10 +211,12 @@ class ResultCache:
             return None
         return stored["report"] if stored["key"] == self.key else None
 
-    def put(self, report: dict[str, Any], compact: str | None = None) -> bool:
+    def put(self, report: dict[str, Any], compact: str | None = None, exact: Collection[str] = ()) -> bool:
         """Store ``report`` (False when it would not come back from JSON identical, or cannot be written).
         ``compact``: ``json.dumps(report, ensure_ascii=False, allow_nan=False)`` where the caller made it already
-        (the CLI prints it indented): the stored text is then made around it, the same text to the byte."""
+        (the CLI prints it indented): the stored text is then made around it, the same text to the byte. ``exact``:
+        keys of ``report`` whose values the caller found to come back as they are (:func:`as_stored`): not walked
+        again."""
         try:
             if compact is None:
                 text = json.dumps({"key": self.key, "report": report}, ensure_ascii=False, allow_nan=False)
@@ -217,7 +224,7 @@ class ResultCache:
                 text = f'{{"key": {json.dumps(self.key, ensure_ascii=False, allow_nan=False)}, "report": {compact}}}'
         except (TypeError, ValueError):
             return False
-        if not _as_stored(report):
+        if not (set(map(type, report)) <= _STR and all(k in exact or _as_stored(v) for k, v in report.items())):
             return False  # an int key, a str subclass, ...: a hit might not render the same
         try:
             self.file.parent.parent.parent.mkdir(mode=PRIVATE, parents=True, exist_ok=True)

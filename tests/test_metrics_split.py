@@ -5,6 +5,7 @@ computed in the child, and a child that fails replaced by the parent computing i
 from __future__ import annotations
 
 import functools
+import json
 import os
 import time
 from pathlib import Path
@@ -241,3 +242,37 @@ def test_the_cache_unpickles_a_kept_helper_where_it_is_read() -> None:
     cache["c"] = registry.Pickled(pickle.dumps({"k": 3}))
     assert dict(cache.items()) == {"a": 1, "b": [1, 2], "c": {"k": 3}} and cache.values() == [1, [1, 2], {"k": 3}]
     assert cache.setdefault("d", 4) == 4 and cache.get("missing", 5) == 5 and cache.pop("a") == 1 and "a" not in cache
+
+
+def test_early_parts_made_while_the_child_computes_are_the_reports_text(job8: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """analyze(early=contract.early_parts) on job8 with the split lowered: the report's sources and cross-checks are the
+    values made while the child computed (the same objects), and the CLI's JSON of the report spliced from their texts
+    is json's own text of the whole report, to the character; a report whose value is not the one made (an equal copy)
+    is written by json, the same text."""
+    from msdiag.cli import _compact, _early, _early_exact
+
+    monkeypatch.setattr(registry, "SPLIT_MIN_RANKS", 2)
+    monkeypatch.setattr(registry, "SPLIT_MAX_RSS_MB", 1 << 20)
+    monkeypatch.setattr(forking, "fork_cpus", lambda: 2)
+    calls: list[int] = []
+
+    def early(cap, checks):  # type: ignore[no-untyped-def]
+        calls.append(os.getpid())
+        return _early(cap, checks)
+
+    a = analyze(job8, Options(jobs=2), early)
+    assert calls == [os.getpid()]  # once, here, while the child computed
+    report = build(a)
+    assert report["sources"] is a.early["sources"][0] and report["checks"] is a.early["checks"][0]
+    assert len(report["sources"]) > 8 and len(report["checks"]) > 8
+    whole = json.dumps(report, ensure_ascii=False, allow_nan=False)
+    assert _compact(report, a.early) == whole
+    copied = {**report, "sources": [dict(s) for s in report["sources"]]}
+    assert _compact(copied, a.early) == whole
+    # which parts need no second walk for the result cache: those still the values found to come back as they are
+    assert _early_exact(report, a.early) == {"sources", "checks"} and _early_exact(copied, a.early) == {"checks"}
+    # without a child, nothing is made early: the report as before
+    monkeypatch.setattr(registry, "SPLIT_MIN_RANKS", 10**9)
+    b = analyze(job8, Options(jobs=2), early)
+    assert calls == [os.getpid()] and b.early == {}
+    assert json.dumps(build(b), ensure_ascii=False, allow_nan=False) == whole

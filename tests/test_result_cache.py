@@ -36,9 +36,9 @@ def analyses(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     calls: list[str] = []
     real = msdiag.analysis.analyze
 
-    def counting(path: Any, options: Any = None) -> Any:
+    def counting(path: Any, options: Any = None, early: Any = None) -> Any:
         calls.append(str(path))
-        return real(path, options)
+        return real(path, options, early)
 
     monkeypatch.setattr(msdiag.analysis, "analyze", counting)  # cli._analyze imports it at call time
     yield calls
