@@ -569,8 +569,9 @@ def _rank_json(rd: RankData, named: dict[str, list[list[str]]] | None = None) ->
     info = rd.info.to_json()
     info["info_json"] = _relative(info.get("info_json"), rd.path)
     # a Source's fields as they are (asdict would copy them deeply, only for them to be written)
-    fields = _SOURCE_FIELDS
-    sources = [{**{f: getattr(s, f) for f in fields}, "path": _relative(s.path, rd.path)} for s in rd.sources]
+    fields, width = _SOURCE_FIELDS, len(_SOURCE_FIELDS)
+    sources = [{**(vars(s) if len(vars(s)) == width else {f: getattr(s, f) for f in fields}), "path": _relative(s.path, rd.path)}
+               for s in rd.sources]  # (a Source's __dict__ holds its fields in their order: no getattr per field)
     head = {
         "rank": rd.rank,
         "family": rd.family,
@@ -584,7 +585,8 @@ def _rank_json(rd: RankData, named: dict[str, list[list[str]]] | None = None) ->
         text = json.dumps(head, ensure_ascii=False)
     except (TypeError, ValueError):
         return None
-    return text if _json_exact(head) else None
+    # (the tables' [[column, dtype], ...] are texts by construction, _dtypes: the rest walked, ~a third of a head's cost)
+    return text if all(_json_exact(v) for k, v in head.items() if k != "tables") else None
 
 
 #: A Source's field names, in order (dataclasses.fields per source cost a tenth of a rank's head).
