@@ -78,9 +78,11 @@ def test_a_table_whose_frames_differ_travels_as_it_was(corpus: Path) -> None:
 
 def test_task_size() -> None:
     # at least TASKS_PER_WORKER_MIN (4) tasks per worker where the ranks allow, at most TASK_RANKS (64) ranks a task:
-    # n // (2 workers x 4), at least 1, at most 64
-    assert [parallel.task_size(n, 2) for n in (1, 8, 16, 31, 32, 64, 256, 512, 1024)] == [1, 1, 2, 3, 4, 8, 32, 64, 64]
-    assert parallel.task_size(64, 1) == 16
+    # n // (2 workers x 4), at most 64; at least TASK_RANKS_MIN (2) where each worker has 2 ranks to read (n >= 4),
+    # else 1
+    assert [parallel.task_size(n, 2) for n in (1, 3, 4, 7, 8, 16, 31, 32, 64, 256, 512, 1024)] == [
+        1, 1, 2, 2, 2, 2, 3, 4, 8, 32, 64, 64]
+    assert parallel.task_size(64, 1) == 16 and parallel.task_size(1, 1) == 1 and parallel.task_size(3, 1) == 2
 
 
 def test_an_analysis_read_by_tasks_of_several_ranks_is_the_one_read_rank_by_rank(
@@ -273,8 +275,9 @@ def test_task_cuts_end_in_smaller_tasks() -> None:
         assert [i for c in cuts for i in c] == list(range(n)) and all(cuts)
     assert [len(c) for c in parallel.task_cuts(list(range(512)), 2)] == [64] * 6 + [32, 32, 32, 16, 16]
     assert [len(c) for c in parallel.task_cuts(list(range(64)), 2)] == [8] * 6 + [4, 4, 4, 2, 2]
-    # tasks of fewer than 4 ranks are not cut finer (8 ranks on 2 workers: tasks of 1)
-    assert [len(c) for c in parallel.task_cuts(list(range(8)), 2)] == [1] * 8
+    # tasks of fewer than 4 ranks are not cut finer (8 ranks on 2 workers: tasks of 2; a deep pass' 7: 2, 2, 2, 1)
+    assert [len(c) for c in parallel.task_cuts(list(range(8)), 2)] == [2] * 4
+    assert [len(c) for c in parallel.task_cuts(list(range(7)), 2)] == [2, 2, 2, 1]
 
 
 def test_a_read_of_few_tasks_per_worker_is_not_cut_finer(monkeypatch: pytest.MonkeyPatch) -> None:

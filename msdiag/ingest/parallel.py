@@ -75,6 +75,9 @@ WHOLE_READ_TASKS = 2 * IN_FLIGHT
 #: 4.09-4.76 s with 32 (and 8 tasks per worker at least) against 4.03-4.29 s with 64 (and 4), the peak 640 / 627 MiB
 #: (a task's fixed cost: each kind's bulk read, the cache file and its streams, the spool files, paid half as often).
 TASK_RANKS = 64
+#: Ranks per pool task, at least, where each worker has as many to read (a tiered load's deep pass: 7 bench ranks in
+#: tasks of 2, 2, 2 and 1; each task's files of a kind read at once, ``prepare``: a deep rank 60 -> 50 ms).
+TASK_RANKS_MIN = 2
 #: A read is cut into at least this many tasks per worker where it can be (a task of fewer ranks on a small
 #: job), so that the workers finish together (the last tasks smaller still: :func:`task_cuts`). 64 bench ranks cold,
 #: four alternated runs: tasks of 4 ranks (8 per worker) 1.91-1.97 s, of 8 ranks (4 per worker) 1.77-1.82 s.
@@ -484,7 +487,10 @@ def unpack(p: Packed) -> tuple[list[RankData], list[tuple[str, Any, list[Any]]]]
 def task_size(todo: int, workers: int) -> int:
     """Ranks per pool task for ``todo`` ranks on ``workers`` workers: at least TASKS_PER_WORKER_MIN tasks per worker
     where the ranks allow, at most TASK_RANKS ranks per task."""
-    return max(1, min(TASK_RANKS, todo // (workers * TASKS_PER_WORKER_MIN)))
+    size = todo // (workers * TASKS_PER_WORKER_MIN)
+    if size < TASK_RANKS_MIN and todo >= TASK_RANKS_MIN * workers:
+        size = TASK_RANKS_MIN
+    return max(1, min(TASK_RANKS, size))
 
 
 def task_cuts(todo: list[int], workers: int) -> list[list[int]]:
