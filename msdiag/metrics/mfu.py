@@ -22,7 +22,7 @@ from msdiag.metrics.registry import Context, Value, metric, nan_sum, rank_rows
 
 _RECOMPUTE = re.compile(r"recompute", re.IGNORECASE)
 #: What the FLOPs resolution reads of the compute kernels (only these are copied)
-_FLOPS_COLUMNS = ("rank", "name", "start_us", "dur_us", "cube_fops", "vector_fops")
+_FLOPS_COLUMNS = ("rank", "start_us", "dur_us", "cube_fops", "vector_fops")
 
 
 def _peak(ctx: Context) -> tuple[float | None, str]:
@@ -45,14 +45,16 @@ def _world_size(ctx: Context) -> tuple[int, str]:
     return len(ctx.capture.ranks), "the number of ranks in the capture"
 
 
-def _per_step_sum(ctx: Context, values: pd.Series, kernels: pd.DataFrame) -> dict[int, float]:
+def _per_step_sum(ctx: Context, values: pd.Series, kernels: pd.DataFrame, at: dict[Any, np.ndarray] | None = None) -> dict[int, float]:
     """Median over steps of the per-step sum of ``values`` (aligned with ``kernels``), per rank.
 
     Float values with float starts are cut and summed on arrays (np.nansum is pandas' float sum: missing
-    values as 0, the same pairwise order), not with a pandas mask per step of every rank."""
+    values as 0, the same pairwise order), not with a pandas mask per step of every rank. ``at``:
+    ``kernels.groupby("rank").indices`` where the caller has it (one grouping for its several sums)."""
     out: dict[int, float] = {}
     steps = ctx.steps
-    at = kernels.groupby("rank").indices  # rank -> positions: no pass over every rank's kernels per rank
+    if at is None:
+        at = kernels.groupby("rank").indices  # rank -> positions: no pass over every rank's kernels per rank
     arrays = values.dtype == np.float64 and kernels["start_us"].dtype == np.float64
     v_all, s_all = (values.to_numpy(), kernels["start_us"].to_numpy()) if arrays else (None, None)
     total: Callable[[Any], Any] = nan_sum if arrays else (lambda x: x.sum())
@@ -92,7 +94,9 @@ def _flops(ctx: Context) -> dict[str, Any]:
     # before comp exists (a CPU trace holds millions of kernel rows: two copies at once would double the peak)
     kf = phases.kernel_flops_for(ctx)
     k = ctx.capture.table("kernels")
-    comp = k.loc[k["kind"] == "compute", list(_FLOPS_COLUMNS)].reset_index(drop=True)
+    rows = np.flatnonzero((k["kind"] == "compute").to_numpy(bool, na_value=False))
+    comp = k[list(_FLOPS_COLUMNS)].take(rows).reset_index(drop=True)
+    at = comp.groupby("rank").indices  # (each rank's compute kernels, for every per-step sum below)
     shape_f = pd.Series(dtype=float) if kf is None else kf
     if cfg_path:
         cfg = model_config.load_model_config(str(cfg_path))
@@ -104,10 +108,16 @@ def _flops(ctx: Context) -> dict[str, Any]:
         out["source"] = "model config"
         out["convention"] = f"{f['convention']} (world size {ws} from {ws_from})"
     elif len(shape_f) and shape_f.notna().any():
-        recomputed = comp["name"].astype("string").str.contains(_RECOMPUTE, na=False).to_numpy()
+        # each distinct name searched once (the kernels' name column factorized once: kernels.column_codes; a null no
+        # recompute), not every compute kernel's name taken and searched
+        from msdiag.metrics.kernels import column_codes  # (here: a module's import registers its metrics, the JSON's order)
+
+        codes, names = column_codes(ctx, "name")
+        hit = np.array([bool(_RECOMPUTE.search(str(n))) for n in names] + [False], dtype=bool)
+        recomputed = hit[codes[rows]]
         model_vals = shape_f.fillna(0.0).where(~recomputed, 0.0)
-        out["model"] = _per_step_sum(ctx, model_vals, comp)
-        out["hardware"] = _per_step_sum(ctx, shape_f.fillna(0.0), comp)
+        out["model"] = _per_step_sum(ctx, model_vals, comp, at)
+        out["hardware"] = _per_step_sum(ctx, shape_f.fillna(0.0), comp, at)
         out["source"] = "kernel shapes"
         covered = float(comp.loc[shape_f.notna(), "dur_us"].sum() / max(comp["dur_us"].sum(), 1e-9))
         out["convention"] = (
@@ -118,7 +128,7 @@ def _flops(ctx: Context) -> dict[str, Any]:
     pmu = None
     if len(comp) and comp["cube_fops"].notna().any():
         pmu = comp["cube_fops"].fillna(0.0) + comp["vector_fops"].fillna(0.0)
-        hw = _per_step_sum(ctx, pmu, comp)
+        hw = _per_step_sum(ctx, pmu, comp, at)
         if out["source"] is None:
             out["model"] = hw
             out["source"] = "PMU"
