@@ -72,13 +72,17 @@ def _from_shapes(ctx: Context) -> tuple[float, float | None, str] | None:
     at = np.flatnonzero((whole["kind"] == "compute").fillna(False).to_numpy())
     if not len(at):
         return None
-    k = whole[["rank", "step", "start_us", "type"]].take(at).set_axis(at)  # (labelled by position in the whole)
+    k = whole[["rank", "step", "start_us"]].take(at).set_axis(at)  # (labelled by position in the whole)
 
-    def texts(first: pd.DataFrame) -> pd.DataFrame:  # (its rows' shape texts, taken by position from the whole)
-        shapes = whole[["input_shapes", "input_dtypes", "input_formats"]].take(first.index.to_numpy())
+    def texts(first: pd.DataFrame) -> pd.DataFrame:  # (its rows' type and shape texts, taken by position from the whole)
+        shapes = whole[["type", "input_shapes", "input_dtypes", "input_formats"]].take(first.index.to_numpy())
         return first.join(shapes.set_axis(first.index))
 
-    emb = k["type"].astype("string").str.lower().isin(flops.EMBEDDING_TYPES).fillna(False).to_numpy()
+    # each distinct type and format judged once, on the column's codes (kernels._text_mask: the test pandas makes on
+    # the texts, a null False), not every compute kernel's text taken and judged
+    from msdiag.metrics.kernels import _text_mask  # (here: a module's import registers its metrics, the JSON's order)
+
+    emb = _text_mask(ctx, "type", at, lambda t: t.str.lower().isin(flops.EMBEDDING_TYPES))
     first = texts(_first_per_step(k, emb))
     found = [flops.embedding_batch(t, s, d) for t, s, d in zip(_strs(first, "type"), _strs(first, "input_shapes"), _strs(first, "input_dtypes"))]
     pairs = [f for f in found if f is not None]
@@ -86,8 +90,7 @@ def _from_shapes(ctx: Context) -> tuple[float, float | None, str] | None:
         b = float(np.median([p[0] for p in pairs]))
         s = float(np.median([p[1] for p in pairs]))
         return b, b * s, f"batch {b:g} x sequence {s:g} from the indices of each step's first embedding lookup ({len(pairs)} step(s))"
-    formats = whole["input_formats"].take(at)
-    img = formats.astype("string").str.upper().str.match(r"^(FORMAT_)?NC?HWC?").fillna(False).to_numpy()
+    img = _text_mask(ctx, "input_formats", at, lambda t: t.str.upper().str.match(r"^(FORMAT_)?NC?HWC?"))
     first = texts(_first_per_step(k, img))
     got = [flops.image_batch(s, d, f) for s, d, f in zip(_strs(first, "input_shapes"), _strs(first, "input_dtypes"), _strs(first, "input_formats"))]
     batches = [g for g in got if g is not None]
