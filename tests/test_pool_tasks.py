@@ -167,39 +167,29 @@ def test_task_results_travel_through_the_spool_folder_and_leave_nothing(
     assert list(root.iterdir()) == []  # the spool folder went with the pool
 
 
-@pytest.mark.parametrize("texts_aside", [False, True])
-def test_a_spool_file_maps_back_to_the_ranks_its_arrays_views_of_the_file(job8: Path, tmp_path: Path,
-                                                                         monkeypatch: pytest.MonkeyPatch, texts_aside: bool) -> None:
-    # each concatenated table of a task in spool files of its own, its pickle with the numpy arrays' bytes out of band
-    # (and, parallel._texts_aside, its Arrow buffers' in a file of their own: their places marked by the top bit), each at
-    # an offset aligned to 64 bytes; read back, the ranks are the ones written, the numpy arrays of their frames views of
-    # the files' mappings (not copies; the files themselves removed)
+def test_a_spool_file_maps_back_to_the_ranks_its_arrays_views_of_the_file(job8: Path, tmp_path: Path) -> None:
+    # each concatenated table of a task in a spool file of its own, its pickle with the numpy arrays' bytes out of band,
+    # each at an offset aligned to 64 bytes; read back, the ranks are the ones written, the numpy arrays of their
+    # frames views of the files' mappings (not copies; the files themselves removed)
     import mmap
 
-    monkeypatch.setattr(parallel, "_texts_aside", lambda folder: texts_aside)
     dirs = discover.discover(job8).ranks
     with loader.prefetch(dirs) as cuts:
         ranks = [loader.load_rank_shallow(d) for d in dirs]
         packed = parallel.pack(ranks, parallel.concat_alike(ranks, cuts))
     got = parallel._spooled(packed, str(tmp_path))
     assert isinstance(got, parallel.Spooled) and sorted(got.tables) == sorted(packed.wholes)  # files per table
-    head, arrays, texts = got.tables["kernels"]
-    assert bool(texts) == texts_aside
-    data = Path(head).read_bytes()
+    head, arrays = (Path(p) for p in got.tables["kernels"])
+    data = head.read_bytes()
     count = int.from_bytes(data[-8:], "little")
     table = data[-8 - 16 * count : -8]
     places = [(int.from_bytes(table[16 * i : 16 * i + 8], "little"), int.from_bytes(table[16 * i + 8 : 16 * i + 16], "little"))
               for i in range(count)]  # fmt: skip
-    for in_texts, path in ((False, arrays), (True, texts)):
-        mine = [(o & ~(1 << 63), n) for o, n in places if bool(o >> 63) == in_texts]
-        if in_texts and not texts_aside:
-            assert not mine  # (the texts in the pickle)
-            continue
-        size = Path(path).stat().st_size
-        assert len(mine) > 5 and all(o % 64 == 0 for o, _ in mine) and mine[-1][0] + mine[-1][1] == size
-        assert sum(n for _, n in mine) > size // 2  # the arrays' (the buffers') bytes, not the pickle's
+    size = arrays.stat().st_size
+    assert count > 5 and all(o % 64 == 0 for o, _ in places) and places[-1][0] + places[-1][1] == size
+    assert sum(n for _, n in places) > size // 2  # the arrays' bytes, not the pickle's
     back, _ = parallel.unpack(parallel.unspooled(got))
-    assert not any(Path(p).exists() for p in (got.path, *(q for files in got.tables.values() for q in files if q)))
+    assert not any(Path(p).exists() for p in (got.path, *(q for pair in got.tables.values() for q in pair)))
     assert not list(tmp_path.iterdir())
     for g, want in zip(back, [loader.load_rank_shallow(d) for d in dirs]):
         _same_rank(g, want)
@@ -217,41 +207,26 @@ def test_a_spool_file_maps_back_to_the_ranks_its_arrays_views_of_the_file(job8: 
         np.testing.assert_array_equal(block.values, written.values)
 
 
-@pytest.mark.parametrize("texts_aside", [False, True])
-def test_no_task_file_stays_mapped_after_the_load_but_the_texts(job8: Path, monkeypatch: pytest.MonkeyPatch,
-                                                                texts_aside: bool) -> None:
-    # the pool's task files are mapped while their frames live; the load's join copies the numpy arrays, so no arrays'
-    # file outlives the load; a joined Arrow column keeps its chunks, so where the texts were written to files of their
-    # own (parallel._texts_aside) those stay mapped, and only those (without: the texts were copied from the pickle)
+def test_no_task_file_stays_mapped_after_the_load(job8: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the pool's task files are mapped while their frames live; the load's join copies the numpy arrays (the texts were
+    # copied from the pickle: a joined Arrow column keeps its chunks), so no mapping outlives the load
     import gc
     import mmap
 
     monkeypatch.setattr(parallel, "TASKS_PER_WORKER_MIN", 1)  # 8 ranks on 2 workers: tasks of 4 ranks
-    monkeypatch.setattr(parallel, "_texts_aside", lambda folder: texts_aside)
-    spooled: list[parallel.Spooled] = []
+    spooled: list[str] = []
     real = parallel.unspooled
-    mapped: dict[int, str] = {}  # id of each mapping -> the file it maps
-
-    class Mapping(mmap.mmap):
-        def __new__(cls, fileno: int, length: int, **kw: object) -> Mapping:
-            m = super().__new__(cls, fileno, length, **kw)  # type: ignore[misc]
-            mapped[id(m)] = os.readlink(f"/proc/self/fd/{fileno}")
-            return m  # type: ignore[no-any-return]
 
     def reading(got: parallel.Packed | parallel.Spooled) -> parallel.Packed:
         if isinstance(got, parallel.Spooled):
-            spooled.append(got)
+            spooled.append(got.path)
         return real(got)
 
     monkeypatch.setattr(parallel, "unspooled", reading)
-    monkeypatch.setattr(parallel.mmap, "mmap", Mapping)
     cap = loader.load(job8, jobs=2)
     assert len(spooled) == 2 and len(cap.ranks) == 8
-    texts = {p for s in spooled for _, _, p in s.tables.values() if p}
-    assert bool(texts) == texts_aside
     gc.collect()
-    left = [mapped[id(o)] for o in gc.get_objects() if isinstance(o, mmap.mmap) and id(o) in mapped]
-    assert set(left) <= texts and (bool(left) == texts_aside)
+    assert not [o for o in gc.get_objects() if isinstance(o, mmap.mmap)]
     assert len(cap.table("kernels")) > 0
 
 

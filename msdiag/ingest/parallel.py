@@ -40,7 +40,6 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
 
 from msdiag.errors import InputError, MsdiagError
 from msdiag.fmt import rank_ranges
@@ -291,23 +290,20 @@ def _read_in_worker(
 class Spooled:
     """A task's :class:`Packed`, pickled into files of the pool's spool folder (:func:`_spool_folder`) instead of
     travelling through the result pipe: ``path`` the Packed less its concatenated tables, ``tables`` each of those as
-    its pickle's file, its arrays' file and its texts' file ("": its texts in the pickle) (:func:`_write_spool`);
-    :func:`unspooled` reads them back and removes the files."""
+    its pickle's file and its arrays' file (:func:`_write_spool`); :func:`unspooled` reads them back and removes the
+    files."""
 
     path: str
-    tables: dict[str, tuple[str, str, str]] = field(default_factory=dict)
+    tables: dict[str, tuple[str, str]] = field(default_factory=dict)
 
 
 def _spooled(packed: Packed, folder: str) -> Packed | Spooled:
     """``packed`` written to files of ``folder``: the Packed less its concatenated tables pickled, then each of those
-    in files of its own (:func:`_write_spool`; its texts in a file of their own while the folder's file system has
-    room to spare, :func:`_texts_aside`); where they cannot be (a full /dev/shm: a container's is 64 MB by default),
-    ``packed`` itself, to travel through the pipe."""
+    in files of its own (:func:`_write_spool`); where they cannot be (a full /dev/shm: a container's is 64 MB by
+    default), ``packed`` itself, to travel through the pipe."""
     paths: list[str] = []
     try:
-        aside = _texts_aside(folder)
-        tables = {name: (_new_file(folder, paths), _new_file(folder, paths), _new_file(folder, paths) if aside else "")
-                  for name in packed.wholes}
+        tables = {name: (_new_file(folder, paths), _new_file(folder, paths)) for name in packed.wholes}
         for name, whole in packed.wholes.items():
             _write_spool(whole, *tables[name])
         main = _new_file(folder, paths)
@@ -321,23 +317,6 @@ def _spooled(packed: Packed, folder: str) -> Packed | Spooled:
     return Spooled(main, tables)
 
 
-#: A task's texts go to a file of their own (mapped by the parent for the rest of the analysis) only while the spool
-#: folder's file system has at least this much free (and this share of its size): the texts of a 512-rank job take ~0.1
-#: GB there until it ends, which a small /dev/shm (a container's 64 MB) or one other programs need must not lose.
-TEXTS_ASIDE_FREE_BYTES = 1 << 30
-TEXTS_ASIDE_FREE_SHARE = 0.25
-
-
-def _texts_aside(folder: str) -> bool:
-    """Whether the texts of a task's tables are written to a file of their own in ``folder`` (see TEXTS_ASIDE_*)."""
-    try:
-        st = os.statvfs(folder)
-    except (OSError, AttributeError):
-        return False
-    free = st.f_bavail * st.f_frsize
-    return free >= TEXTS_ASIDE_FREE_BYTES and free >= TEXTS_ASIDE_FREE_SHARE * st.f_blocks * st.f_frsize
-
-
 def _new_file(folder: str, paths: list[str]) -> str:
     """A new empty file of ``folder``, its path added to ``paths``."""
     fd, path = tempfile.mkstemp(dir=folder, suffix=".task")
@@ -348,41 +327,34 @@ def _new_file(folder: str, paths: list[str]) -> str:
 
 _ALIGN = 64  # each array's bytes start at a multiple of this (Arrow's alignment; numpy's is 8)
 _PLACE = struct.Struct("<QQ")
-_IN_TEXTS = 1 << 63  # (a place's offset with this bit: in the texts' file)
 
 
-def _write_spool(value: Any, head: str, arrays: str, texts: str = "") -> None:
+def _write_spool(value: Any, head: str, arrays: str) -> None:
     """``value`` as pickle protocol 5 into the file ``head``, its numpy arrays' bytes out of band into the file
-    ``arrays`` and (``texts`` given) its Arrow buffers' (the texts') into the file ``texts``, each at an aligned offset,
-    their (offset, the texts' file marked by its top bit; length) after the pickle in ``head``, then their count.
-    :func:`_read_spool` reads the pickle (copied, the file then gone) and maps the other files, whose arrays and buffers
-    are then views of their pages, not copies of them: at 512 bench ranks the parent's CPU while the workers read on
-    both cores 0.49-0.50 -> 0.40-0.41 s; at 1,024 ranks the cold peak 1,005 -> 930-943 MiB. Each table in files of its
-    own: a mapping lives while one of its arrays does, and the join frees each table's frames as it joins them (one file a
-    task, the pickle in it, had kept the texts twice and every table mapped until the last was joined). The join copies
-    the numpy arrays (the arrays' file is freed with the task's frames) and keeps an Arrow column's chunks (the texts'
-    file is mapped for the analysis' life, as the copies the pickle gave would have been held: 512 bench ranks, the
-    parent's reads of the spool 0.17 -> 0.05 s, ~0.1 GB of new pages it no longer faults in). Without ``texts`` the
-    buffers stay in the pickle (:func:`_texts_aside`). The pickle is written as it is made (a head made whole first held
-    a copy of the texts in the worker), each array's bytes as it comes."""
+    ``arrays``, each at an aligned offset, their (offset, length) after the pickle in ``head``, then their count.
+    :func:`_read_spool` reads the pickle (copied, the file then gone) and maps ``arrays``, whose arrays are then views
+    of its pages, not copies of them: at 512 bench ranks the parent's CPU while the workers read on both cores
+    0.49-0.50 -> 0.40-0.41 s; at 1,024 ranks the cold peak 1,005 -> 930-943 MiB. Each table in files of its own: a
+    mapping lives while one of its arrays does, and the join frees each table's frames as it joins them (one file a
+    task, the pickle in it, had kept the texts twice and every table mapped until the last was joined). Arrow's
+    buffers (the texts) stay in the pickle, copied as before: the join keeps an Arrow column's chunks, and a chunk in a
+    mapped file would keep the file for the analysis' life, where the join copies the numpy arrays. The pickle is
+    written as it is made (a head made whole first held a copy of the texts in the worker), each array's bytes as it
+    comes."""
     places: list[tuple[int, int]] = []
-    with open(arrays, "wb") as out, open(texts, "wb") if texts else contextlib.nullcontext() as tout:
+    with open(arrays, "wb") as out:
 
         def aside(buffer: pickle.PickleBuffer) -> bool:  # (False: out of band, its bytes written now)
             try:
                 raw = buffer.raw()
             except BufferError:  # not contiguous (none is in a task's frames): in the pickle
                 return True
-            if isinstance(raw.obj, np.ndarray):
-                f, mark = out, 0
-            elif tout is not None and isinstance(raw.obj, pa.Buffer):
-                f, mark = tout, _IN_TEXTS
-            else:
+            if not isinstance(raw.obj, np.ndarray):
                 return True
-            at = _aligned(f.tell())
-            f.seek(at)
-            f.write(raw)
-            places.append((at | mark, raw.nbytes))
+            at = _aligned(out.tell())
+            out.seek(at)
+            out.write(raw)
+            places.append((at, raw.nbytes))
             return False
 
         with open(head, "wb") as f:
@@ -403,34 +375,27 @@ def unspooled(got: Packed | Spooled) -> Packed:
             packed: Packed = pickle.load(f)
         packed.wholes.update((name, _read_spool(*paths)) for name, paths in got.tables.items())
     finally:
-        for path in (got.path, *(p for files in got.tables.values() for p in files if p)):
+        for path in (got.path, *(p for pair in got.tables.values() for p in pair)):
             with contextlib.suppress(OSError):
                 os.unlink(path)
     return packed
 
 
-def _read_spool(head: str, arrays: str, texts: str = "") -> Any:
-    """What :func:`_write_spool` wrote: the pickle read from ``head``, its arrays and buffers views of ``arrays`` and
-    ``texts`` mapped copy-on-write (writable; a mapping lives while one of its views does, the file's pages are freed
-    with the last)."""
+def _read_spool(head: str, arrays: str) -> Any:
+    """What :func:`_write_spool` wrote: the pickle read from ``head``, its arrays views of ``arrays`` mapped
+    copy-on-write (writable; the mapping lives while one of them does, the file's pages are freed with the last)."""
     with open(head, "rb") as f:
         f.seek(-8, os.SEEK_END)
         (count,) = struct.unpack("<Q", f.read(8))
         f.seek(-8 - _PLACE.size * count, os.SEEK_END)
         table = f.read(_PLACE.size * count)
         places = [_PLACE.unpack_from(table, _PLACE.size * i) for i in range(count)]
-        views: dict[int, memoryview] = {}
-        for mark, path in ((0, arrays), (_IN_TEXTS, texts)):
-            if any(at & _IN_TEXTS == mark for at, _ in places):
-                with open(path, "rb") as a:  # (an empty file, its buffers all empty, cannot be mapped)
-                    empty = os.fstat(a.fileno()).st_size == 0
-                    views[mark] = memoryview(b"") if empty else memoryview(mmap.mmap(a.fileno(), 0, access=mmap.ACCESS_COPY))
-        buffers = []
-        for at, n in places:
-            at, mark = at & ~_IN_TEXTS, at & _IN_TEXTS
-            buffers.append(views[mark][at : at + n])
+        view: memoryview | None = None
+        if places:
+            with open(arrays, "rb") as a:
+                view = memoryview(mmap.mmap(a.fileno(), 0, access=mmap.ACCESS_COPY))
         f.seek(0)
-        return pickle.load(f, buffers=buffers)
+        return pickle.load(f, buffers=[view[at : at + n] for at, n in places] if view is not None else [])
 
 
 #: Memory-backed file systems where a pool's spool folder may be made, the first usable one taken.
