@@ -56,6 +56,7 @@ def test_a_worker_that_grew_is_not_kept(tmp_path: Path, monkeypatch: pytest.Monk
     # every rank grows its worker beyond the bound: the first result retires the pool, which takes no
     # further rank; the ranks in flight then (IN_FLIGHT x 2 workers) finish there, the rest go to a new pool
     monkeypatch.setattr(parallel, "WORKER_GROWTH_KB", BIG // 2048)
+    monkeypatch.setattr(parallel, "TASK_RANKS_MIN", 1)  # a task a rank: IN_FLIGHT x 2 ranks in flight, not all of them
     dirs = _dirs(tmp_path, 2 * parallel.IN_FLIGHT * 2)
     with parallel.Workers() as w:
         ranks, info = parallel.read_ranks(dirs, _huge, jobs=2, workers=w)
