@@ -146,7 +146,7 @@ _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt's parameters (malloc.h)
 def keep_freed() -> None:
     """Let glibc's malloc reuse the memory the command frees rather than give it back to the system at once and fault
     in new pages for the next blocks (a page first touched costs the kernel a fault and a zeroing: on a virtual
-    machine whose host takes back the guest's free pages, ~2 ms per MB here against ~0.2 ms for a page reused).
+    machine whose host takes back the guest's free pages, ~2 ms per MB here against 0.2-0.4 ms per MB reused).
     By default glibc maps each block above a threshold (128 KiB, raised as blocks are freed, to 32 MiB at most) on
     its own and unmaps it when freed, and trims a heap's free top above twice that: the analysis' columns and frames
     (MBs each, tens of MBs for a table's block of floats) come and go all along. With both thresholds at
