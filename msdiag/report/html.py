@@ -300,6 +300,7 @@ def _checks(report: dict[str, Any]) -> dict[str, Any]:
     return {
         "n": len(cs),
         "ok": len(cs) - len(bad),
+        "against": ", ".join(sorted({str(c["check"]) for c in cs})),  # the profiler's tables (step_trace_time.csv, ...)
         "bad": [
             f"rank {c['rank']} step {c['step']} {c['column']}: msdiag {fmt.us(c['msdiag'])} vs profiler "
             f"{fmt.us(c['profiler'])} ({fmt.pct(c['relative_difference'])})"
