@@ -57,7 +57,7 @@ _KEY = "kernel_types.table"
 
 
 #: the kernel columns a type table reads besides the PMU ones (a CPU trace holds millions of kernel rows: copy no others)
-_COLUMNS = ("rank", "name", "type", "core", "dur_us")
+_COLUMNS = ("rank", "name", "type", "dur_us")
 
 
 def _compute(capture: Tables) -> tuple[pd.DataFrame, Weighted]:
