@@ -108,13 +108,10 @@ def _flops(ctx: Context) -> dict[str, Any]:
         out["source"] = "model config"
         out["convention"] = f"{f['convention']} (world size {ws} from {ws_from})"
     elif len(shape_f) and shape_f.notna().any():
-        # each distinct name searched once (the kernels' name column factorized once: kernels.column_codes; a null no
-        # recompute), not every compute kernel's name taken and searched
-        from msdiag.metrics.kernels import column_codes  # (here: a module's import registers its metrics, the JSON's order)
+        # each distinct name searched once, on the name column's codes (kernels._text_mask, as the throughput's tests)
+        from msdiag.metrics.kernels import _text_mask  # (here: a module's import registers its metrics, the JSON's order)
 
-        codes, names = column_codes(ctx, "name")
-        hit = np.array([bool(_RECOMPUTE.search(str(n))) for n in names] + [False], dtype=bool)
-        recomputed = hit[codes[rows]]
+        recomputed = _text_mask(ctx, "name", rows, lambda t: t.str.contains(_RECOMPUTE, na=False))
         model_vals = shape_f.fillna(0.0).where(~recomputed, 0.0)
         out["model"] = _per_step_sum(ctx, model_vals, comp, at)
         out["hardware"] = _per_step_sum(ctx, shape_f.fillna(0.0), comp, at)
