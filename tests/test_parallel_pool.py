@@ -166,3 +166,33 @@ def test_a_few_tasks_are_handed_out_whole_while_this_process_works_meanwhile(tmp
         ranks, _ = parallel.read_ranks(dirs, _marked, jobs=2, workers=w)
     assert seen == [n] and [r.rank for r in ranks] == list(range(n))
     # without meanwhile work, at most IN_FLIGHT tasks a worker (a worker that grew is then not given more: above)
+
+
+def _waits_for_rank0(d: RankDir) -> RankData:
+    """Rank 5's read waits (up to a minute) for the mark the caller leaves when rank 0 came back; it notes whether it
+    saw it."""
+    if d.rank == 5:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not (d.path.parent / "arrived0").exists():
+            time.sleep(0.01)
+        (d.path.parent / f"saw{int((d.path.parent / 'arrived0').exists())}").touch()
+    return _small(d)
+
+
+def test_each_rank_read_is_handed_to_the_caller_as_it_comes_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # read_ranks(arrived=): called here with each rank as its task comes back, while the others are still read (the
+    # loader shares a deep rank's tables then: loader._read_tiered). Rank 5's read waits for the mark left when rank 0
+    # arrived: it sees it only if rank 0 was handed over before the read ended
+    monkeypatch.setattr(parallel, "TASK_RANKS_MIN", 1)  # a task a rank
+    dirs = _dirs(tmp_path, 6)
+    got: list[tuple[int, int]] = []
+
+    def arrived(rd: RankData) -> None:
+        got.append((rd.rank, os.getpid()))
+        if rd.rank == 0:
+            (tmp_path / "arrived0").touch()
+
+    with parallel.Workers() as w:
+        ranks, _ = parallel.read_ranks(dirs, _waits_for_rank0, jobs=2, workers=w, arrived=arrived)
+    assert sorted(got) == [(r, os.getpid()) for r in range(6)]
+    assert [r.rank for r in ranks] == list(range(6)) and (tmp_path / "saw1").exists()

@@ -96,12 +96,13 @@ def load(
     # one local pool for both passes of a tiered read: the deep pass reuses the shallow pass' workers
     workers = parallel.Workers()
 
-    def read(dirs: list[RankDir], shallow: bool = False) -> tuple[list[RankData], dict[str, Any]]:
+    def read(dirs: list[RankDir], shallow: bool = False,
+             arrived: Callable[[RankData], object] | None = None) -> tuple[list[RankData], dict[str, Any]]:
         if shallow and tiered is not None:
             return parallel.read_ranks(dirs, shallow_reader, jobs=jobs, cache=scache, scheduler=scheduler, reduce=tiered.reduce,
-                                       workers=workers, prepare=prefetch)
+                                       workers=workers, prepare=prefetch, arrived=arrived)
         return parallel.read_ranks(dirs, reader, jobs=jobs, cache=rcache, scheduler=scheduler, reduce=reduce, workers=workers,
-                                   prepare=prefetch)
+                                   prepare=prefetch, arrived=arrived)
 
     def take_cut() -> list[tuple[str, Any, list[Any]]]:
         # the tables the cache converted whole and the pool's tasks sent back concatenated: their ranks' frames are
@@ -192,19 +193,25 @@ def _read_tiered(
                      and skips_when_shallow(BY_NAME[d.format], by_rank[d.rank])]
         if again:
             early: list[tuple[str, Any, list[Any]]] = []
+            shared: set[int] = set()  # (id of) the ranks read again whose tables were shared as they came back
 
             def join_first() -> None:
                 assert join_early is not None
                 early.extend(join_early([r for r in ranks if UNREADABLE not in r.meta]))
 
+            def arrived(r: RankData) -> None:  # (the pool's results: this process waits for the next one meanwhile)
+                if early and UNREADABLE not in r.meta:
+                    _share_alike(r, by_rank[r.rank])
+                    shared.add(id(r))
+
             from msdiag.ingest import parallel
 
             with parallel.meanwhile(join_first) if join_early is not None else contextlib.nullcontext():
-                other, more = read(again, shallow=not auto)
+                other, more = read(again, shallow=not auto, arrived=arrived)
             for r in other:
                 # a chosen rank whose trace turns out damaged keeps its summary read, the trace marked failed
                 if not (auto and UNREADABLE in r.meta and _trace_failed(by_rank[r.rank], r.meta[UNREADABLE], info)):
-                    if early:
+                    if early and id(r) not in shared:
                         _share_alike(r, by_rank[r.rank])
                     by_rank[r.rank] = r
             if joined is not None:

@@ -160,10 +160,12 @@ def read_ranks(
     reduce: Reduce | None = None,
     workers: Workers | None = None,
     prepare: Prepare | None = None,
+    arrived: Callable[[RankData], object] | None = None,
 ) -> tuple[list[RankData], dict[str, Any]]:
     """Every rank of ``dirs`` in order, and how they were read (``Capture.ingest``). ``workers``: the local
     pool to read on (kept by the caller across calls); None: one for this call. ``prepare``: what a pool task
-    of several ranks reads them within (:data:`Prepare`)."""
+    of several ranks reads them within (:data:`Prepare`). ``arrived``: called in this process with each rank read
+    (not one taken from the cache) as it comes back, while the others are still being read."""
     stats = CacheStats()
     out: list[RankData | None] = [None] * len(dirs)
     keys: list[dict[str, Any] | None] = [None] * len(dirs)
@@ -185,7 +187,7 @@ def read_ranks(
             stats.misses += len(dirs)
 
     n = jobs if jobs is not None else (os.cpu_count() or 1)
-    batch = Batch(dirs, todo, load_rank, reduce, cache, keys, stats, out, by, prepare)
+    batch = Batch(dirs, todo, load_rank, reduce, cache, keys, stats, out, by, prepare, arrived)
     if scheduler:
         executor = "dask"
         _on_dask(scheduler, batch)
@@ -236,6 +238,7 @@ class Batch:
     out: list[RankData | None]
     by: dict[int, str]
     prepare: Prepare | None = None
+    arrived: Callable[[RankData], object] | None = None  # read_ranks' ``arrived``
     # the tables Dask tasks sent back concatenated (unpack), for the caller's join (Workers.take_cut)
     cut: list[tuple[str, Any, list[Any]]] = field(default_factory=list)
 
@@ -243,6 +246,8 @@ class Batch:
         """Rank ``i`` read by ``at``; ``unstored``: why its cache entry was not written (None: written)."""
         self.out[i], self.by[rd.rank] = rd, at
         _count(self.stats, self.cache, unstored)
+        if self.arrived is not None:
+            self.arrived(rd)
 
 
 # ---- local process pool -----------------------------------------------------------------------
