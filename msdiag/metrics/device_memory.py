@@ -459,9 +459,9 @@ def peak_holders(ctx: Context) -> dict[int, Holders]:
 def _peak_holders(ctx: Context) -> dict[int, Holders]:
     """Every rank's holders in one pass: the dynamic allocations of the whole table put in (rank, alloc_us)
     order once (a stable sort: each rank's rows in the order its own stable sort gave), each distinct
-    operator name matched against the phase patterns once, and the top holders of every rank from one
-    grouping over (rank, name, class): each group sums the same rows in the same order as the per-rank
-    grouping did, so every figure is unchanged to the bit."""
+    operator name matched against the phase patterns once, every allocation classed at once (:func:`_classes`),
+    and the top holders of every rank from one grouping over (rank, name, class): each group sums the same rows
+    in the same order as the per-rank grouping did, so every figure is unchanged to the bit."""
     allocs = ctx.capture.table("memory_allocs")
     keep = (allocs["kind"] == "dynamic").fillna(False).to_numpy(bool) & allocs["alloc_us"].notna().to_numpy(bool)
     keep &= allocs["rank"].notna().to_numpy(bool)
@@ -471,13 +471,12 @@ def _peak_holders(ctx: Context) -> dict[int, Holders]:
     ranks = ranks[order]
     codes, uniques = pd.factorize(dyn["name"].astype("string").fillna(""))  # (on the column: no object array of names)
     codes = codes[order]
-    names = np.asarray(uniques, dtype=object)[codes] if len(codes) else np.empty(0, dtype=object)
     rows = _AllocRows(
         dyn["alloc_us"].to_numpy(float)[order], dyn["release_us"].to_numpy(float)[order],
-        dyn["size_kb"].to_numpy(float)[order] / KB_PER_MB, names,
+        dyn["size_kb"].to_numpy(float)[order] / KB_PER_MB, codes, np.asarray(uniques, dtype=object),
         *(np.array([rx.search(str(n)) is not None for n in uniques], dtype=bool)[codes] for rx in (BACKWARD, OPTIMIZER, ATTENTION_CORE)),
     )  # fmt: skip
-    starts = _step_starts(ctx)
+    cls, backward_seen = _classes(rows, ranks, _step_starts(ctx))
     out: dict[int, Holders] = {}
     held: list[tuple[int, np.ndarray, np.ndarray]] = []  # per rank: its live rows (indices into rows), their classes
     unexplained: dict[int, float] = {}
@@ -496,7 +495,7 @@ def _peak_holders(ctx: Context) -> dict[int, Holders]:
         if hi == lo:
             h.reason = "no operator allocations with times (operator_memory.csv absent: profile_memory off?)"
             continue
-        found = _fill_holders(h, rows, int(lo), int(hi), starts.get(int(rank), _NO_STARTS))
+        found = _fill_holders(h, rows, cls, int(lo), int(hi), int(rank) in backward_seen)
         if found is not None:
             held.append((rank, *found))
             unexplained[rank] = float(h.allocated_mb or 0.0) - float(nan_sum(rows.mb[found[0]]))
@@ -512,19 +511,22 @@ def _peak_holders(ctx: Context) -> dict[int, Holders]:
 
 @dataclass
 class _AllocRows:
-    """The dynamic allocations of every rank in (rank, alloc_us) order, as arrays: times, MB, names and whether
-    each name matches BACKWARD / OPTIMIZER / ATTENTION_CORE."""
+    """The dynamic allocations of every rank in (rank, alloc_us) order, as arrays: times, MB, each name's code in
+    ``names`` (the distinct names) and whether each name matches BACKWARD / OPTIMIZER / ATTENTION_CORE."""
 
     alloc: np.ndarray
     release: np.ndarray
     mb: np.ndarray
     name: np.ndarray
+    names: np.ndarray
     backward: np.ndarray
     optimizer: np.ndarray
     attention: np.ndarray
 
 
-_NO_STARTS = np.array([], dtype=float)
+#: The classes as the holders' arrays hold them: each one's position in HOLDER_CLASSES.
+_PARAMETERS, _ACTIVATIONS, _GRADIENTS, _WORKSPACES = (HOLDER_CLASSES.index(c) for c in (
+    "parameters_optimizer", "activations", "gradients", "workspaces"))
 
 
 def _step_starts(ctx: Context) -> dict[int, np.ndarray]:
@@ -538,59 +540,63 @@ def _step_starts(ctx: Context) -> dict[int, np.ndarray]:
     return {int(r): np.sort(start[rows]) for r, rows in key_rows(rank)}
 
 
-def _phase_starts(backward: np.ndarray, optimizer: np.ndarray, alloc: np.ndarray) -> tuple[float, float]:
-    """(backward start, optimizer start) of one step from whether its allocating operators' names match
-    BACKWARD / OPTIMIZER; inf when not seen."""
-    bwd = float(alloc[backward].min()) if backward.any() else float("inf")
-    opt_hit = optimizer & (alloc >= bwd)
-    opt = float(alloc[opt_hit].min()) if opt_hit.any() else float("inf")
-    return bwd, opt
+def _classes(rows: _AllocRows, ranks: np.ndarray, starts: dict[int, np.ndarray]) -> tuple[np.ndarray, set[int]]:
+    """Each allocation's class (its position in HOLDER_CLASSES), the phases found within its own step (by start
+    time; a rank without steps: all its allocations one step), allocations before a rank's first step parameters /
+    optimizer state; and the ranks where a step showed a backward allocation.
 
-
-def _classify(alloc: np.ndarray, release: np.ndarray, bwd: float, opt: float) -> np.ndarray:
-    """The class (HOLDER_CLASSES) of each allocation of one step, given its phase starts (module doc)."""
-    rel = np.where(np.isnan(release), np.inf, release)
+    A step's backward start is its first allocation by a BACKWARD name, its optimizer start the first by an
+    OPTIMIZER name at or after that (inf when none); then an allocation released within its phase is a workspace,
+    else one made before the backward an activation, else a gradient, and one made at or after the optimizer
+    start and never released parameters / optimizer state. Each rank's allocations are in time order and its
+    steps' starts sorted, so each step's allocations are one run of rows: the starts are each run's minimum."""
+    n = len(ranks)
+    if not n:
+        return np.empty(0, dtype=np.int8), set()
+    step = np.zeros(n, dtype=np.int64)  # (a rank without steps: every allocation in its one step, 0)
+    cuts = np.flatnonzero(ranks[1:] != ranks[:-1]) + 1
+    for lo, hi in zip(np.r_[0, cuts].tolist(), np.r_[cuts, n].tolist()):
+        s = starts.get(int(ranks[lo]))
+        if s is not None and len(s):
+            step[lo:hi] = np.searchsorted(s, rows.alloc[lo:hi], side="right") - 1
+    first = np.ones(n, dtype=bool)
+    first[1:] = (ranks[1:] != ranks[:-1]) | (step[1:] != step[:-1])
+    run_at = np.flatnonzero(first)
+    run = np.cumsum(first) - 1
+    alloc = rows.alloc
+    bwd_run = np.minimum.reduceat(np.where(rows.backward, alloc, np.inf), run_at)
+    bwd = bwd_run[run]
+    opt = np.minimum.reduceat(np.where(rows.optimizer & (alloc >= bwd), alloc, np.inf), run_at)[run]
+    rel = np.where(np.isnan(rows.release), np.inf, rows.release)
     phase_end = np.where(alloc < bwd, bwd, np.where(alloc < opt, opt, np.inf))
-    cls = np.where(rel < phase_end, "workspaces", np.where(alloc < bwd, "activations", "gradients"))
-    return np.where((alloc >= opt) & (rel == np.inf), "parameters_optimizer", cls)
+    cls = np.where(rel < phase_end, _WORKSPACES, np.where(alloc < bwd, _ACTIVATIONS, _GRADIENTS))
+    cls = np.where(((alloc >= opt) & (rel == np.inf)) | (step < 0), _PARAMETERS, cls).astype(np.int8)
+    seen = (bwd_run != np.inf) & (step[run_at] >= 0)
+    return cls, {int(r) for r in np.unique(ranks[run_at][seen])}
 
 
-def _classify_by_step(
-    backward: np.ndarray, optimizer: np.ndarray, alloc: np.ndarray, release: np.ndarray, starts: np.ndarray
-) -> tuple[np.ndarray, bool]:
-    """Each allocation's class, the phases found within its own step (by start time); allocations before the
-    first step are parameters / optimizer state. Also whether any step showed a backward allocation."""
-    step = np.searchsorted(starts, alloc, side="right") - 1 if len(starts) else np.zeros(len(alloc), dtype=int)
-    cls = np.full(len(alloc), "parameters_optimizer", dtype=object)
-    backward_seen = False
-    for i in np.unique(step[step >= 0]):
-        sel = step == i
-        bwd, opt = _phase_starts(backward[sel], optimizer[sel], alloc[sel])
-        backward_seen |= bwd != float("inf")
-        cls[sel] = _classify(alloc[sel], release[sel], bwd, opt)
-    return cls, backward_seen
-
-
-def _fill_holders(h: Holders, rows: _AllocRows, lo: int, hi: int, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-    """The rank's classes and attention MB at its peak (rows lo:hi are its allocations, in time order); returns
-    its live rows (indices into ``rows``) and their classes, for _top_holders, or None when the allocations do
-    not cover the peak."""
+def _fill_holders(h: Holders, rows: _AllocRows, classes: np.ndarray, lo: int, hi: int,
+                  backward: bool) -> tuple[np.ndarray, np.ndarray] | None:
+    """The rank's classes and attention MB at its peak (rows lo:hi are its allocations, in time order; ``classes``:
+    each allocation's, :func:`_classes`; ``backward``: whether a step of the rank showed a backward allocation);
+    returns its live rows (indices into ``rows``) and their classes, for _top_holders, or None when the allocations
+    do not cover the peak."""
     t = float(h.ts_us or 0.0)
     alloc, release = rows.alloc[lo:hi], rows.release[lo:hi]
-    last = np.nanmax(np.r_[alloc, release])
-    if not alloc.min() <= t <= last:
+    first = alloc.min()
+    last = np.fmax.reduce(release, initial=alloc.max())  # (np.nanmax of both: the times are never NaN)
+    if not first <= t <= last:
         h.reason = (
-            f"the operator allocations ({alloc.min():.0f}..{last:.0f} us) do not cover the moment of the peak "
+            f"the operator allocations ({first:.0f}..{last:.0f} us) do not cover the moment of the peak "
             f"({t:.0f} us): a different run, a partial record or spreadsheet-rounded times"
         )
         return None
-    cls, backward = _classify_by_step(rows.backward[lo:hi], rows.optimizer[lo:hi], alloc, release, starts)
     live = (alloc <= t) & (np.isnan(release) | (release > t))
-    held_mb, held_cls = rows.mb[lo:hi][live], cls[live]  # per class on arrays (np.nansum: pandas' sum, missing sizes as 0)
-    h.classes = {c: float(nan_sum(held_mb[held_cls == c])) for c in HOLDER_CLASSES}
+    held_mb, held_cls = rows.mb[lo:hi][live], classes[lo:hi][live]  # per class on arrays (np.nansum: pandas' sum, missing sizes as 0)
+    h.classes = {c: float(nan_sum(held_mb[held_cls == i])) for i, c in enumerate(HOLDER_CLASSES)}
     # allocated before the capture's first recorded allocation: parameters, optimizer state
     h.classes["parameters_optimizer"] += max(0.0, float(h.allocated_mb or 0.0) - float(nan_sum(held_mb)))
-    att = (held_cls == "activations") & rows.attention[lo:hi][live]
+    att = (held_cls == _ACTIVATIONS) & rows.attention[lo:hi][live]
     h.attention_mb = float(nan_sum(held_mb[att]))
     if not backward:
         h.reason = "no backward operator among the allocations: activations and workspaces told apart by release only"
@@ -599,8 +605,8 @@ def _fill_holders(h: Holders, rows: _AllocRows, lo: int, hi: int, starts: np.nda
 
 def _top_holders(out: dict[int, Holders], rows: _AllocRows, held: list[tuple[int, np.ndarray, np.ndarray]]) -> None:
     """Each rank's TOP_HOLDERS largest (name, class) by MB held: one grouping over (rank, name, class) for
-    every rank (groups in order of first appearance within each rank, as the per-rank grouping's), then
-    sorted by rank, MB (descending) and name, stably."""
+    every rank (groups in order of first appearance within each rank, as the per-rank grouping's; grouped on the
+    names' codes and the classes' positions, each one text), then sorted by rank, MB (descending) and name, stably."""
     if not held:
         return
     idx = np.concatenate([i for _, i, _ in held])
@@ -609,10 +615,12 @@ def _top_holders(out: dict[int, Holders], rows: _AllocRows, held: list[tuple[int
         "name": rows.name[idx], "class": np.concatenate([c for _, _, c in held]), "mb": rows.mb[idx],
     })  # fmt: skip
     top = frame.groupby(["rank", "name", "class"], sort=False)["mb"].agg(["sum", "count"]).reset_index()
+    top["name"] = rows.names[top["name"].to_numpy(np.int64)]
     top = top.sort_values(["rank", "sum", "name"], ascending=[True, False, True], kind="stable")
     top = top.groupby("rank", sort=False).head(TOP_HOLDERS)
-    for r, n, c, s, k in top.itertuples(index=False):
-        out[int(r)].top.append({"name": str(n), "class": str(c), "mb": float(s), "blocks": int(k)})
+    columns = (top[c].tolist() for c in ("rank", "name", "class", "sum", "count"))  # (Python values: no row tuples)
+    for r, n, c, s, k in zip(*columns):
+        out[int(r)].top.append({"name": str(n), "class": HOLDER_CLASSES[c], "mb": float(s), "blocks": int(k)})
 
 
 def holder_rows(ctx: Context) -> list[dict[str, Any]]:
