@@ -277,18 +277,35 @@ def test_a_job_that_never_imports_mindspore_leaves_no_capture_folder(tmp_path: P
 
 @pytest.mark.slow
 def test_the_job_gets_the_users_environment_not_what_msdiag_set_for_itself(tmp_path: Path) -> None:
-    # msdiag.cli sets ARROW_DEFAULT_MEMORY_POOL for its own pandas work where the user set none: the job must not
-    # inherit it (runner.py: the only changes to the job's environment are the capture's own); a value the user
-    # set reaches the job as it was
-    code = "import os; print('pool', os.environ.get('ARROW_DEFAULT_MEMORY_POOL'))"
+    # msdiag.cli sets ARROW_DEFAULT_MEMORY_POOL and NUMPY_MADVISE_HUGEPAGE for its own pandas work where the user set
+    # none: the job must not inherit them (runner.py: the only changes to the job's environment are the capture's
+    # own); a value the user set reaches the job as it was
+    code = ("import os; print('pool', os.environ.get('ARROW_DEFAULT_MEMORY_POOL'));"
+            "print('hugepage', os.environ.get('NUMPY_MADVISE_HUGEPAGE'))")
     env = _fake_mindspore(tmp_path)
     env.pop("ARROW_DEFAULT_MEMORY_POOL", None)
+    env.pop("NUMPY_MADVISE_HUGEPAGE", None)
     r = _msdiag(["capture", "--", sys.executable, "-c", code], tmp_path, env=env)
     assert r.returncode == 0, r.stderr
-    assert "pool None" in r.stdout.splitlines()
-    r = _msdiag(["capture", "--", sys.executable, "-c", code], tmp_path, env=dict(env, ARROW_DEFAULT_MEMORY_POOL="jemalloc"))
+    assert {"pool None", "hugepage None"} <= set(r.stdout.splitlines())
+    r = _msdiag(["capture", "--", sys.executable, "-c", code], tmp_path,
+                env=dict(env, ARROW_DEFAULT_MEMORY_POOL="jemalloc", NUMPY_MADVISE_HUGEPAGE="1"))
     assert r.returncode == 0, r.stderr
-    assert "pool jemalloc" in r.stdout.splitlines()
+    assert {"pool jemalloc", "hugepage 1"} <= set(r.stdout.splitlines())
+
+
+def test_msdiag_turns_numpys_huge_pages_off_for_itself_unless_the_user_set_them() -> None:
+    # numpy reads NUMPY_MADVISE_HUGEPAGE when it is imported; msdiag.cli sets it to 0 where the user set nothing
+    # (_own_env). _set_madvise_hugepage returns the setting numpy had until that call.
+    code = ("import msdiag.cli, numpy\n"
+            "core = getattr(numpy, '_core', None) or numpy.core\n"
+            "print(core.multiarray._set_madvise_hugepage(True))")
+    env = {k: v for k, v in os.environ.items() if k != "NUMPY_MADVISE_HUGEPAGE"}
+    for given, expected in ((None, "False"), ("1", "True")):
+        run_env = env if given is None else dict(env, NUMPY_MADVISE_HUGEPAGE=given)
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=run_env, timeout=120)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.strip() == expected
 
 
 @pytest.mark.slow
