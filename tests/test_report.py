@@ -761,3 +761,20 @@ def test_the_cross_check_names_the_profilers_table(rendered: Callable[[str], str
     if table == "step_trace_raw":
         assert "step_trace_time.csv" not in text.split("Cross-check")[1][:80]
         assert re.search(r"rank 1 step 1 free_us: msdiag 365\.3 us vs profiler 0\.0 us \(-\)", text)
+
+
+@pytest.mark.parametrize(("name", "why"), [
+    ("level1", "profiler_metadata.json has no parallel layout"),  # the file read on both ranks, no layout in it
+    ("p2p", "no rank has profiler_metadata.json"),  # the 2024 torch_npu capture: listed absent on both ranks
+    ("mindspore-legacy/run_2", "this capture format writes no profiler_metadata.json"),  # MindSpore 1.x writes no such file
+])
+def test_the_page_says_why_no_parallel_layout_is_shown(rendered: Callable[[str], str], analysed: Callable[[str], Any],
+                                                      name: str, why: str) -> None:
+    # the header's "parallel" line says what the files say: the reason follows the report's sources (the status of
+    # profiler_metadata.json per rank), not one sentence for every capture
+    assert not analysed(name).identity.get("parallel")
+    text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", rendered(name)))
+    assert f"not recorded ({why})" in text
+    others = {"profiler_metadata.json has no parallel layout", "no rank has profiler_metadata.json",
+              "this capture format writes no profiler_metadata.json"} - {why}
+    assert not any(o in text for o in others)

@@ -204,11 +204,25 @@ def _identity(a: Analysis, report: dict[str, Any]) -> list[tuple[str, str]]:
     if par:
         out.append(("parallel", ", ".join(f"{k}={v}" for k, v in par.items() if v is not None) or "-"))
     else:
-        out.append(("parallel", "not recorded (profiler_metadata.json has no parallel layout)"))
+        out.append(("parallel", f"not recorded ({_why_no_layout(report)})"))
     fam = sorted({str(r["family"]) for r in report["ranks"]})
     if fam:
         out.append(("format", ", ".join(fam)))
     return out
+
+
+METADATA_FILE = "profiler_metadata.json"  # where MindSpore 2.x / torch_npu write the parallel layout (a source's name)
+
+
+def _why_no_layout(report: dict[str, Any]) -> str:
+    """Why the capture names no parallel layout, from the sources the report lists: profiler_metadata.json read on a
+    rank (it holds none), listed but absent on every rank, or not a file this capture's format writes."""
+    status = {str(s["status"]) for s in report.get("sources", []) if s.get("name") == METADATA_FILE}
+    if "present" in status:
+        return f"{METADATA_FILE} has no parallel layout"
+    if status:
+        return f"no rank has {METADATA_FILE}"
+    return f"this capture format writes no {METADATA_FILE}"
 
 
 _RANK_SUFFIX = re.compile(r"_(\d+)(\.\w+)$")
