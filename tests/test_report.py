@@ -778,3 +778,20 @@ def test_the_page_says_why_no_parallel_layout_is_shown(rendered: Callable[[str],
     others = {"profiler_metadata.json has no parallel layout", "no rank has profiler_metadata.json",
               "this capture format writes no profiler_metadata.json"} - {why}
     assert not any(o in text for o in others)
+
+
+def test_a_damaged_profiler_metadata_is_not_said_to_hold_no_layout(corpus: Path, tmp_path: Path) -> None:
+    # both ranks' profiler_metadata.json cut in the middle of a value (a copy of the corpus level0 capture): the files
+    # were found but not read, and the page says so and points at the sources, which give the reason per file
+    cap = tmp_path / "cap"
+    shutil.copytree(corpus / "ascend" / "torchnpu-2rank-level0", cap)
+    for meta in cap.glob("rank*_ascend_pt/profiler_metadata.json"):
+        meta.chmod(0o644)
+        meta.write_text('{"broken": ')
+    out = tmp_path / "report.html"
+    r = CliRunner().invoke(main, ["report", str(cap), "-o", str(out), "--no-cache", "--no-config"])
+    assert r.exit_code == 0, r.output
+    text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", out.read_text()))
+    assert "not recorded (profiler_metadata.json not read: see the sources below)" in text
+    assert "profiler_metadata.json failed (all ranks) : the JSON is truncated" in text
+    assert "has no parallel layout" not in text and "no rank has profiler_metadata.json" not in text

@@ -216,12 +216,15 @@ METADATA_FILE = "profiler_metadata.json"  # where MindSpore 2.x / torch_npu writ
 
 def _why_no_layout(report: dict[str, Any]) -> str:
     """Why the capture names no parallel layout, from the sources the report lists: profiler_metadata.json read on a
-    rank (it holds none), listed but absent on every rank, or not a file this capture's format writes."""
+    rank (it holds none), found but not read (damaged: the sources say why), absent on every rank, or not a file this
+    capture's format writes."""
     status = {str(s["status"]) for s in report.get("sources", []) if s.get("name") == METADATA_FILE}
     if "present" in status:
         return f"{METADATA_FILE} has no parallel layout"
-    if status:
+    if status == {"absent"}:
         return f"no rank has {METADATA_FILE}"
+    if status:
+        return f"{METADATA_FILE} not read: see the sources below"
     return f"this capture format writes no {METADATA_FILE}"
 
 
