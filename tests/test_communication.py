@@ -412,19 +412,28 @@ def test_link_numbers_beyond_exact_floats(tmp_path: Path, monkeypatch: pytest.Mo
     assert list(arrays.dtypes.astype(str)) == list(model.COMM_LINKS.columns.values())
 
 
+@pytest.mark.parametrize(("key", "column", "scale"), [("Transit Size(MB)", "size_mb", 1.0), ("Transit Time(ms)", "time_us", 1000.0)])
 @pytest.mark.parametrize("value", [1.5, 0.0, -2.0, 3, 0, 2**60, True, False, None, "1.25", " 2 ", "x", [1], {"a": 1}])
-def test_a_plain_number_taken_as_the_checked_reading_gives_it(value: object) -> None:
-    # communication._plain_num takes a plain JSON number (float, or int but not a boolean) as it is; anything else is
-    # left to _num, which reads a text, gives NaN for null and names the link where the value is wrong
+def test_a_plain_number_taken_as_the_checked_reading_gives_it(
+    value: object, key: str, column: str, scale: float, tmp_path: Path
+) -> None:
+    # the matrix reader takes a plain JSON number (float, or int but not a boolean) as it is; anything else is left to
+    # _num, which reads a text, gives NaN for null and names the link where the value is wrong: the link's figure is
+    # what _num gives for the value (times in us: x 1000), or the file fails with _num's error
     from msdiag.ingest import communication as c
 
-    d = {"k": value}
-    got = c._plain_num(d, "k")
-    if type(value) in (float, int):
-        assert got == c._num(Path("m.json"), "w", d, "k") and type(got) is float
-    else:
-        assert got is None
-    assert c._plain_num({}, "k") is None
+    link = {"Transport Type": "HCCS", "Transit Size(MB)": 1.0, "Transit Time(ms)": 0.5, key: value}
+    path = tmp_path / "communication_matrix.json"
+    path.write_text(json.dumps({"step1": {"collective": {"allreduce-top1@g": {"0-1": link}}}}))
+    try:
+        expected = c._num(path, "w", link, key)
+    except ParseError as e:
+        with pytest.raises(ParseError) as got_error:
+            read_communication_matrix(path, 0)
+        assert got_error.value.problem.endswith("'0-1': " + e.problem.removeprefix("w: "))
+        return
+    got = read_communication_matrix(path, 0)[column].iloc[0]
+    assert (math.isnan(got) and math.isnan(expected)) or got == expected * scale
 
 
 def test_link_numbers_below_exact_floats_left_to_from_records(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

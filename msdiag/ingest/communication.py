@@ -76,19 +76,6 @@ def _num(path: Path, where: str, d: dict[str, Any], key: str) -> float:
     raise ParseError(path, f"{where}: '{key}' should be a number, found {v!r}")
 
 
-def _plain_num(d: dict[str, Any], key: str) -> float | None:
-    """The key's number where it is written as a plain JSON number (float, or int but not a boolean): what
-    :func:`_num` gives for it, without its checks; None for anything else (absent, null, a text, a wrong kind), which
-    :func:`_num` then judges."""
-    v = d.get(key)
-    t = type(v)
-    if t is float:
-        return v  # type: ignore[no-any-return]
-    if t is int:
-        return float(v)  # type: ignore[arg-type]
-    return None
-
-
 def _obj(path: Path, where: str, x: Any) -> dict[str, Any]:
     if not isinstance(x, dict):
         raise ParseError(path, f"{where} should be a JSON object, found {_kind(x)}")
@@ -360,13 +347,13 @@ def _matrix_rows(path: Path) -> list[tuple[Any, ...]]:
                     src_dst = ends[link] = (int(lm.group(1)), int(lm.group(2)))
                 if type(d) is not dict:
                     d = _obj(path, f"{where}.'{link}'", d)
-                # (a plain number taken as it is; anything else judged by _num, which names the link where it fails)
-                size = _plain_num(d, _SIZE)
-                if size is None:
-                    size = _num(path, f"{where}.'{link}'", d, _SIZE)
-                time_ms = _plain_num(d, _TRANSIT)
-                if time_ms is None:
-                    time_ms = _num(path, f"{where}.'{link}'", d, _TRANSIT)
+                # (a plain JSON number, float or int but not a boolean, taken as it is, without a call per value: what
+                # _num gives for it; anything else judged by _num, which names the link where it fails)
+                size, time_ms = d.get(_SIZE), d.get(_TRANSIT)
+                if type(size) is not float:
+                    size = float(size) if type(size) is int else _num(path, f"{where}.'{link}'", d, _SIZE)
+                if type(time_ms) is not float:
+                    time_ms = float(time_ms) if type(time_ms) is int else _num(path, f"{where}.'{link}'", d, _TRANSIT)
                 bw = size / time_ms if time_ms > 0 and not math.isnan(size) else math.nan
                 transport = d.get("Transport Type")
                 rows.append(
@@ -392,6 +379,7 @@ def _op_type_spellings(doc: Any) -> dict[str, str]:
     out: dict[str, str] = {}
     if not isinstance(doc, dict):
         return out
+    seen: set[str] = set()  # (an op's links share its name: each name taken once)
     for cats in doc.values():
         if not isinstance(cats, dict):
             continue
@@ -403,7 +391,8 @@ def _op_type_spellings(doc: Any) -> dict[str, str]:
                     continue
                 for d in links.values():
                     name = d.get("Op Name") if isinstance(d, dict) else None
-                    if isinstance(name, str) and name:
+                    if isinstance(name, str) and name and name not in seen:
+                        seen.add(name)
                         full = op_type_of(name)
                         out.setdefault(full.rsplit("_", 1)[-1].lower(), full)
     return out
