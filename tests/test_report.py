@@ -792,6 +792,18 @@ def test_a_damaged_profiler_metadata_is_not_said_to_hold_no_layout(corpus: Path,
     r = CliRunner().invoke(main, ["report", str(cap), "-o", str(out), "--no-cache", "--no-config"])
     assert r.exit_code == 0, r.output
     text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", out.read_text()))
-    assert "not recorded (profiler_metadata.json not read: see the sources below)" in text
+    assert ("not recorded (profiler_metadata.json could not be read: its reason is under Data absent from this capture, "
+            "or not read)") in text
     assert "profiler_metadata.json failed (all ranks) : the JSON is truncated" in text
     assert "has no parallel layout" not in text and "no rank has profiler_metadata.json" not in text
+
+
+@pytest.mark.parametrize(("name", "shown"), [
+    ("level0", "Level0 · AI Core metrics off"),  # profiler_info: _aic_metrics ACL_AICORE_NONE, the JSON's "None"
+    ("level1", "Level1 · AI Core metrics PipeUtilization"),
+    ("p2p", "AI Core metrics MemoryL0"),
+])
+def test_the_header_says_the_ai_core_metrics_as_set(rendered: Callable[[str], str], name: str, shown: str) -> None:
+    # the JSON's capture.aic_metrics ("None" where the capture turned them off) said as a setting, not a bare "None"
+    text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", htmllib.unescape(rendered(name))))
+    assert shown in text and "· None" not in text

@@ -188,7 +188,7 @@ def _identity(a: Analysis, report: dict[str, Any]) -> list[tuple[str, str]]:
     if cap.get("device"):
         out.append(("device", str(cap["device"])))
     if cap.get("profiler_level") or cap.get("aic_metrics"):
-        out.append(("profiler", " · ".join(str(x) for x in (cap.get("profiler_level"), cap.get("aic_metrics")) if x)))
+        out.append(("profiler", " · ".join(x for x in (cap.get("profiler_level"), _aic_label(cap.get("aic_metrics"))) if x)))
     ranks = sorted(int(r["rank"]) for r in report["ranks"])
     out.append(("ranks", f"{len(ranks)} ({_span(ranks)})" if ranks else "0"))
     depth = read_depth_line(report)  # only when some rank was read without its Python frames (--deep auto)
@@ -211,6 +211,14 @@ def _identity(a: Analysis, report: dict[str, Any]) -> list[tuple[str, str]]:
     return out
 
 
+def _aic_label(aic: Any) -> str | None:
+    """The capture's AI Core metrics as the header says them: "None" (the JSON's MindSpore spelling of
+    ACL_AICORE_NONE) is the metrics off, not a value missing."""
+    if not aic:
+        return None
+    return "AI Core metrics off" if str(aic) == "None" else f"AI Core metrics {aic}"
+
+
 METADATA_FILE = "profiler_metadata.json"  # where MindSpore 2.x / torch_npu write the parallel layout (a source's name)
 
 
@@ -224,7 +232,7 @@ def _why_no_layout(report: dict[str, Any]) -> str:
     if status == {"absent"}:
         return f"no rank has {METADATA_FILE}"
     if status:
-        return f"{METADATA_FILE} not read: see the sources below"
+        return f"{METADATA_FILE} could not be read: its reason is under Data absent from this capture, or not read"
     return f"this capture format writes no {METADATA_FILE}"
 
 
